@@ -1,0 +1,40 @@
+// Element types and reduction operators understood by every collective.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace uccl {
+
+// Values are part of the wire protocol (Envelope) and of the Python API: append only.
+enum class DataType : uint8_t {
+  kInt8 = 0,
+  kUint8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBFloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+};
+constexpr int kNumDataTypes = 8;
+
+enum class RedOp : uint8_t {
+  kSum = 0,
+  kProd = 1,
+  kMin = 2,
+  kMax = 3,
+  kAvg = 4,        // sum, then divide by the number of ranks
+  kPremulSum = 5,  // each rank's input is multiplied by a scalar before the sum (FSDP uses it)
+};
+constexpr int kNumRedOps = 6;
+
+size_t dtype_size(DataType t);
+const char* dtype_name(DataType t);
+const char* redop_name(RedOp op);
+bool dtype_valid(int t);
+bool redop_valid(int op);
+
+}  // namespace uccl

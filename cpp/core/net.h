@@ -1,0 +1,60 @@
+// Sockets and network interfaces: the small toolbox shared by the TCP store, the connection
+// manager and the tcp transport.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace uccl {
+
+// An IPv4 or IPv6 socket address.
+struct SockAddr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family() const { return ss.ss_family; }
+  int port() const;
+  void set_port(int port);
+  std::string to_string() const;  // "10.0.0.2:41234" or "[fd00::2]:41234"
+};
+// Parses "host:port", "[v6]:port" or a name (resolved with getaddrinfo).
+Result<SockAddr> parse_address(const std::string& host, int port);
+
+struct NetInterface {
+  std::string name;   // "eth0"
+  SockAddr addr;      // port 0
+  bool loopback = false;
+  bool up = false;
+  double speed_gbps = 0;  // from /sys/class/net/<if>/speed when known
+};
+
+// All interfaces with an IPv4/IPv6 address (link-local IPv6 skipped).
+std::vector<NetInterface> list_interfaces();
+
+// NCCL's UCCL_SOCKET_IFNAME syntax: comma-separated prefixes ("eth,ib"), "^" in front
+// excludes ("^docker,lo"), "=" in front matches exact names ("=eth0").
+bool ifname_matches(const std::string& spec, const std::string& ifname);
+
+// The interfaces to listen on: those matching spec (or, with an empty spec, every up
+// non-loopback interface except docker*, falling back to loopback when that is all there is),
+// restricted to `family` ("", "AF_INET", "AF_INET6").
+std::vector<NetInterface> select_interfaces(const std::string& spec, const std::string& family);
+
+// Socket helpers. Deadlines are absolute steady-clock seconds (see now_s()).
+double now_s();
+Status set_nonblocking(int fd, bool on);
+void set_socket_options(int fd);  // TCP_NODELAY, buffer sizes, keepalive
+// Listening socket on addr (port 0 = ephemeral); the bound port is written back into addr.
+Result<int> listen_on(SockAddr* addr, int backlog = 128);
+// Blocking connect with retries until the deadline (the listener may not exist yet).
+Result<int> connect_to(const SockAddr& addr, double deadline_s);
+// Blocking full send/recv bounded by a deadline; kRemoteError if the peer closed.
+Status send_all(int fd, const void* buf, size_t len, double deadline_s);
+Status recv_all(int fd, void* buf, size_t len, double deadline_s);
+
+}  // namespace uccl

@@ -1,0 +1,80 @@
+// Status codes and Result<T>: how errors travel inside uccl.
+//
+// Why not exceptions: errors are produced on the progress path (possibly a background thread)
+// and must be carried to whichever thread waits on the Work. A Status is a plain value that can
+// be stored in a request and copied across threads. Exceptions appear only at the API boundary
+// (the Python bindings and the torch backend turn a Status into a typed exception there).
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace uccl {
+
+// Keep in sync with uccl/errors.py (the Python exception hierarchy mirrors these codes).
+enum class Code : int {
+  kOk = 0,
+  kInvalidArgument = 1,  // the caller passed something wrong (size, dtype, rank, ...)
+  kNotSupported = 2,     // a normal answer: the caller may fall back (UCC's habit)
+  kTimeout = 3,          // a wait passed its deadline
+  kRemoteError = 4,      // a peer died, closed its connection, or sent garbage
+  kMismatch = 5,         // ranks called different collectives / counts / dtypes in one slot
+  kAborted = 6,          // abort() was called on the communicator
+  kSystemError = 7,      // a local syscall failed (errno text in the message)
+  kInternal = 8,         // a bug in uccl
+};
+
+const char* code_name(Code c);
+
+class Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string msg, int peer = -1) : code_(code), msg_(std::move(msg)), peer_(peer) {}
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return msg_; }
+  int peer() const { return peer_; }  // rank of the peer involved, or -1
+
+  // Returns a copy whose message gains "context: " in front (e.g. "all_reduce #12: ").
+  Status with_context(const std::string& context) const {
+    if (ok()) return *this;
+    return Status(code_, context + ": " + msg_, peer_);
+  }
+  std::string to_string() const { return std::string(code_name(code_)) + ": " + msg_; }
+
+ private:
+  Code code_ = Code::kOk;
+  std::string msg_;
+  int peer_ = -1;
+};
+
+inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
+inline Status NotSupported(std::string m) { return Status(Code::kNotSupported, std::move(m)); }
+inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+// errno-based failure: "what: strerror(errno)".
+Status SystemError(const std::string& what, int err);
+
+template <class T>
+class Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose
+  Result(Status s) : status_(std::move(s)) {}    // NOLINT
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  T& value() { return value_; }
+  T&& take() { return std::move(value_); }
+
+ private:
+  Status status_;
+  T value_{};
+};
+
+#define UCCL_RETURN_IF_ERROR(expr)      \
+  do {                                  \
+    ::uccl::Status _s = (expr);         \
+    if (!_s.ok()) return _s;            \
+  } while (0)
+
+}  // namespace uccl

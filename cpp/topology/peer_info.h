@@ -1,0 +1,38 @@
+// PeerInfo: what each rank publishes in the store so that its peers can reach it and decide
+// how (shared memory on the same host, RDMA on the same fabric, TCP otherwise).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace uccl {
+
+struct NicInfo {
+  std::string name;      // interface or device name ("eth0", "mlx5_0:1", "rxe0:1")
+  std::string kind;      // "tcp", "roce", "ib"
+  std::string fabric;    // which fabric/cluster network it is attached to ("" = unknown)
+  std::string address;   // IP (tcp/roce) or LID/GID text
+  double gbps = 0;       // rated bandwidth
+};
+
+struct PeerInfo {
+  int rank = -1;
+  std::string host_id;   // equal host_id <=> shared memory works (see host_identity())
+  std::string hostname;
+  int pid = 0;
+  std::string cluster;   // UCCL_CLUSTER / topology file label
+  std::vector<std::string> listen;  // "ip:port" of this communicator's listeners
+  std::vector<NicInfo> nics;
+
+  std::string serialize() const;
+  static Result<PeerInfo> parse(const std::string& text);
+};
+
+// Identifies the host for shared-memory purposes: UCCL_HOST_ID if set, else hostname + boot id
+// + network-namespace inode. The namespace is part of it on purpose: ranks in different
+// namespaces are "different hosts" in the emulated testbed, and shm would silently bypass it.
+std::string host_identity();
+
+}  // namespace uccl

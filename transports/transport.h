@@ -1,0 +1,164 @@
+// The transport contract: how bytes move between two ranks.
+//
+// Every transport (tcp, shm, verbs, staged) implements Endpoint the same way:
+//  * post_send / post_recv never block. They queue a request that the caller owns and keeps
+//    alive until it is no longer pending.
+//  * progress() never blocks either: it moves as many bytes as it can right now and returns.
+//    "It will be called again" (NCCL's net plugin wording): the engine calls it in a loop,
+//    from whichever thread is driving the communicator.
+//  * Requests of one direction complete in the order they were posted (FIFO per peer and
+//    direction). Algorithms rely on this instead of tag matching: both sides post in the same
+//    order, and the Envelope carried with every message checks that they really did.
+//  * On a fatal error (peer closed, protocol violation) every pending request fails with a
+//    Status naming the peer, and later posts fail at once. An endpoint never hangs a request
+//    silently: a dead peer is detected by the transport (socket HUP, liveness socket for shm).
+//
+// Endpoints are not thread safe: the communicator's engine lock serializes all calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace uccl {
+
+enum class TransportKind : uint8_t { kTcp = 0, kShm = 1, kVerbs = 2, kStaged = 3 };
+const char* transport_name(TransportKind k);
+
+// Travels in front of every message. It names the operation the sender is executing so that a
+// receiver that posted something else fails with a "mismatch" error that says what differed
+// instead of reading garbage or hanging. 32 bytes; layout is part of the wire protocol.
+struct Envelope {
+  uint64_t op_seq = 0;  // per-communicator operation number (both sides count the same way)
+  uint64_t count = 0;   // element count argument of the collective
+  int32_t root = -1;    // root argument (-1 if none)
+  uint32_t step = 0;    // message index inside the operation (per peer and direction)
+  uint8_t coll = 0;     // Collective enum value
+  uint8_t dtype = 0;    // DataType
+  uint8_t redop = 0;    // RedOp
+  uint8_t pad[5] = {0, 0, 0, 0, 0};
+
+  bool same_call(const Envelope& o) const {
+    return op_seq == o.op_seq && count == o.count && root == o.root && coll == o.coll &&
+           dtype == o.dtype && redop == o.redop;
+  }
+};
+static_assert(sizeof(Envelope) == 32, "Envelope is part of the wire protocol");
+
+enum class ReqState : int { kPending = 0, kDone = 1, kFailed = 2 };
+
+struct Request {
+  volatile ReqState state = ReqState::kPending;  // written only under the engine lock
+  Status error;                                  // set when state == kFailed
+  bool pending() const { return state == ReqState::kPending; }
+};
+
+struct SendRequest : Request {
+  const void* data = nullptr;
+  size_t bytes = 0;
+  Envelope env;
+};
+
+// A receive either copies the incoming bytes to dst, or (reduce == true) combines them:
+// dst[i] = op(acc[i], incoming[i]) with acc == nullptr meaning acc = dst. Fusing the reduction
+// into the receive lets shm reduce straight out of the shared ring and tcp out of a small
+// cache-resident bounce buffer: no full-size temporary, one pass over memory.
+struct RecvRequest : Request {
+  void* dst = nullptr;
+  size_t bytes = 0;  // expected size; a different size from the sender is a mismatch error
+  Envelope expect;
+  bool reduce = false;
+  const void* acc = nullptr;
+  DataType dtype = DataType::kUint8;
+  RedOp op = RedOp::kSum;
+};
+
+// Byte counters per endpoint, read by the communicator's per-op statistics.
+struct EndpointCounters {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t messages_sent = 0;
+};
+
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  virtual void post_send(SendRequest* r) = 0;
+  virtual void post_recv(RecvRequest* r) = 0;
+  // Returns true if anything moved (used by the engine to decide when to back off).
+  virtual bool progress() = 0;
+  // An fd that turns readable/writable when progress may be possible, so an idle engine can
+  // sleep in poll(); -1 if the transport must be polled by spinning (shm, verbs).
+  virtual int wait_fd() const { return -1; }
+  virtual bool has_pending() const = 0;
+  // Fails all pending requests with `why` and refuses new ones (abort, or a sibling failure).
+  virtual void fail_all(const Status& why) = 0;
+  virtual TransportKind kind() const = 0;
+  // Human description for logs and errors: "tcp 10.0.0.2:41234 (2 sockets)".
+  virtual std::string describe() const = 0;
+  const EndpointCounters& counters() const { return counters_; }
+
+ protected:
+  EndpointCounters counters_;
+};
+
+// Helper for transports: complete / fail a request (keeps the state transition in one place).
+inline void complete(Request* r) { r->state = ReqState::kDone; }
+inline void fail(Request* r, const Status& s) {
+  r->error = s;
+  r->state = ReqState::kFailed;
+}
+
+}  // namespace uccl
+
+// ---------------------------------------------------------------------------------------------
+// Connection setup.
+//
+// The core owns rendezvous: it opens TCP sockets to the peer's listener (the lower rank
+// connects, the higher rank accepts, so no pair is ever connected twice), authenticates them
+// (magic, protocol version, per-job secret, communicator id, ranks) and only then hands them to
+// the transport. The transport exchanges exactly one offer (active side, carried in the hello)
+// and one answer (passive side, carried in the hello's reply):
+//
+//     active : c = t.start_connect(peer); hello.offer = c->offer()
+//     passive: ep = t.accept(peer, offer, &answer, sockets)
+//     active : ep = c->finish(answer, sockets)
+//
+// tcp uses the sockets as its data sockets (UCCL_NSOCKS_PERPEER of them); shm keeps one as a
+// liveness channel (the kernel closes it when the peer dies) and passes the segment name in
+// the offer; verbs passes QP numbers, LIDs/GIDs and MTU in offer and answer. The sockets are
+// authenticated, so accept()/finish() may do a short blocking exchange bounded by a deadline.
+struct PeerContext {
+  int my_rank = -1;
+  int peer_rank = -1;
+  std::string peer_host;      // host name of the peer, for messages
+  std::string peer_address;   // "ip:port" of the peer's listener, for messages
+  int peer_pid = 0;
+  double timeout_s = 0;       // deadline for any blocking step of the setup
+  std::string describe() const;  // "rank 3 (host b, 10.0.0.2:41234)"
+};
+
+class PendingConnect {
+ public:
+  virtual ~PendingConnect() = default;
+  virtual std::string offer() = 0;
+  // Takes ownership of `fds` (closes them on failure).
+  virtual Result<Endpoint*> finish(const std::string& answer, const std::vector<int>& fds) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual TransportKind kind() const = 0;
+  // How many authenticated sockets the core should open for one connection.
+  virtual int sockets_per_connection() const { return 1; }
+  virtual Result<PendingConnect*> start_connect(const PeerContext& peer) = 0;
+  // Takes ownership of `fds`. Returns a new Endpoint owned by the caller.
+  virtual Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer,
+                                   std::string* answer, const std::vector<int>& fds) = 0;
+};
