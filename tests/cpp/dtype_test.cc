@@ -1,0 +1,17 @@
+#include "check.h"
+#include "core/config.h"
+#include "core/dtype.h"
+
+using namespace uccl;
+
+int main() {
+  CHECK(dtype_size(DataType::kBFloat16) == 2);
+  CHECK(dtype_size(DataType::kInt64) == 8);
+  CHECK(!dtype_valid(8));
+  CHECK(redop_valid(5) && !redop_valid(6));
+  bool found = false;
+  for (auto& v : config_table()) found |= v.name == "UCCL_TIMEOUT_S";
+  CHECK(found);
+  std::puts("dtype_test ok");
+  return 0;
+}
