@@ -114,7 +114,6 @@ inline void fail(Request* r, const Status& s) {
   r->state = ReqState::kFailed;
 }
 
-}  // namespace uccl
 
 // ---------------------------------------------------------------------------------------------
 // Connection setup.
@@ -162,3 +161,13 @@ class Transport {
   virtual Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer,
                                    std::string* answer, const std::vector<int>& fds) = 0;
 };
+
+// Shared by every transport so that errors read the same whichever carried the bytes.
+std::string envelope_to_string(const Envelope& e);  // "all_reduce #12 (count 10, float32, sum)"
+// The receiver expected `expect`/`expect_bytes` but the peer sent `got`/`got_bytes`.
+Status mismatch_error(const PeerContext& peer, const Envelope& expect, size_t expect_bytes,
+                      const Envelope& got, size_t got_bytes);
+// The peer vanished: "rank 3 (host b, 10.0.0.2:41234) closed the connection (<detail>)".
+Status peer_closed_error(const PeerContext& peer, const std::string& detail);
+
+}  // namespace uccl

@@ -1,0 +1,154 @@
+#include "core/reduce.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace uccl {
+namespace {
+
+// ---- half-precision conversions (bit exact, round-to-nearest-even) --------------------------
+inline float bf16_to_float(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+inline float fp16_to_float(uint16_t h) {
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+}
+inline uint16_t float_to_fp16(float f) {
+  _Float16 v = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &v, 2);
+  return h;
+}
+
+struct Bf16 {};
+struct Fp16 {};
+
+// Storage type and float<->storage conversion per element kind.
+template <class T> struct Elem { using S = T; static T load(S v) { return v; } static S store(T v) { return v; } };
+template <> struct Elem<Bf16> {
+  using S = uint16_t;
+  static float load(S v) { return bf16_to_float(v); }
+  static S store(float v) { return float_to_bf16(v); }
+};
+template <> struct Elem<Fp16> {
+  using S = uint16_t;
+  static float load(S v) { return fp16_to_float(v); }
+  static S store(float v) { return float_to_fp16(v); }
+};
+
+// Integer sum/prod wrap around like numpy instead of overflowing into undefined behaviour.
+template <class T> inline T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class T> inline T mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  } else {
+    return a * b;
+  }
+}
+
+template <class K, class Fn>
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+void apply(void* dst, const void* a, const void* b, size_t n, Fn fn) {
+  using S = typename Elem<K>::S;
+  S* d = static_cast<S*>(dst);
+  const S* x = static_cast<const S*>(a);
+  const S* y = static_cast<const S*>(b);
+  for (size_t i = 0; i < n; ++i) d[i] = Elem<K>::store(fn(Elem<K>::load(x[i]), Elem<K>::load(y[i])));
+}
+
+template <class K>
+void reduce_typed(void* dst, const void* a, const void* b, size_t n, RedOp op) {
+  using T = decltype(Elem<K>::load(typename Elem<K>::S{}));
+  switch (op) {
+    case RedOp::kSum:
+    case RedOp::kAvg:
+    case RedOp::kPremulSum: apply<K>(dst, a, b, n, [](T u, T v) { return add(u, v); }); break;
+    case RedOp::kProd: apply<K>(dst, a, b, n, [](T u, T v) { return mul(u, v); }); break;
+    case RedOp::kMin: apply<K>(dst, a, b, n, [](T u, T v) { return v < u ? v : u; }); break;
+    case RedOp::kMax: apply<K>(dst, a, b, n, [](T u, T v) { return v > u ? v : u; }); break;
+  }
+}
+
+template <class K>
+void scale_typed(void* dst, const void* src, size_t n, double factor) {
+  using S = typename Elem<K>::S;
+  using T = decltype(Elem<K>::load(S{}));
+  S* d = static_cast<S*>(dst);
+  const S* s = static_cast<const S*>(src);
+  if constexpr (std::is_integral_v<T>) {
+    const T f = static_cast<T>(std::llround(factor));
+    for (size_t i = 0; i < n; ++i) d[i] = mul(s[i], f);
+  } else {
+    const T f = static_cast<T>(factor);
+    for (size_t i = 0; i < n; ++i) d[i] = Elem<K>::store(Elem<K>::load(s[i]) * f);
+  }
+}
+
+template <class T>
+void divide_typed(void* dst, const void* src, size_t n, int by) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(s[i] / static_cast<T>(by));
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op) {
+  switch (dt) {
+    case DataType::kInt8: return reduce_typed<int8_t>(dst, a, b, count, op);
+    case DataType::kUint8: return reduce_typed<uint8_t>(dst, a, b, count, op);
+    case DataType::kInt32: return reduce_typed<int32_t>(dst, a, b, count, op);
+    case DataType::kInt64: return reduce_typed<int64_t>(dst, a, b, count, op);
+    case DataType::kFloat16: return reduce_typed<Fp16>(dst, a, b, count, op);
+    case DataType::kBFloat16: return reduce_typed<Bf16>(dst, a, b, count, op);
+    case DataType::kFloat32: return reduce_typed<float>(dst, a, b, count, op);
+    case DataType::kFloat64: return reduce_typed<double>(dst, a, b, count, op);
+  }
+}
+
+void scale(void* dst, const void* src, size_t count, DataType dt, double factor) {
+  switch (dt) {
+    case DataType::kInt8: return scale_typed<int8_t>(dst, src, count, factor);
+    case DataType::kUint8: return scale_typed<uint8_t>(dst, src, count, factor);
+    case DataType::kInt32: return scale_typed<int32_t>(dst, src, count, factor);
+    case DataType::kInt64: return scale_typed<int64_t>(dst, src, count, factor);
+    case DataType::kFloat16: return scale_typed<Fp16>(dst, src, count, factor);
+    case DataType::kBFloat16: return scale_typed<Bf16>(dst, src, count, factor);
+    case DataType::kFloat32: return scale_typed<float>(dst, src, count, factor);
+    case DataType::kFloat64: return scale_typed<double>(dst, src, count, factor);
+  }
+}
+
+void divide(void* dst, const void* src, size_t count, DataType dt, int n) {
+  switch (dt) {
+    case DataType::kInt8: return divide_typed<int8_t>(dst, src, count, n);
+    case DataType::kUint8: return divide_typed<uint8_t>(dst, src, count, n);
+    case DataType::kInt32: return divide_typed<int32_t>(dst, src, count, n);
+    case DataType::kInt64: return divide_typed<int64_t>(dst, src, count, n);
+    default: return scale(dst, src, count, dt, 1.0 / n);
+  }
+}
+
+}  // namespace uccl
