@@ -199,7 +199,7 @@ std::string ScheduleTask::waiting_for() const {
   if (!built_) return "not started";
   if (!posted_) return "phase " + std::to_string(phase_) + ": connecting to its peers";
   std::string s;
-  const Phase& ph = const_cast<Schedule&>(sched_).phases()[phase_];
+  const Phase& ph = sched_.phases()[phase_];
   size_t si = 0, ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm()) continue;

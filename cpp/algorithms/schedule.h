@@ -61,6 +61,7 @@ class Schedule {
   DataType dtype() const { return dtype_; }
   RedOp op() const { return op_; }
   std::vector<Phase>& phases() { return phases_; }
+  const std::vector<Phase>& phases() const { return phases_; }
 
  private:
   Action& add(Action a);
