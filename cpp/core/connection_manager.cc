@@ -60,6 +60,9 @@ bool split_host_port(const std::string& s, std::string* host, int* port) {
   return true;
 }
 
+// start_connect()'s answer while the peer has not created the communicator yet (try again).
+const char* const kNotPublishedYet = "peer info not published yet";
+
 uint64_t random_u64() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -188,7 +191,7 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
   if (peer < rank_) return static_cast<Endpoint*>(nullptr);  // the lower rank connects to us
   if (!outgoing_.count(peer)) {
     Status s = start_connect(peer);
-    if (s.code() == Code::kTimeout) return static_cast<Endpoint*>(nullptr);  // peer not published yet
+    if (s.code() == Code::kTimeout && s.message() == kNotPublishedYet) return static_cast<Endpoint*>(nullptr);
     if (!s.ok()) {
       peer_errors_[peer] = s;
       return s;
@@ -200,7 +203,10 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
 Status ConnectionManager::start_connect(int peer) {
   // A short lookup: if the peer has not created the communicator yet, try again later.
   auto info = peer_info(peer, 0.05);
-  if (!info.ok()) return info.status();
+  if (!info.ok()) {
+    if (info.status().code() == Code::kTimeout) return Status(Code::kTimeout, kNotPublishedYet);
+    return info.status();
+  }
   auto kind = choose_transport(*info.value());
   if (!kind.ok()) return kind.status();
   Transport* t = transport(kind.value());
@@ -226,9 +232,11 @@ Status ConnectionManager::start_connect(int peer) {
     std::vector<int> fds;
     Status s;
     for (int ch = 0; ch < n && s.ok(); ++ch) {
-      auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 10.0));
+      // The peer listens before it publishes its address, so a refusal means it is gone:
+      // retry only briefly (a full accept backlog), and never hold the engine for long.
+      auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0));
       if (!fd.ok()) {
-        s = fd.status();
+        s = Status(Code::kRemoteError, "cannot connect: " + fd.status().message() + " (has the peer exited?)", peer);
         break;
       }
       fds.push_back(fd.value());
