@@ -5,6 +5,14 @@
 #include <cstring>
 #include <type_traits>
 
+// Run-time dispatch to an AVX2/F16C clone of the kernels. Sanitizer builds skip it: the
+// ifunc resolver runs during relocation, before ThreadSanitizer's runtime is initialised.
+#if defined(UCCL_NO_VECTOR_CLONES)
+#define UCCL_VECTOR_CLONES
+#else
+#define UCCL_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+
 namespace uccl {
 namespace {
 
@@ -69,7 +77,7 @@ template <class T> inline T mul(T a, T b) {
 }
 
 template <class K, class Fn>
-__attribute__((target_clones("arch=x86-64-v3", "default")))
+UCCL_VECTOR_CLONES
 void apply(void* dst, const void* a, const void* b, size_t n, Fn fn) {
   using S = typename Elem<K>::S;
   S* d = static_cast<S*>(dst);
