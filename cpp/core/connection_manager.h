@@ -51,6 +51,8 @@ class ConnectionManager {
   // Which transport this rank would use towards `peer` (needs its PeerInfo).
   Result<TransportKind> choose_transport(const PeerInfo& peer);
   std::string describe();
+  // Accepted sockets whose handshake is still being read (the fuzzer watches this drain).
+  size_t pending_handshakes() const { return incoming_.size(); }
 
  private:
   struct Outgoing;

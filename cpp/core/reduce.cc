@@ -30,6 +30,8 @@ inline uint16_t float_to_bf16(float f) {
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
 }
+#if defined(__FLT16_MAX__)
+// The compiler has _Float16 (GCC >= 12 on x86): F16C instructions in the AVX2 clone.
 inline float fp16_to_float(uint16_t h) {
   _Float16 v;
   std::memcpy(&v, &h, 2);
@@ -41,6 +43,51 @@ inline uint16_t float_to_fp16(float f) {
   std::memcpy(&h, &v, 2);
   return h;
 }
+#else
+// Portable bit-exact conversions (clang < 15 has no _Float16 on x86; the fuzz build uses it).
+inline float fp16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;  // zero
+  } else {        // subnormal: normalise
+    exp = 113;
+    while (!(mant & 0x400)) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline uint16_t float_to_fp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return sign | 0x7e00;           // nan
+  if (absx >= 0x477ff000u) return sign | 0x7c00;          // overflow (rounds to inf) or inf
+  if (absx < 0x38800000u) {                               // subnormal or zero in fp16
+    if (absx < 0x33000000u) return sign;                  // below half the smallest subnormal
+    const uint32_t mant = (absx & 0x7fffff) | 0x800000;
+    const int shift = 126 - static_cast<int>(absx >> 23);  // 14..24
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t half = ((absx >> 13) - (112u << 10));
+  const uint32_t rem = absx & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;  // round to nearest even
+  return sign | static_cast<uint16_t>(half);
+}
+#endif
 
 struct Bf16 {};
 struct Fp16 {};
