@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/connection_manager.h"
+#include "core/log.h"
 #include "core/reduce.h"
 
 namespace uccl {
@@ -170,6 +171,13 @@ Status ScheduleTask::progress(bool* done) {
   if (!built_) {
     UCCL_RETURN_IF_ERROR(build_(env_, &sched_));
     built_ = true;
+    if (log_enabled(LogLevel::kInfo)) {
+      const Envelope& e = env_.envelope;
+      UCCL_INFO("%s #%llu: algorithm %s, count %llu %s, %zu phases", collective_name(static_cast<Collective>(e.coll)),
+                static_cast<unsigned long long>(e.op_seq), env_.stats ? env_.stats->algorithm.c_str() : "?",
+                static_cast<unsigned long long>(e.count), dtype_name(static_cast<DataType>(e.dtype)),
+                sched_.phases().size());
+    }
     send_steps_.assign(env_.size, 0);
     recv_steps_.assign(env_.size, 0);
   }
