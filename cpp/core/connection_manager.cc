@@ -493,6 +493,16 @@ bool ConnectionManager::progress() {
   return moved;
 }
 
+void ConnectionManager::publish_failure(const std::string& why) {
+  Status s = store_->set("uccl/failed/" + std::to_string(rank_), why);
+  if (!s.ok()) UCCL_WARN("could not publish the failure cause: %s", s.message().c_str());
+}
+
+std::string ConnectionManager::peer_failure(int peer, double timeout_s) {
+  auto r = store_->get("uccl/failed/" + std::to_string(peer), timeout_s);
+  return r.ok() ? r.value() : std::string();
+}
+
 void ConnectionManager::close_all() {
   for (auto& e : endpoints_) e.reset();
   for (auto& [peer, o] : outgoing_)
