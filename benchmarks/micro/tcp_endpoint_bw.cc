@@ -8,7 +8,9 @@
 //   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/tcp_endpoint_bw.cc -Lbuild/dev -luccl -Wl,-rpath,$PWD/build/dev -lpthread -o build/dev/tcp_endpoint_bw
 // Run:  build/dev/tcp_endpoint_bw [total_MiB_per_case=2048] [host=127.0.0.1] [sockets] [msg_KiB]
 //       (sockets and msg_KiB pick one case; default: 1 MiB and 64 MiB x 1, 2, 4 sockets)
-// Prints GB/s (1e9 bytes/s) of payload; "bidir" is the sum of both directions.
+// Prints GB/s (1e9 bytes/s) of payload; "bidir" is the sum of both directions. Each row also
+// shows a plain blocking socket pair moving the same bytes right after, as a yardstick that
+// saw the same machine load (loopback numbers swing a lot on a shared machine).
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -124,13 +126,46 @@ double run_case(int nsocks, size_t bytes, bool bidir, size_t total_bytes, const 
   return static_cast<double>(bytes) * count * (bidir ? 2 : 1) / dt / 1e9;
 }
 
+// Reference: the same traffic on one plain blocking socket pair (a thread per direction and
+// side, blocking send/recv of whole messages), measured under the same machine load.
+double run_raw(size_t bytes, bool bidir, size_t total_bytes, const std::string& host) {
+  SockAddr addr = parse_address(host, 0).value();
+  int lfd = listen_on(&addr).value();
+  int a = connect_to(addr, now_s() + 5).value(), b = accept(lfd, nullptr, nullptr);
+  close(lfd);
+  set_socket_options(b);
+  int count = static_cast<int>(std::max<size_t>(4, total_bytes / bytes));
+  auto sender = [&](int fd) {
+    std::vector<uint8_t> buf(bytes, 7);
+    for (int i = 0; i < count; ++i) send_all(fd, buf.data(), bytes, now_s() + 60);
+  };
+  auto receiver = [&](int fd) {
+    std::vector<uint8_t> buf(bytes);
+    for (int i = 0; i < count; ++i) recv_all(fd, buf.data(), bytes, now_s() + 60);
+  };
+  double t0 = now_s();
+  std::vector<std::thread> ts;
+  ts.emplace_back(sender, a);
+  ts.emplace_back(receiver, b);
+  if (bidir) {
+    ts.emplace_back(sender, b);
+    ts.emplace_back(receiver, a);
+  }
+  for (auto& t : ts) t.join();
+  double dt = now_s() - t0;
+  close(a);
+  close(b);
+  return static_cast<double>(bytes) * count * (bidir ? 2 : 1) / dt / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   size_t total = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2048) << 20;
   std::string host = argc > 2 ? argv[2] : "127.0.0.1";
   std::printf("tcp endpoint loopback bandwidth over %s, %zu MiB per case (GB/s = 1e9 B/s)\n", host.c_str(), total >> 20);
-  std::printf("%-8s %-8s %12s %12s\n", "msg KiB", "sockets", "uni GB/s", "bidir GB/s");
+  std::printf("%-8s %-8s %10s %10s   %s\n", "msg KiB", "sockets", "uni GB/s", "bidir GB/s",
+              "(plain blocking socket pair, same run: uni / bidir)");
   std::vector<size_t> sizes = {size_t(1) << 20, size_t(64) << 20};
   std::vector<int> socks = {1, 2, 4};
   if (argc > 3) socks = {std::atoi(argv[3])};
@@ -140,7 +175,8 @@ int main(int argc, char** argv) {
       run_case(nsocks, bytes, false, total / 8, host);  // warm-up (page faults, TCP windows)
       double uni = run_case(nsocks, bytes, false, total, host);
       double bi = run_case(nsocks, bytes, true, total, host);
-      std::printf("%-8zu %-8d %12.2f %12.2f\n", bytes >> 10, nsocks, uni, bi);
+      double raw_uni = run_raw(bytes, false, total, host), raw_bi = run_raw(bytes, true, total, host);
+      std::printf("%-8zu %-8d %10.2f %10.2f   (%.2f / %.2f)\n", bytes >> 10, nsocks, uni, bi, raw_uni, raw_bi);
       std::fflush(stdout);
     }
   }
