@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "core/net.h"
+#include "transports/tcp/tcp_endpoint.h"  // PartHeader, to hand-craft wire bytes
 #include "transports/tcp/tcp_transport.h"
 
 using namespace uccl;
@@ -373,6 +374,46 @@ void test_fail_all() {
   CHECK(rb.error.code() == Code::kRemoteError);
 }
 
+// Hand-crafted wire bytes trickled 3 bytes at a time: headers split across reads, reduce
+// chunks that end inside an element (the carry), and the parts of one message arriving in
+// reverse order on one socket.
+void test_trickle() {
+  auto t = make_tcp_transport(1);
+  std::vector<int> fa, fb;
+  socket_pairs(1, &fa, &fb);
+  std::string answer;
+  std::unique_ptr<Endpoint> b(t->accept(ctx(1, 0), "tcp1", &answer, fb).value());
+  const size_t kCount = 2048 + 3;  // floats; two parts: [4096, end) first, then [0, 4096)
+  std::vector<float> in(kCount), dst(kCount);
+  for (size_t i = 0; i < kCount; ++i) in[i] = float(i), dst[i] = 0.25f;
+  RecvRequest r;
+  r.dst = dst.data(), r.bytes = kCount * 4, r.expect = env(9, kCount);
+  r.reduce = true, r.dtype = DataType::kFloat32, r.op = RedOp::kSum;
+  b->post_recv(&r);
+  std::string wire;
+  for (int part : {1, 0}) {
+    tcp::PartHeader h;
+    h.part_count = 2;
+    h.msg_seq = 0;
+    h.env = env(9, kCount);
+    h.total_bytes = kCount * 4;
+    h.part_offset = part ? 4096 : 0;
+    h.part_bytes = part ? kCount * 4 - 4096 : 4096;
+    wire.append(reinterpret_cast<const char*>(&h), sizeof h);
+    wire.append(reinterpret_cast<const char*>(in.data()) + h.part_offset, h.part_bytes);
+  }
+  for (size_t off = 0; off < wire.size(); off += 3) {
+    CHECK_OK(send_all(fa[0], wire.data() + off, std::min<size_t>(3, wire.size() - off), now_s() + 1));
+    for (int i = 0; i < 3; ++i) b->progress();
+  }
+  double deadline = now_s() + 5;
+  while (r.pending() && now_s() < deadline) b->progress();
+  CHECK_OK(r.error);
+  CHECK(r.state == ReqState::kDone);
+  for (size_t i = 0; i < kCount; ++i) CHECK(dst[i] == float(i) + 0.25f);
+  close(fa[0]);
+}
+
 }  // namespace
 
 int main() {
@@ -381,6 +422,7 @@ int main() {
   test_fifo(2);
   test_late_recv_and_wait_fd();
   test_reduce();
+  test_trickle();
   test_mismatch();
   test_garbage();
   test_peer_close();

@@ -67,6 +67,9 @@ TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds
 }
 
 TcpEndpoint::~TcpEndpoint() {
+  // Requests still pending are alive by contract (their owner keeps them until they finish):
+  // fail them rather than leave someone waiting on an endpoint that no longer exists.
+  if (has_pending()) fatal(Status(Code::kAborted, "tcp endpoint to " + peer_.describe() + " destroyed", peer_.peer_rank));
   for (auto& s : socks_) close(s.fd);
   close(epfd_);
 }

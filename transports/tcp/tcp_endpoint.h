@@ -16,6 +16,18 @@
 // buffer is the backpressure) and EPOLLIN is masked so that an idle engine does not spin.
 //
 // Completion is in post order per direction even when parts finish out of order.
+//
+// wait_fd() is an epoll fd over the sockets; poll() it for POLLIN. It turns readable when a
+// socket has bytes that progress() can consume (EPOLLIN, masked while the socket is stalled),
+// when a send that hit a full kernel buffer can continue (EPOLLOUT, registered only while
+// blocked, so small sends cost no epoll_ctl), or on error/hang-up. A freshly posted request
+// is not visible to it: the engine calls progress() after posting and sleeps only once
+// progress() returned false. After a fatal error the sockets leave the epoll set, so a dead
+// endpoint never keeps the engine awake.
+//
+// Failure: peer close / reset, garbage, and envelope or size mismatches are fatal for the
+// endpoint (the stream cannot be resynchronized): every pending request fails with the reason,
+// later posts fail at once, and the sockets are shut down so the peer learns immediately.
 #pragma once
 
 #include <cstdint>

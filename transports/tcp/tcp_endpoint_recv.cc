@@ -146,7 +146,7 @@ void TcpEndpoint::check_peer_gone() {
   if (!recvs_.empty() && !can_deliver)
     fatal(peer_closed_error(peer_, std::to_string(recvs_.size()) + " receive(s) pending"));
   else if (all_eof)
-    fatal(peer_closed_error(peer_, "no operation pending"));
+    fatal(peer_closed_error(peer_, "while the endpoint was idle"));
 }
 
 bool TcpEndpoint::recv_on(Socket& s) {

@@ -46,7 +46,8 @@ class TcpPendingConnect : public PendingConnect {
 
 class TcpTransport : public Transport {
  public:
-  explicit TcpTransport(int nsocks) : nsocks_(nsocks < 1 ? 1 : nsocks) {}
+  // More than 64 sockets per peer buys nothing and part_count is 16 bits on the wire.
+  explicit TcpTransport(int nsocks) : nsocks_(nsocks < 1 ? 1 : nsocks > 64 ? 64 : nsocks) {}
   TransportKind kind() const override { return TransportKind::kTcp; }
   int sockets_per_connection() const override { return nsocks_; }
   Result<PendingConnect*> start_connect(const PeerContext& peer) override {

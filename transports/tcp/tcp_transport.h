@@ -19,7 +19,7 @@
 
 namespace uccl {
 
-// nsocks_per_peer < 1 is treated as 1.
+// nsocks_per_peer is clamped to [1, 64].
 std::unique_ptr<Transport> make_tcp_transport(int nsocks_per_peer);
 
 }  // namespace uccl
