@@ -139,7 +139,9 @@ void ShmEndpoint::on_peer_gone() {
   peer_gone_ = true;
   gone_status_ = peer_closed_error(peer_, peer_note());
   UCCL_INFO("shm endpoint to %s: %s", peer_.describe().c_str(), gone_status_.message().c_str());
-  // Nothing we send can be delivered or acknowledged any more.
+  // Acks the peer wrote before it went away still count (its writes happened before its
+  // socket closed); nothing else we send can be delivered or acknowledged any more.
+  if (!unacked_.empty()) reap_sends();
   for (SendRequest* r : sendq_) fail(r, gone_status_);
   for (const Unacked& u : unacked_) fail(u.r, gone_status_);
   sendq_.clear();
