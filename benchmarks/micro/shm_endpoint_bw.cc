@@ -1,9 +1,12 @@
 // Micro benchmark of one shm Endpoint pair in two processes (fork), ring path vs CMA.
 //
 // Build (after `cmake --build build/dev`), from the repository root:
-//   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so \
+//   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so
 //       -Wl,-rpath,$PWD/build/dev -o build/dev/shm_endpoint_bw
-// Run: build/dev/shm_endpoint_bw [reps=5] [quick]
+// Run: build/dev/shm_endpoint_bw [reps=5] [scope=full|quick|lat] [kind=both|ring|cma]
+//                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M]
+//   quick: 64 KiB and 1 MiB only; lat: latency lines only; kind: which connections to measure;
+//   the rest override ShmOptions (defaults come from the UCCL_SHM_* settings).
 //
 // Measures (each repeated `reps` times, median printed):
 //  * ping-pong latency of 8 bytes (half round trip)
@@ -204,7 +207,10 @@ double repeat(Peer& p, int reps, F f) {
   return median(t);
 }
 
-void suite(Peer& p, bool cma, int reps, bool quick) {
+enum class Scope { kFull, kQuick, kLatency };
+
+void suite(Peer& p, bool cma, int reps, Scope scope) {
+  const bool quick = scope != Scope::kFull;
   const std::vector<size_t> sizes = quick ? std::vector<size_t>{64 << 10, 1 << 20} :
                                             std::vector<size_t>{64 << 10, 1 << 20, 16 << 20, 64 << 20};
   const size_t max_bytes = sizes.back();
@@ -216,6 +222,11 @@ void suite(Peer& p, bool cma, int reps, bool quick) {
   say("\n== %s ==\n", cma ? "CMA on (messages >= 1 MiB use process_vm_readv)" : "ring only (CMA off)");
   const double lat = repeat(p, reps, [&] { return pingpong(p, 20000); });
   say("ping-pong 8 B: %.2f us half round trip\n", lat * 1e6);
+  if (scope == Scope::kLatency) {
+    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), 1024, 5000); });
+    say("allreduce2 1024 B: %.2f us\n", ar * 1e6);
+    return;
+  }
   say("%10s %14s %16s %16s %18s\n", "bytes", "uni GB/s", "bidir GB/s/dir", "reduce GB/s/dir", "allreduce busbw");
   for (size_t n : sizes) {
     const int iters = static_cast<int>(std::max<size_t>(4, (256u << 20) / n));
@@ -234,9 +245,46 @@ void suite(Peer& p, bool cma, int reps, bool quick) {
   }
 }
 
-void run(bool cma, int reps, bool quick) {
+struct Args {
+  int reps = 5;
+  Scope scope = Scope::kFull;
+  std::string kind = "both";
   ShmOptions opt = ShmOptions::from_config();
+};
+
+size_t parse_size(const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (*end == 'K' || *end == 'k') x *= 1024;
+  if (*end == 'M' || *end == 'm') x *= 1024 * 1024;
+  return static_cast<size_t>(x);
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos) die(("arguments are key=value: " + s).c_str());
+    const std::string k = s.substr(0, eq), v = s.substr(eq + 1);
+    if (k == "reps") a.reps = std::max(1, std::atoi(v.c_str()));
+    else if (k == "scope") a.scope = v == "quick" ? Scope::kQuick : v == "lat" ? Scope::kLatency : Scope::kFull;
+    else if (k == "kind") a.kind = v;
+    else if (k == "ring") a.opt.ring_bytes = parse_size(v);
+    else if (k == "piece") a.opt.piece_bytes = parse_size(v);
+    else if (k == "chunk") a.opt.cma_chunk_bytes = parse_size(v);
+    else if (k == "bounce") a.opt.cma_bounce_bytes = parse_size(v);
+    else if (k == "cma_min") a.opt.cma_min_bytes = parse_size(v);
+    else die(("unknown argument " + k).c_str());
+  }
+  return a;
+}
+
+void run(bool cma, const Args& args) {
+  ShmOptions opt = args.opt;
   opt.cma = cma;
+  const int reps = args.reps;
+  const Scope scope = args.scope;
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
   std::fflush(nullptr);
@@ -266,7 +314,7 @@ void run(bool cma, int reps, bool quick) {
   Peer p{ep.get(), child != 0};
   barrier(p);  // both sides have finished setup: CMA verdicts are known
   if (p.parent) std::printf("endpoint: %s\n", ep->describe().c_str());
-  suite(p, cma, reps, quick);
+  suite(p, cma, reps, scope);
   barrier(p);
   ep.reset();
   if (child == 0) _exit(0);
@@ -277,9 +325,10 @@ void run(bool cma, int reps, bool quick) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
-  const bool quick = argc > 2 && std::strcmp(argv[2], "quick") == 0;
-  run(false, reps, quick);
-  run(true, reps, quick);
+  const Args args = parse_args(argc, argv);
+  std::printf("ring %zu, piece %zu, cma chunk %zu, cma bounce %zu, cma min %zu\n", args.opt.ring_bytes,
+              args.opt.piece_bytes, args.opt.cma_chunk_bytes, args.opt.cma_bounce_bytes, args.opt.cma_min_bytes);
+  if (args.kind != "cma") run(false, args);
+  if (args.kind != "ring") run(true, args);
   return 0;
 }

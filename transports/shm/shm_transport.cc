@@ -6,6 +6,7 @@
 // process_vm_readv; each reader stores its verdict in the segment (SegmentControl::cma_verdict).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -126,6 +127,8 @@ class ShmTransport final : public Transport {
     if (opt_.piece_bytes < 4096) opt_.piece_bytes = 4096;
     opt_.piece_bytes &= ~static_cast<size_t>(shm::kLine - 1);
     opt_.ring_bytes = shm::effective_ring_bytes(opt_.ring_bytes, opt_.piece_bytes);
+    opt_.cma_chunk_bytes = std::max<size_t>(opt_.cma_chunk_bytes, 4096);
+    opt_.cma_bounce_bytes = std::max<size_t>(opt_.cma_bounce_bytes, 4096) & ~static_cast<size_t>(shm::kLine - 1);
   }
   TransportKind kind() const override { return TransportKind::kShm; }
 
