@@ -54,8 +54,8 @@ T ref_op(T u, T v, RedOp op) {
   } else {
     switch (op) {
       case RedOp::kProd: return u * v;
-      case RedOp::kMin: return v < u ? v : u;
-      case RedOp::kMax: return v > u ? v : u;
+      case RedOp::kMin: return (v < u || v != v) ? v : u;  // NaN propagates like numpy/torch
+      case RedOp::kMax: return (v > u || v != v) ? v : u;
       default: return u + v;
     }
   }
