@@ -215,7 +215,8 @@ std::string Topology::describe(int me) const {
     s += "  cluster " + std::to_string(c) + " '" + (name.empty() ? "(unnamed)" : name) + "':";
     int last_host = -1;
     for (int r : clusters_[c]) {
-      if (host_of_[r] != last_host) s += std::string(last_host < 0 ? " " : "] ") + "host " + peers_[r].hostname + "[";
+      if (host_of_[r] != last_host)
+        s += std::string(last_host < 0 ? " " : "] ") + "host" + std::to_string(host_of_[r]) + ":" + peers_[r].hostname + "[";
       else s += ",";
       s += std::to_string(r);
       last_host = host_of_[r];
@@ -230,7 +231,7 @@ std::string Topology::describe(int me) const {
   if (!hierarchical()) s += " (flat: " + flat_reason_ + ")";
   s += "\n";
   if (me >= 0 && me < size()) {
-    s += "  rank " + std::to_string(me) + ": host " + peers_[me].hostname + ", local rank " +
+    s += "  rank " + std::to_string(me) + ": host" + std::to_string(host_of_[me]) + ":" + peers_[me].hostname + ", local rank " +
          std::to_string(local_rank_[me]) + ", cluster '" + peers_[me].cluster + "', coords (";
     for (size_t k = 0; k < dims_.size(); ++k) s += (k ? "," : "") + std::to_string(coords_[me][k]);
     s += "), rail {";
