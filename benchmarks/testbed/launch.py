@@ -29,7 +29,9 @@ def base_env(extra=None):
 
 
 def _host_env(bed, c, h, topo_file, cluster_labels):
-    e = {}
+    # TESTBED_*: for rank programs that read the bed's counters or need their cluster id.
+    e = {"TESTBED_ROUTER": bed.router, "TESTBED_CLUSTERS": str(bed.clusters), "TESTBED_CLUSTER": str(c),
+         "TESTBED_HOST": str(h)}
     if topo_file:
         e["UCCL_TOPO_FILE"] = topo_file
     if cluster_labels:
