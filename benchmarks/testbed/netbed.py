@@ -49,18 +49,19 @@ def netns_available():
     return True
 
 
-def _tbf(ns, dev, gbit):
+def _tbf(ns, dev, gbit, queue_ms=20):
     # burst: enough for one timer tick at the rate (tbf drops to the rate only beyond it);
     # latency bounds the queue so that a slow link does not buffer seconds of data.
     burst = max(64 * 1024, int(gbit * 1e9 / 8 / 250))
     sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{gbit}gbit",
-       "burst", str(burst), "latency", "20ms")
+       "burst", str(burst), "latency", f"{queue_ms}ms")
 
 
 class Testbed:
-    def __init__(self, clusters=2, hosts=2, intra_gbit=4.0, inter_gbit=0.5, prefix=None):
+    def __init__(self, clusters=2, hosts=2, intra_gbit=4.0, inter_gbit=0.5, prefix=None, queue_ms=200):
         self.clusters, self.hosts = clusters, hosts
         self.intra_gbit, self.inter_gbit = intra_gbit, inter_gbit
+        self.queue_ms = queue_ms  # tbf queue bound: a deeper queue drops less under bursts
         self.prefix = prefix or f"utb{os.getpid() % 100000}"
         self.router = f"{self.prefix}-rt"
         self.procs = []
@@ -102,7 +103,7 @@ class Testbed:
             sh("ip", "-n", r, "link", "add", br, "type", "bridge")
             sh("ip", "-n", r, "addr", "add", f"{NET}.{c + 1}.254/24", "dev", br)
             sh("ip", "-n", r, "link", "set", br, "up")
-            _tbf(r, br, self.inter_gbit)  # routed traffic into cluster c
+            _tbf(r, br, self.inter_gbit, self.queue_ms)  # routed traffic into cluster c
         for c, h in self.all_hosts():
             ns, port = self.host_ns(c, h), f"c{c}h{h}"
             sh("ip", "netns", "add", ns)
@@ -113,8 +114,8 @@ class Testbed:
             sh("ip", "-n", ns, "route", "add", f"{NET}.0.0/16", "via", f"{NET}.{c + 1}.254")
             sh("ip", "-n", r, "link", "set", port, "master", f"br{c}")
             sh("ip", "-n", r, "link", "set", port, "up")
-            _tbf(ns, "eth0", self.intra_gbit)
-            _tbf(r, port, self.intra_gbit)
+            _tbf(ns, "eth0", self.intra_gbit, self.queue_ms)
+            _tbf(r, port, self.intra_gbit, self.queue_ms)
 
     def close(self):
         for p in self.procs:
@@ -175,6 +176,14 @@ class Testbed:
         for c, h in self.all_hosts():
             out[f"host:{c},{h}"] = self._tx(self.host_ns(c, h), "eth0")
         return out
+
+    def drops(self):
+        """Packets dropped by the inter-cluster qdiscs (tbf tail drops)."""
+        total = 0
+        for c in range(self.clusters):
+            j = json.loads(sh("ip", "netns", "exec", self.router, "tc", "-s", "-j", "qdisc", "show", "dev", f"br{c}"))
+            total += sum(q.get("drops", 0) for q in j)
+        return total
 
     @staticmethod
     def _tx(ns, dev):

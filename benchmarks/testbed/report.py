@@ -11,7 +11,9 @@ def markdown(res):
     n = s[0] * s[1] * s[2]
     intra, inter = cfg["intra"], cfg["inter"]
     lines = [f"### {n} ranks = {s[2]} clusters x {s[1]} hosts x {s[0]} ranks; {intra:g} Gbit/s inside a cluster, "
-             f"{inter:g} Gbit/s between clusters; launched with {'torchrun' if cfg['torchrun'] else 'plain processes'}",
+             f"{inter:g} Gbit/s between clusters; tbf queue {cfg.get('queue_ms', 20)} ms "
+             f"({res.get('bench_inter_drops', '?')} drops on the inter-cluster link during the sweep); launched with "
+             f"{'torchrun' if cfg['torchrun'] else 'plain processes'}",
              "",
              "busbw in Gbit/s (nccl-tests factors); pred = model busbw (benchmarks/testbed/model.py); "
              "meas/pred = achieved fraction of the prediction; hier/ring = speed-up of hierarchical.", ""]

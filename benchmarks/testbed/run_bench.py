@@ -26,6 +26,7 @@ def main():
     ap.add_argument("--colls", default="all_reduce,all_gather,reduce_scatter")
     ap.add_argument("--intra", type=float, default=4.0)
     ap.add_argument("--inter", type=float, default=0.5)
+    ap.add_argument("--queue-ms", type=int, default=200, help="tbf queue bound (20: tail drops under bursts)")
     ap.add_argument("--torchrun", action="store_true", help="launch ranks with torchrun (default: plain)")
     ap.add_argument("--grad-mib", type=float, default=64)
     ap.add_argument("--act-mib", type=float, default=1)
@@ -35,11 +36,12 @@ def main():
     ap.add_argument("--md", default=os.path.join(HERE, "RESULTS.md"))
     a = ap.parse_args()
     res = {"config": vars(a), "grid": [2, 2, 2]}
-    with Testbed(clusters=2, hosts=2, intra_gbit=a.intra, inter_gbit=a.inter) as bed:
+    with Testbed(clusters=2, hosts=2, intra_gbit=a.intra, inter_gbit=a.inter, queue_ms=a.queue_ms) as bed:
         topo = bed.topology_file(f"/tmp/{bed.prefix}-topo.json", ranks_per_host=2)
         kw = dict(topo_file=topo, torchrun=a.torchrun, timeout=1800)
         out = launch.run(bed, 2, [os.path.join(HERE, "work_bench.py"), a.sizes, a.colls, "ring,hier"], **kw)
         res["bench"] = out[0]["rows"]
+        res["bench_inter_drops"] = bed.drops()
         res["holmes"] = []
         for layout in ("holmes", "naive"):
             r = launch.run(bed, 2, [os.path.join(HERE, "work_holmes.py"), layout, str(a.grad_mib), str(a.act_mib),

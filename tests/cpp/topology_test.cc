@@ -178,9 +178,32 @@ void test_cost_model() {
   CHECK(predict_flat_ring(*th, CostOp::kAllReduce, D) < predict_hierarchical(*th, CostOp::kAllReduce, D));
 }
 
+void test_example_file() {
+  // The example shipped with the testbed parses and applies (a host matched by name).
+  std::string path = __FILE__;
+  path = path.substr(0, path.rfind("/tests/")) + "/benchmarks/testbed/example_topology.yaml";
+  FILE* f = std::fopen(path.c_str(), "r");
+  CHECK(f);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  auto doc = parse_topo_text(text, path);
+  if (!doc.ok()) std::fprintf(stderr, "%s\n", doc.status().to_string().c_str());
+  CHECK(doc.ok());
+  PeerInfo me = peer(0, "a-node1", "");
+  me.nics.push_back({"mlx5_0:1", "ib", "", "fe80::1", 0});
+  auto m = apply_topology_doc(doc.value(), "x", &me);
+  CHECK(m.ok() && m.value() && me.cluster == "a");
+  CHECK(me.nics[1].fabric == "ib-a" && me.nics[1].gbps == 200);  // rate from the fabric table
+  CHECK(me.rates.uplink_gbps == 25 && me.rates.host_gbps == 400);
+}
+
 }  // namespace
 
 int main() {
+  test_example_file();
   test_parsers();
   test_grid();
   test_paths();
