@@ -21,14 +21,15 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def run_local(layout, argv, extra_env=None, timeout=300):
+def run_local(layout, argv, extra_env=None, timeout=540):
     """layout: [(host_id, cluster)] per rank. Returns the ranks' RESULT dicts."""
     import tempfile
     port, procs = _free_port(), []
     for r, (host, cluster) in enumerate(layout):
         env = launch.base_env({"RANK": str(r), "WORLD_SIZE": str(len(layout)), "MASTER_ADDR": "127.0.0.1",
                                "MASTER_PORT": str(port), "UCCL_HOST_ID": host, "UCCL_CLUSTER": cluster,
-                               "UCCL_SOCKET_IFNAME": "lo", **(extra_env or {})})
+                               "UCCL_SOCKET_IFNAME": "lo", "UCCL_TIMEOUT_S": "400",
+                               **(extra_env or {})})
         out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         procs.append((subprocess.Popen([sys.executable, *argv], env=env, stdout=out, stderr=err), out, err))
     results, errors = [], []
@@ -38,6 +39,7 @@ def run_local(layout, argv, extra_env=None, timeout=300):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+            errors.append(f"rank {r}: killed after {timeout} s")
         out.seek(0)
         err.seek(0)
         if p.returncode:
