@@ -140,6 +140,7 @@ Status ScheduleTask::start_phase(bool* ready) {
     if (!a.is_comm()) continue;
     Endpoint* ep = env_.conns->endpoint(a.peer).value();
     const int kind = static_cast<int>(ep->kind());
+    const int level = env_.stats ? env_.conns->peer_level(a.peer) : -1;
     if (a.kind == Action::Kind::kSend) {
       SendRequest& s = sends_[si++];
       s.data = a.src;
@@ -147,6 +148,7 @@ Status ScheduleTask::start_phase(bool* ready) {
       s.env = a.own_envelope ? a.env : env_.envelope;
       s.env.step = send_steps_[a.peer]++;
       if (env_.stats) env_.stats->bytes_sent_by_transport[kind] += a.bytes;
+      if (env_.stats && level >= 0) env_.stats->bytes_sent_by_level[level] += a.bytes;
       ep->post_send(&s);
     } else {
       RecvRequest& r = recvs_[ri++];
@@ -159,6 +161,7 @@ Status ScheduleTask::start_phase(bool* ready) {
       r.dtype = dt;
       r.op = sched_.op();
       if (env_.stats) env_.stats->bytes_received_by_transport[kind] += a.bytes;
+      if (env_.stats && level >= 0) env_.stats->bytes_received_by_level[level] += a.bytes;
       ep->post_recv(&r);
     }
   }

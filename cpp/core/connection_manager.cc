@@ -12,6 +12,9 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/loopback_endpoint.h"
+#include "topology/local_host.h"
+#include "topology/path_choice.h"
+#include "topology/topology.h"
 #include "transports/registry.h"
 
 namespace uccl {
@@ -123,7 +126,8 @@ Status ConnectionManager::init() {
   me_.host_id = host_identity();
   me_.hostname = host;
   me_.pid = getpid();
-  me_.cluster = config().cluster;
+  // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
+  UCCL_RETURN_IF_ERROR(describe_local_host(&me_));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());
 }
 
@@ -157,7 +161,15 @@ Result<TransportKind> ConnectionManager::choose_transport(const PeerInfo& peer) 
     if (!kind.ok()) return kind.status();
     return kind.value();
   }
-  return same_host ? TransportKind::kShm : TransportKind::kTcp;
+  // The best common path (topology/path_choice.h): shm on one host, verbs on a shared RDMA
+  // fabric once that transport is usable, tcp otherwise.
+  return choose_path(me_, peer, transport_available(TransportKind::kVerbs, nullptr)).kind;
+}
+
+int ConnectionManager::peer_level(int peer) const {
+  if (peer == rank_) return 0;
+  auto it = peer_infos_.find(peer);
+  return it == peer_infos_.end() ? -1 : pair_level(me_, *it->second);
 }
 
 Transport* ConnectionManager::transport(TransportKind kind) {
@@ -223,7 +235,9 @@ Status ConnectionManager::start_connect(int peer) {
   const std::string offer = out->pending->offer();
   const int n = t->sockets_per_connection();
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
-  for (const std::string& addr_text : info.value()->listen) {
+  // The peer's addresses, those on a network we share first (the cluster fabric before a
+  // routed path): tcp then rides the best common network.
+  for (const std::string& addr_text : choose_path(me_, *info.value()).peer_addresses) {
     std::string host;
     int port = 0;
     if (!split_host_port(addr_text, &host, &port)) continue;
