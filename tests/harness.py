@@ -229,6 +229,15 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
     if msgs:
         pytest.fail(f"scenario {target} world={world} {comm_kwargs} env={env} host_ids={host_ids}:\n" +
                     "\n".join(msgs), pytrace=False)
-    return [results[r]["value"] if r in results else None for r in range(world)]
+    out = WorldResults(results[r]["value"] if r in results else None for r in range(world))
+    out.pids = [p.pid for p in procs]
+    out.checks = sum(results[r]["checks"] for r in results)
+    return out
+
+
+class WorldResults(list):
+    """The per-rank values, plus .pids (the ranks' process ids) and .checks (checks run)."""
+    pids = ()
+    checks = 0
 
 
