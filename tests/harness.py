@@ -146,18 +146,19 @@ def mixed_hosts(world, groups=2):
 
 
 def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None, timeout=120.0,
-              grace=5.0, make_comm=True, expect_exit=None, **comm_kwargs):
+              grace=5.0, make_comm=True, expect_exit=None, comm_timeout=30, **comm_kwargs):
     """Runs target ("module:function") on `world` ranks; returns the per-rank values in rank order.
 
     env: extra environment for every rank; rank_env(rank) -> dict for per-rank additions;
     host_ids: UCCL_HOST_ID per rank (the "mixed" transport scenarios). comm_kwargs go to
-    uccl.Communicator (transport=, timeout=, algorithm=...). expect_exit: ranks allowed to die
+    uccl.Communicator (transport=, algorithm=...; its timeout= is comm_timeout, because
+    `timeout` is the harness's hard deadline for the whole scenario). expect_exit: ranks allowed to die
     without reporting (the SIGKILL tests). Fails the test on any error, failed check or timeout.
     """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
-    comm_kwargs.setdefault("timeout", 30)
+    comm_kwargs["timeout"] = comm_timeout
     procs = []
     for r in range(world):
         e = {"UCCL_DEBUG": os.environ.get("UCCL_DEBUG", "NONE")}

@@ -15,6 +15,8 @@ from reference import (BIG, COUNTS, DTYPES, OPS, check_reduction, expected, is_i
 # (dtype, op) pairs also run at 2^20+3 elements (the large-message paths: ring, striping, CMA).
 BIG_ALL_REDUCE = [("float32", "sum"), ("bfloat16", "sum"), ("int32", "max"), ("int64", "prod"),
                   ("float64", "avg"), ("uint8", "premul_sum")]
+# `big` in the sweeps: 0 none, 1 one large all_reduce (float32 sum, in and out of place),
+# 2 every large case (BIG_ALL_REDUCE and the large cases of the other collectives).
 SENTINEL = 77
 
 
@@ -40,7 +42,8 @@ def all_reduce_sweep(ctx, big=True, ops=OPS, dtypes=DTYPES, counts=COUNTS):
     h = hashlib.sha256()
     combos = [(d, o, c, ip) for d in dtypes for o in ops for c in counts for ip in (True, False)]
     if big:
-        combos += [(d, o, BIG, ip) for (d, o) in BIG_ALL_REDUCE for ip in ((True, False) if d == "float32" else (True,))]
+        pairs = BIG_ALL_REDUCE if big >= 2 else BIG_ALL_REDUCE[:1]
+        combos += [(d, o, BIG, ip) for (d, o) in pairs for ip in ((True, False) if d == "float32" else (True,))]
     for dtype, op, count, inplace in combos:
         mine = make_input(me, dtype, count, op)
         x = mine.copy()
@@ -446,6 +449,13 @@ def scenario(ctx, parts, big, all_reduce=True):
         times["all_reduce"] = time.monotonic() - t
     for name in parts:
         t = time.monotonic()
-        PARTS[name](ctx, big=big)
+        PARTS[name](ctx, big=big >= 2)
         times[name] = time.monotonic() - t
-    return {"hash": digest, "transports": describe_transports(ctx.comm), "times": times}
+    # which algorithm ran for a small and a large all_reduce (Work.stats())
+    algos = {}
+    for count in (16, 1 << 18):
+        w = ctx.comm.all_reduce(np.ones(count, np.float32), async_op=True)
+        w.wait()
+        algos[count] = w.stats()["algorithm"]
+    return {"hash": digest, "transports": describe_transports(ctx.comm), "times": times, "checks": ctx.check.count,
+            "algos": algos}

@@ -238,6 +238,68 @@ def test_mismatched_broadcast_roots_fail_the_broadcast():
         assert "root 0" in msg and "root 1" in msg, msg
 
 
+def body_p2p_mismatch(ctx, case):
+    """Rank 0 sends 10 float32 with tag 1; rank 1 receives with a different count or tag."""
+    import uccl
+    comm, me = ctx.comm, ctx.rank
+    ctx.linger = False
+    res = "no error"
+    try:
+        if me == 0:
+            comm.send(np.ones(10, np.float32), 1, tag=1)
+        elif case == "count":
+            comm.recv(np.zeros(20, np.float32), 0, tag=1)
+        else:
+            comm.recv(np.zeros(10, np.float32), 0, tag=2)
+    except uccl.UcclError as e:
+        res = (type(e).__name__, str(e))
+    ctx.store.add("p2p-mismatch-done", 1)
+    while me == 0 and ctx.store.add("p2p-mismatch-done", 0) < 2:
+        time.sleep(0.01)
+    return res
+
+
+def test_p2p_count_mismatch_names_both_counts():
+    _, res = run_world(2, "test_errors:body_p2p_mismatch", ("count",), transport="tcp", timeout=60)
+    assert res[0] == "MismatchError", res
+    assert "count 10" in res[1] and "count 20" in res[1], res[1]
+
+
+def test_p2p_tag_mismatch_message_says_tag():
+    """Open bug (transports/transport.cc envelope_to_string): for point-to-point messages the
+    tag travels in Envelope::root and is printed as "root", next to a meaningless "sum", so a
+    tag mismatch reads "sent send_recv #0 (count 10, float32, sum, root 1) ... expected
+    send_recv #0 (count 10, float32, sum, root 2)" and never says "tag"."""
+    _, res = run_world(2, "test_errors:body_p2p_mismatch", ("tag",), transport="shm", timeout=60)
+    assert res[0] == "MismatchError", res
+    assert "tag 1" in res[1] and "tag 2" in res[1], f"the message does not name the tags: {res[1]!r}"
+
+
+def body_slow_rank(ctx):
+    """Rank 1 arrives 3 s late to an all_reduce of a communicator with a 1.5 s timeout."""
+    import uccl
+    comm, me = ctx.comm, ctx.rank
+    ctx.linger = False
+    if me == 1:
+        ctx.store.wait(["slow-done"], 30)
+        return None
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(np.ones(3))
+        res = ("no error", "", time.monotonic() - t0)
+    except uccl.UcclError as e:
+        res = (type(e).__name__, str(e), time.monotonic() - t0)
+    ctx.store.set("slow-done", b"1")
+    return res
+
+
+def test_communicator_timeout_raises_timeout_error():
+    (kind, msg, took), _ = run_world(2, "test_errors:body_slow_rank", transport="tcp", comm_timeout=1.5, timeout=60)
+    assert kind == "TimeoutError", f"{kind}: {msg}"
+    assert 1.4 <= took < 4, f"timed out after {took:.1f} s with a 1.5 s timeout"
+    assert "all_reduce" in msg, msg
+
+
 # ---- abort and timeouts ------------------------------------------------------------------------------
 
 def body_abort(ctx):
