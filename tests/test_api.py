@@ -276,3 +276,28 @@ def test_non_contiguous_memoryview_is_an_invalid_argument():
     memoryview and as_buffer lets it escape instead of raising uccl.InvalidArgument."""
     [(kind, msg)] = run_world(1, "test_api:body_noncontiguous_memoryview", timeout=30)
     assert kind == "uccl.errors.InvalidArgument" and "contiguous" in msg, f"{kind}: {msg}"
+
+
+def body_scatter_count(ctx):
+    import uccl
+    comm, me = ctx.comm, ctx.rank
+    ctx.linger = False
+    try:
+        if me == 0:
+            got = comm.scatter(np.arange(8, dtype=np.float32), root=0)
+        else:
+            got = comm.scatter(None, root=0, count=4)
+        return "ok", np.asarray(got).tolist()
+    except uccl.UcclError as e:
+        if me == 0:
+            comm.abort("peer failed")
+        return type(e).__name__, str(e)
+
+
+def test_scatter_count_argument_on_non_roots():
+    """Open API bug (uccl/comm.py scatter): the docstring says non-roots pass x=None and out
+    "(or count)", and the signature takes count=, but count is ignored: a non-root that passes
+    count instead of out gets InvalidArgument "non-root ranks must pass out" (and the root
+    then waits for it). Either honour count (the dtype would have to be given too) or drop it."""
+    results = run_world(2, "test_api:body_scatter_count", timeout=60, comm_timeout=5)
+    assert results[1] == ("ok", [4.0, 5.0, 6.0, 7.0]), results

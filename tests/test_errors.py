@@ -128,6 +128,59 @@ def test_bad_input_raises_invalid_argument_and_comm_stays_usable():
     assert counts[0] >= 30
 
 
+def body_output_overflow(ctx):
+    """Outputs that are too small or of a narrower dtype, each a view at the start of a larger
+    guard array full of -7: the call must raise InvalidArgument and leave the guard untouched
+    (no write past the end of `out`)."""
+    import uccl
+    comm = ctx.comm
+    n = ctx.world
+    results = {}
+
+    def case(name, call, narrow=False):
+        guard = np.full(400, -7.0)
+        out = guard.view(np.float32)[:10] if narrow else guard[:10]
+        tail = guard.view(np.float32)[10:] if narrow else guard[10:]
+        before = tail.copy()
+        try:
+            call(out)
+            kind = "no error"
+        except uccl.InvalidArgument:
+            kind = "InvalidArgument"
+        except Exception as e:  # noqa: BLE001
+            kind = f"{type(e).__name__}: {e}"
+        results[name] = (kind, bool(np.array_equal(tail, before, equal_nan=True)))
+
+    x50, x10 = np.ones(50), np.ones(10)
+    case("reduce: out smaller than x", lambda o: comm.reduce(x50, out=o, root=0))
+    case("reduce: out float32, x float64", lambda o: comm.reduce(x10, out=o, root=0), narrow=True)
+    case("broadcast: out float32, x float64", lambda o: comm.broadcast(x10, out=o, root=0), narrow=True)
+    case("all_gather_v: out smaller than sum(counts)", lambda o: comm.all_gather_v(x50, [50] * n, out=o))
+    case("all_gather_v: out float32, x float64", lambda o: comm.all_gather_v(x10, [10] * n, out=o), narrow=True)
+    case("reduce_scatter_v: out smaller than counts[rank]",
+         lambda o: comm.reduce_scatter_v(np.ones(50 * n), [50] * n, out=o))
+    case("reduce_scatter_v: out float32, x float64",
+         lambda o: comm.reduce_scatter_v(np.ones(10 * n), [10] * n, out=o), narrow=True)
+    case("scatter: root out larger than a block", lambda o: comm.scatter(np.ones(5 * n), out=o, root=0))
+    case("scatter: out float32, x float64", lambda o: comm.scatter(np.ones(10 * n), out=o, root=0), narrow=True)
+    case("gather: out float32, x float64", lambda o: comm.gather(np.ones(10 // n), out=o, root=0), narrow=True)
+    case("all_to_all: out float32, x float64", lambda o: comm.all_to_all(np.ones(10), out=o), narrow=True)
+    case("all_to_all_v: out float32, x float64",
+         lambda o: comm.all_to_all_v(np.ones(10), [10], [10], out=o), narrow=True)
+    return results
+
+
+def test_output_too_small_or_narrower_dtype_is_refused():
+    """Open bug (uccl/comm.py): reduce, all_gather_v, reduce_scatter_v and scatter do not check
+    the size of `out`, and most collectives do not check that `out` has the input's dtype: the
+    core is given the input's count and dtype and writes past the end of the output buffer
+    (heap corruption) instead of raising InvalidArgument."""
+    [res] = run_world(1, "test_errors:body_output_overflow", timeout=60)
+    bad = [f"{name}: {kind}, {'guard intact' if intact else 'WROTE PAST THE END OF out'}"
+           for name, (kind, intact) in res.items() if kind != "InvalidArgument" or not intact]
+    assert not bad, "\n".join(bad)
+
+
 # ---- mismatched calls ------------------------------------------------------------------------------
 
 MISMATCHES = [
