@@ -299,5 +299,5 @@ def test_scatter_count_argument_on_non_roots():
     "(or count)", and the signature takes count=, but count is ignored: a non-root that passes
     count instead of out gets InvalidArgument "non-root ranks must pass out" (and the root
     then waits for it). Either honour count (the dtype would have to be given too) or drop it."""
-    results = run_world(2, "test_api:body_scatter_count", timeout=60, comm_timeout=5)
+    results = run_world(2, "test_api:body_scatter_count", timeout=60, comm_timeout=2)
     assert results[1] == ("ok", [4.0, 5.0, 6.0, 7.0]), results
