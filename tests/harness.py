@@ -205,7 +205,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
                 errors[rank] = payload
                 first_error_at = first_error_at or time.monotonic()
         # Let the ranks leave on their own (final barrier), then kill whatever is left.
-        end = time.monotonic() + (grace if not errors else 0.5)
+        end = time.monotonic() + (grace if settled() and not errors else 0.5)
         for p in procs:
             p.join(timeout=max(0.0, end - time.monotonic()))
     finally:
