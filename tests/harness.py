@@ -220,7 +220,9 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
     msgs = []
     for r in sorted(errors):
         msgs.append(f"--- rank {r} raised ---\n{errors[r]}")
-    if missing:
+    if missing and errors:
+        msgs.append(f"--- ranks {missing} were still running {grace:.0f} s after the first failure (killed) ---")
+    elif missing:
         msgs.append(f"--- ranks {missing} did not finish within {timeout:.0f} s (killed) ---")
     failures = [f for r in sorted(results) for f in results[r]["failures"]]
     if failures:
