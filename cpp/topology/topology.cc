@@ -241,7 +241,7 @@ std::string Topology::describe(int me) const {
     for (int q = 0; q < size(); ++q) {
       if (q == me) continue;
       PathChoice pc = choose_path(peers_[me], peers_[q]);
-      s += "  peer " + std::to_string(q) + ": level " + level_name(level(me, q)) + ", " + pc.describe() + "\n";
+      s += "  path to rank " + std::to_string(q) + " (" + level_name(level(me, q)) + " level): " + pc.describe() + "\n";
     }
   }
   return s;
