@@ -41,6 +41,10 @@ Status build_hier_all_gather_v(const void* send, void* recv, const Blocks& b, Da
 Status build_hier_reduce_scatter_v(const void* send, void* recv, const Blocks& b, const ReduceScatterArgs& a,
                                    const OpEnv& env, Schedule* s);
 
+// Empty messages against the data direction of a rooted collective, so that ranks that
+// disagree on the root fail with kMismatch instead of finishing silently or hanging.
+void root_check(int root, const OpEnv& env, Schedule* s, bool towards_root);
+
 // Ring pieces shared by the composite algorithms.
 // Reduce-scatter over the ring: afterwards block `r` of the reduction is in out_block
 // . `send` blocks are laid out by `b`.

@@ -16,6 +16,25 @@ void set_algo(const OpEnv& env, const char* name) {
 
 }  // namespace
 
+void root_check(int root, const OpEnv& env, Schedule* s, bool towards_root) {
+  // Rooted collectives move data in one direction only, so ranks that disagree on the root
+  // could each finish having delivered nothing (broadcast, scatter) or wait for each other
+  // (gather, reduce). One empty message the other way, posted with the data, makes a
+  // disagreeing rank receive an Envelope naming another root: a MismatchError, not a silent
+  // success or a hang. It adds no round trip: both directions are in flight together.
+  const int n = env.size, r = env.rank;
+  if (r != root) {
+    if (towards_root) s->send(root, nullptr, 0);
+    else s->recv(root, nullptr, 0);
+    return;
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    if (towards_root) s->recv(p, nullptr, 0);
+    else s->send(p, nullptr, 0);
+  }
+}
+
 Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(dt);
@@ -56,6 +75,7 @@ Status build_broadcast(const BroadcastArgs& a, const OpEnv& env, Schedule* s) {
       if (root) s->send(p, a.send, bytes);
     }
     if (!root) s->recv(a.root, a.recv, bytes);
+    root_check(a.root, env, s, /*towards_root=*/true);
     return Status::Ok();
   }
   // Large messages: scatter the blocks from the root, then ring all-gather (van de Geijn):
@@ -102,6 +122,7 @@ Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s) {
   const size_t bytes = a.count * dtype_size(a.dtype);
   set_algo(env, "direct");
   s->new_phase();
+  root_check(a.root, env, s, /*towards_root=*/false);
   if (r != a.root) {
     s->send(a.root, a.send, bytes);
     return Status::Ok();
@@ -118,6 +139,7 @@ Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s) {
   const size_t bytes = a.count * dtype_size(a.dtype);
   set_algo(env, "direct");
   s->new_phase();
+  root_check(a.root, env, s, /*towards_root=*/true);
   if (r != a.root) {
     s->recv(a.root, a.recv, bytes);
     return Status::Ok();

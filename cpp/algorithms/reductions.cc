@@ -166,6 +166,7 @@ Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s) {
   }
   char* work = scratch + scaled_bytes;
   if (direct) {
+    root_check(a.root, env, s, /*towards_root=*/false);
     if (!root) {
       s->send(a.root, send, bytes);
       return Status::Ok();
