@@ -1,0 +1,44 @@
+#include <cstring>
+
+#include "algorithms/collectives.h"
+#include "core/log.h"
+
+namespace uccl {
+
+size_t Blocks::total() const {
+  size_t t = 0;
+  for (size_t c : cnt) t += c;
+  return t;
+}
+
+Blocks even_blocks(size_t count, int n) {
+  Blocks b;
+  size_t base = count / n, extra = count % n, off = 0;
+  for (int i = 0; i < n; ++i) {
+    size_t c = base + (static_cast<size_t>(i) < extra ? 1 : 0);
+    b.off.push_back(off);
+    b.cnt.push_back(c);
+    off += c;
+  }
+  return b;
+}
+
+Blocks blocks_from(const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
+  Blocks b;
+  size_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    b.off.push_back(displs.empty() ? off : displs[i]);
+    b.cnt.push_back(counts[i]);
+    off += counts[i];
+  }
+  return b;
+}
+
+const char* pick_algorithm(const OpEnv& env, size_t bytes) {
+  const std::string& o = env.algo_override;
+  if (o == "ring") return "ring";
+  if (o == "direct") return "direct";
+  return bytes <= env.small_msg_bytes ? "direct" : "ring";
+}
+
+}  // namespace uccl

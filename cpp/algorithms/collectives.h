@@ -1,0 +1,44 @@
+// Schedule builders, one per collective. Each picks its algorithm (ring for bandwidth, direct
+// for latency, UCCL_ALGO / CommOptions::algorithm to override) and records the choice in
+// OpStats::algorithm. Builders run when the operation starts executing.
+#pragma once
+
+#include <vector>
+
+#include "algorithms/schedule.h"
+
+namespace uccl {
+
+// Element ranges of the rank blocks of a buffer (count split as evenly as possible, or given
+// counts/displacements for the v-variants).
+struct Blocks {
+  std::vector<size_t> off, cnt;
+  size_t total() const;
+};
+Blocks even_blocks(size_t count, int n);
+Blocks blocks_from(const std::vector<size_t>& counts, const std::vector<size_t>& displs);
+
+// "ring" or "direct" for an operation moving `bytes` per rank (UCCL_ALGO may force one).
+const char* pick_algorithm(const OpEnv& env, size_t bytes);
+
+Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s);
+Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s);
+Status build_broadcast(const BroadcastArgs& a, const OpEnv& env, Schedule* s);
+Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env, Schedule* s);
+Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, const ReduceScatterArgs& a,
+                              const OpEnv& env, Schedule* s);
+Status build_all_to_all_v(const AllToAllVArgs& a, const OpEnv& env, Schedule* s);
+Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s);
+Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s);
+Status build_barrier(const OpEnv& env, Schedule* s);
+
+// Ring pieces shared by the composite algorithms.
+// Reduce-scatter over the ring: afterwards block `r` of the reduction is in out_block
+// . `send` blocks are laid out by `b`.
+// tmp2 is scratch for two blocks in flight (2 * largest block bytes).
+void ring_reduce_scatter(const void* send, void* out_block, void* tmp2, const Blocks& b, const OpEnv& env,
+                         Schedule* s);
+// All-gather over the ring, in place in `buf` (this rank's block must already be there).
+void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s);
+
+}  // namespace uccl

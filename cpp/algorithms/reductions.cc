@@ -1,0 +1,195 @@
+// all_reduce, reduce_scatter and reduce: the collectives that combine data.
+//
+// Results are bitwise identical on every rank: the ring reduces each block in one fixed order
+// and then distributes it, and the direct algorithm reduces in rank order everywhere (a
+// replica that drifts by one ULP per step would slowly break data-parallel training).
+#include <algorithm>
+
+#include "algorithms/collectives.h"
+
+namespace uccl {
+namespace {
+
+char* at(const void* base, size_t elem, size_t esize) {
+  return static_cast<char*>(const_cast<void*>(base)) + elem * esize;
+}
+void set_algo(const OpEnv& env, const char* name) {
+  if (env.stats) env.stats->algorithm = name;
+}
+size_t max_block(const Blocks& b) { return b.cnt.empty() ? 0 : *std::max_element(b.cnt.begin(), b.cnt.end()); }
+
+// Reduces the n equally sized slots of `slots` into dst in rank order: dst = s0 op s1 op ...
+void reduce_slots_in_order(void* dst, const char* slots, size_t bytes, int n, Schedule* s) {
+  s->reduce(dst, slots, slots + bytes, bytes);
+  for (int p = 2; p < n; ++p) s->reduce(dst, dst, slots + p * bytes, bytes);
+}
+
+}  // namespace
+
+
+void ring_reduce_scatter(const void* send, void* out_block, void* tmp2, const Blocks& b, const OpEnv& env,
+                         Schedule* s) {
+  const int n = env.size, r = env.rank, next = (r + 1) % n, prev = (r - 1 + n) % n;
+  const size_t es = dtype_size(s->dtype()), maxb = max_block(b) * es;
+  char* tmp[2] = {static_cast<char*>(tmp2), static_cast<char*>(tmp2) + maxb};
+  if (n == 1) {
+    s->copy(out_block, at(send, b.off[r], es), b.cnt[r] * es);
+    return;
+  }
+  // Step k sends the partial sum of block r-k-1 and folds block r-k-2 into the incoming one,
+  // so after n-1 steps this rank holds the full reduction of its own block r.
+  for (int k = 0; k < n - 1; ++k) {
+    const int sb = (r - k - 1 + 2 * n) % n, rb = (r - k - 2 + 2 * n) % n;
+    s->new_phase();
+    s->send(next, k == 0 ? at(send, b.off[sb], es) : tmp[(k - 1) % 2], b.cnt[sb] * es);
+    s->recv_reduce(prev, k == n - 2 ? out_block : tmp[k % 2], at(send, b.off[rb], es), b.cnt[rb] * es);
+  }
+}
+
+void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s) {
+  const int n = env.size, r = env.rank, next = (r + 1) % n, prev = (r - 1 + n) % n;
+  const size_t es = dtype_size(s->dtype());
+  for (int k = 0; k < n - 1; ++k) {
+    const int sb = (r - k + n) % n, rb = (r - k - 1 + n) % n;
+    s->new_phase();
+    s->send(next, at(buf, b.off[sb], es), b.cnt[sb] * es);
+    s->recv(prev, at(buf, b.off[rb], es), b.cnt[rb] * es);
+  }
+}
+
+Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
+  const int n = env.size, r = env.rank;
+  const size_t es = dtype_size(a.dtype), bytes = a.count * es;
+  const void* send = a.send;
+  s->new_phase();
+  if (a.op == RedOp::kPremulSum) {
+    s->scale(a.recv, a.send, bytes, a.scalar);  // scale once, then sum in place
+    send = a.recv;
+  }
+  if (n == 1) {
+    s->copy(a.recv, send, bytes);
+    set_algo(env, "local");
+    return Status::Ok();
+  }
+  const char* algo = pick_algorithm(env, bytes);
+  set_algo(env, algo);
+  if (std::string(algo) == "direct") {
+    char* slots = static_cast<char*>(env.scratch->get(n * bytes));
+    s->copy(slots + r * bytes, send, bytes);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      s->send(p, send, bytes);
+      s->recv(p, slots + p * bytes, bytes);
+    }
+    s->new_phase();
+    reduce_slots_in_order(a.recv, slots, bytes, n, s);
+    if (a.op == RedOp::kAvg) s->divide(a.recv, a.recv, bytes, n);
+    return Status::Ok();
+  }
+  // Ring: reduce-scatter accumulating straight into recv (the first step folds `send` in, so
+  // out-of-place needs no copy), then all-gather of the finished blocks.
+  const Blocks b = even_blocks(a.count, n);
+  const int next = (r + 1) % n, prev = (r - 1 + n) % n;
+  for (int k = 0; k < n - 1; ++k) {
+    const int sb = (r - k + n) % n, rb = (r - k - 1 + n) % n;
+    if (k > 0) s->new_phase();
+    s->send(next, at(k == 0 ? send : a.recv, b.off[sb], es), b.cnt[sb] * es);
+    s->recv_reduce(prev, at(a.recv, b.off[rb], es), at(send, b.off[rb], es), b.cnt[rb] * es);
+  }
+  const int done = (r + 1) % n;
+  s->new_phase();
+  if (a.op == RedOp::kAvg) s->divide(at(a.recv, b.off[done], es), at(a.recv, b.off[done], es), b.cnt[done] * es, n);
+  // All-gather in which this rank starts from its finished block `done` (not block r).
+  for (int k = 0; k < n - 1; ++k) {
+    const int sb = (done - k + n) % n, rb = (done - k - 1 + n) % n;
+    if (k > 0) s->new_phase();
+    s->send(next, at(a.recv, b.off[sb], es), b.cnt[sb] * es);
+    s->recv(prev, at(a.recv, b.off[rb], es), b.cnt[rb] * es);
+  }
+  return Status::Ok();
+}
+
+Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, const ReduceScatterArgs& a,
+                              const OpEnv& env, Schedule* s) {
+  const int n = env.size, r = env.rank;
+  const size_t es = dtype_size(a.dtype), total = b.total() * es, mine = b.cnt[r] * es, maxb = max_block(b) * es;
+  const char* algo = n == 1 ? "local" : pick_algorithm(env, total);
+  set_algo(env, algo);
+  const bool direct = std::string(algo) == "direct";
+  // Scratch layout: [premul-scaled input][direct: n slots | ring: two blocks in flight].
+  const size_t scaled_bytes = a.op == RedOp::kPremulSum ? total : 0;
+  char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + (direct ? n * maxb : 2 * maxb) + 64));
+  s->new_phase();
+  if (a.op == RedOp::kPremulSum) {
+    s->scale(scratch, send, total, a.scalar);
+    send = scratch;
+  }
+  char* work = scratch + scaled_bytes;
+  if (direct) {
+    // Everyone sends block p to rank p; this rank reduces the n contributions in rank order.
+    s->copy(work + r * mine, at(send, b.off[r], es), mine);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      s->send(p, at(send, b.off[p], es), b.cnt[p] * es);
+      s->recv(p, work + p * mine, mine);
+    }
+    s->new_phase();
+    if (n == 1) s->copy(recv, work, mine);
+    else reduce_slots_in_order(recv, work, mine, n, s);
+  } else {
+    ring_reduce_scatter(send, recv, work, b, env, s);
+    s->new_phase();
+  }
+  if (a.op == RedOp::kAvg) s->divide(recv, recv, mine, n);
+  return Status::Ok();
+}
+
+Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s) {
+  const int n = env.size, r = env.rank;
+  const size_t es = dtype_size(a.dtype), bytes = a.count * es;
+  const bool root = r == a.root;
+  const char* algo = n == 1 ? "local" : pick_algorithm(env, bytes);
+  set_algo(env, algo);
+  const Blocks b = even_blocks(a.count, n);
+  const size_t maxb = max_block(b) * es;
+  const bool direct = std::string(algo) != "ring";
+  const size_t scaled_bytes = a.op == RedOp::kPremulSum ? bytes : 0;
+  char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + (direct ? n * bytes : 3 * maxb) + 64));
+  const void* send = a.send;
+  s->new_phase();
+  if (a.op == RedOp::kPremulSum) {
+    s->scale(scratch, a.send, bytes, a.scalar);
+    send = scratch;
+  }
+  char* work = scratch + scaled_bytes;
+  if (direct) {
+    if (!root) {
+      s->send(a.root, send, bytes);
+      return Status::Ok();
+    }
+    s->copy(work + r * bytes, send, bytes);
+    for (int p = 0; p < n; ++p)
+      if (p != r) s->recv(p, work + p * bytes, bytes);
+    s->new_phase();
+    if (n == 1) s->copy(a.recv, work, bytes);
+    else reduce_slots_in_order(a.recv, work, bytes, n, s);
+    if (a.op == RedOp::kAvg) s->divide(a.recv, a.recv, bytes, n);
+    return Status::Ok();
+  }
+  // Ring reduce-scatter (every rank reduces one block), then the blocks are gathered at root:
+  // the root's links carry D(n-1)/n instead of the D(n-1) of a naive reduce.
+  char* block = work;
+  ring_reduce_scatter(send, block, work + maxb, b, env, s);
+  s->new_phase();
+  if (a.op == RedOp::kAvg) s->divide(block, block, b.cnt[r] * es, n);
+  if (!root) {
+    s->send(a.root, block, b.cnt[r] * es);
+    return Status::Ok();
+  }
+  s->copy(at(a.recv, b.off[r], es), block, b.cnt[r] * es);
+  for (int p = 0; p < n; ++p)
+    if (p != r) s->recv(p, at(a.recv, b.off[p], es), b.cnt[p] * es);
+  return Status::Ok();
+}
+
+}  // namespace uccl

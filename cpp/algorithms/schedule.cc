@@ -1,0 +1,214 @@
+#include "algorithms/schedule.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/connection_manager.h"
+#include "core/reduce.h"
+
+namespace uccl {
+
+Action& Schedule::add(Action a) {
+  if (phases_.empty()) new_phase();
+  phases_.back().actions.push_back(a);
+  return phases_.back().actions.back();
+}
+
+void Schedule::send(int peer, const void* src, size_t bytes) {
+  Action a;
+  a.kind = Action::Kind::kSend;
+  a.peer = peer;
+  a.src = src;
+  a.bytes = bytes;
+  add(a);
+}
+
+void Schedule::recv(int peer, void* dst, size_t bytes) {
+  Action a;
+  a.kind = Action::Kind::kRecv;
+  a.peer = peer;
+  a.dst = dst;
+  a.bytes = bytes;
+  add(a);
+}
+
+void Schedule::recv_reduce(int peer, void* dst, const void* acc, size_t bytes) {
+  Action a;
+  a.kind = Action::Kind::kRecvReduce;
+  a.peer = peer;
+  a.dst = dst;
+  a.src2 = acc;
+  a.bytes = bytes;
+  add(a);
+}
+
+void Schedule::copy(void* dst, const void* src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  Action a;
+  a.kind = Action::Kind::kCopy;
+  a.dst = dst;
+  a.src = src;
+  a.bytes = bytes;
+  add(a);
+}
+
+void Schedule::reduce(void* dst, const void* lhs, const void* rhs, size_t bytes) {
+  Action a;
+  a.kind = Action::Kind::kReduce;
+  a.dst = dst;
+  a.src = lhs;
+  a.src2 = rhs;
+  a.bytes = bytes;
+  add(a);
+}
+
+void Schedule::scale(void* dst, const void* src, size_t bytes, double factor) {
+  Action a;
+  a.kind = Action::Kind::kScale;
+  a.dst = dst;
+  a.src = src;
+  a.bytes = bytes;
+  a.factor = factor;
+  add(a);
+}
+
+void Schedule::divide(void* dst, const void* src, size_t bytes, int divisor) {
+  Action a;
+  a.kind = Action::Kind::kDivide;
+  a.dst = dst;
+  a.src = src;
+  a.bytes = bytes;
+  a.divisor = divisor;
+  add(a);
+}
+
+void Schedule::p2p(const P2POp& op, const Envelope& env) {
+  Action a;
+  a.kind = op.is_send ? Action::Kind::kSend : Action::Kind::kRecv;
+  a.peer = op.peer;
+  a.src = op.buf;
+  a.dst = op.buf;
+  a.bytes = op.count * dtype_size(op.dtype);
+  a.own_envelope = true;
+  a.env = env;
+  add(a);
+}
+
+ScratchArena::~ScratchArena() { std::free(buf_); }
+
+void* ScratchArena::get(size_t bytes) {
+  if (bytes > cap_) {
+    std::free(buf_);
+    cap_ = (bytes + 4095) & ~size_t(4095);
+    buf_ = std::aligned_alloc(64, cap_);
+  }
+  return buf_;
+}
+
+Status ScheduleTask::start_phase(bool* ready) {
+  Phase& ph = sched_.phases()[phase_];
+  *ready = false;
+  // Every peer of the phase must be connected before anything is posted, so that a phase's
+  // messages are posted together and in schedule order.
+  size_t nsend = 0, nrecv = 0;
+  for (const Action& a : ph.actions) {
+    if (!a.is_comm()) continue;
+    auto ep = env_.conns->endpoint(a.peer);
+    if (!ep.ok()) return ep.status();
+    if (!ep.value()) return Status::Ok();  // still connecting
+    (a.kind == Action::Kind::kSend ? nsend : nrecv)++;
+  }
+  const DataType dt = sched_.dtype();
+  const size_t esize = dtype_size(dt);
+  for (const Action& a : ph.actions) {
+    switch (a.kind) {
+      case Action::Kind::kCopy: std::memmove(a.dst, a.src, a.bytes); break;
+      case Action::Kind::kReduce: uccl::reduce(a.dst, a.src, a.src2, a.bytes / esize, dt, sched_.op()); break;
+      case Action::Kind::kScale: uccl::scale(a.dst, a.src, a.bytes / esize, dt, a.factor); break;
+      case Action::Kind::kDivide: uccl::divide(a.dst, a.src, a.bytes / esize, dt, a.divisor); break;
+      default: break;
+    }
+  }
+  // Sized before posting: transports keep pointers to these requests.
+  sends_.clear();
+  recvs_.clear();
+  sends_.resize(nsend);
+  recvs_.resize(nrecv);
+  size_t si = 0, ri = 0;
+  for (const Action& a : ph.actions) {
+    if (!a.is_comm()) continue;
+    Endpoint* ep = env_.conns->endpoint(a.peer).value();
+    const int kind = static_cast<int>(ep->kind());
+    if (a.kind == Action::Kind::kSend) {
+      SendRequest& s = sends_[si++];
+      s.data = a.src;
+      s.bytes = a.bytes;
+      s.env = a.own_envelope ? a.env : env_.envelope;
+      s.env.step = send_steps_[a.peer]++;
+      if (env_.stats) env_.stats->bytes_sent_by_transport[kind] += a.bytes;
+      ep->post_send(&s);
+    } else {
+      RecvRequest& r = recvs_[ri++];
+      r.dst = a.dst;
+      r.bytes = a.bytes;
+      r.expect = a.own_envelope ? a.env : env_.envelope;
+      r.expect.step = recv_steps_[a.peer]++;
+      r.reduce = a.kind == Action::Kind::kRecvReduce;
+      r.acc = a.src2;
+      r.dtype = dt;
+      r.op = sched_.op();
+      if (env_.stats) env_.stats->bytes_received_by_transport[kind] += a.bytes;
+      ep->post_recv(&r);
+    }
+  }
+  *ready = true;
+  return Status::Ok();
+}
+
+Status ScheduleTask::progress(bool* done) {
+  *done = false;
+  if (!built_) {
+    UCCL_RETURN_IF_ERROR(build_(env_, &sched_));
+    built_ = true;
+    send_steps_.assign(env_.size, 0);
+    recv_steps_.assign(env_.size, 0);
+  }
+  while (phase_ < sched_.phases().size()) {
+    if (!posted_) {
+      bool ready = false;
+      UCCL_RETURN_IF_ERROR(start_phase(&ready));
+      if (!ready) return Status::Ok();
+      posted_ = true;
+    }
+    for (auto& s : sends_) {
+      if (s.state == ReqState::kFailed) return s.error;
+      if (s.pending()) return Status::Ok();
+    }
+    for (auto& r : recvs_) {
+      if (r.state == ReqState::kFailed) return r.error;
+      if (r.pending()) return Status::Ok();
+    }
+    ++phase_;
+    posted_ = false;
+  }
+  *done = true;
+  return Status::Ok();
+}
+
+std::string ScheduleTask::waiting_for() const {
+  if (!built_) return "not started";
+  if (!posted_) return "phase " + std::to_string(phase_) + ": connecting to its peers";
+  std::string s;
+  const Phase& ph = sched_.phases()[phase_];
+  size_t si = 0, ri = 0;
+  for (const Action& a : ph.actions) {
+    if (!a.is_comm()) continue;
+    bool pending = a.kind == Action::Kind::kSend ? sends_[si++].pending() : recvs_[ri++].pending();
+    if (!pending) continue;
+    s += std::string(s.empty() ? "" : ", ") + (a.kind == Action::Kind::kSend ? "send to rank " : "receive from rank ") +
+         std::to_string(a.peer) + " (" + std::to_string(a.bytes) + " bytes)";
+  }
+  return "phase " + std::to_string(phase_) + " of " + std::to_string(sched_.phases().size()) + ": " + s;
+}
+
+}  // namespace uccl

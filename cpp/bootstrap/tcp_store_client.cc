@@ -1,0 +1,139 @@
+// The TCP store client: one connection, one request in flight at a time (a mutex serializes
+// callers, so one client may be shared by several threads).
+//
+// Timeouts: GET/WAIT carry their timeout to the server, which answers "timeout" itself; that
+// keeps the request/reply stream in step. The client additionally bounds its own wait by the
+// same timeout plus a grace period, so a server that hangs (or a host that vanished without a
+// FIN) still ends in an error rather than a hang. After any I/O error the stream may be out of
+// step, so the client closes the connection and every later call fails with the first error.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "bootstrap/tcp_store.h"
+#include "bootstrap/tcp_store_wire.h"
+#include "core/config.h"
+#include "core/net.h"
+
+namespace uccl {
+namespace {
+
+using namespace store_wire;
+
+constexpr double kGraceS = 5.0;  // how much longer than the server the client waits for a reply
+
+struct Reply {
+  ReplyStatus status = ReplyStatus::kOk;
+  int64_t value = 0;
+  std::string payload;
+};
+
+class TcpStoreClient : public Store {
+ public:
+  TcpStoreClient(int fd, std::string server) : fd_(fd), server_(std::move(server)) {}
+  ~TcpStoreClient() override {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  Status set(const std::string& key, const std::string& value) override {
+    Result<Reply> r = call(Op::kSet, 0, {&key, &value}, io_deadline());
+    return r.ok() ? check_error(r.value(), "set '" + key + "'") : r.status();
+  }
+
+  Result<std::string> get(const std::string& key, double timeout_s) override {
+    Result<Reply> r = call(Op::kGet, to_ms(timeout_s), {&key}, now_s() + std::max(timeout_s, 0.0) + kGraceS);
+    if (!r.ok()) return r.status();
+    if (r.value().status == ReplyStatus::kTimeout)
+      return Status(Code::kTimeout, "tcp store " + server_ + ": key '" + key + "' did not appear within " +
+                                        std::to_string(timeout_s) + " s");
+    Status s = check_error(r.value(), "get '" + key + "'");
+    if (!s.ok()) return s;
+    return std::move(r.value().payload);
+  }
+
+  Status wait(const std::vector<std::string>& keys, double timeout_s) override {
+    std::vector<const std::string*> ptrs;
+    for (auto& k : keys) ptrs.push_back(&k);
+    Result<Reply> r = call(Op::kWait, to_ms(timeout_s), ptrs, now_s() + std::max(timeout_s, 0.0) + kGraceS);
+    if (!r.ok()) return r.status();
+    if (r.value().status == ReplyStatus::kTimeout)
+      return Status(Code::kTimeout, "tcp store " + server_ + ": key '" + r.value().payload + "' (of " +
+                                        std::to_string(keys.size()) + " waited for) did not appear within " +
+                                        std::to_string(timeout_s) + " s");
+    return check_error(r.value(), "wait");
+  }
+
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    Result<Reply> r = call(Op::kAdd, delta, {&key}, io_deadline());
+    if (!r.ok()) return r.status();
+    Status s = check_error(r.value(), "add '" + key + "'");
+    if (!s.ok()) return s;
+    return r.value().value;
+  }
+
+ private:
+  static int64_t to_ms(double s) { return s <= 0 ? 0 : s > 9e15 ? static_cast<int64_t>(9e15) : static_cast<int64_t>(s * 1000); }
+  static double io_deadline() { return now_s() + config().timeout_s; }
+
+  Status check_error(const Reply& r, const std::string& what) const {
+    if (r.status == ReplyStatus::kOk) return Status::Ok();
+    return Status(Code::kRemoteError, "tcp store " + server_ + ": " + what + " failed: " + r.payload);
+  }
+
+  Result<Reply> call(Op op, int64_t arg, const std::vector<const std::string*>& strings, double deadline) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) return broken_;
+    RequestHeader h;
+    h.op = static_cast<uint8_t>(op);
+    h.arg = arg;
+    h.nstrings = static_cast<uint32_t>(strings.size());
+    std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+    for (const std::string* s : strings) {
+      if (s->size() > kMaxRequestBytes / 2) return InvalidArgument("tcp store: value too large (" + std::to_string(s->size()) + " bytes)");
+      uint32_t len = static_cast<uint32_t>(s->size());
+      msg.append(reinterpret_cast<const char*>(&len), 4);
+      msg.append(*s);
+    }
+    Status st = send_all(fd_, msg.data(), msg.size(), deadline);
+    Reply r;
+    ReplyHeader rh;
+    if (st.ok()) st = recv_all(fd_, &rh, sizeof rh, deadline);
+    if (st.ok() && rh.magic != kReplyMagic)
+      st = Status(Code::kRemoteError, "bad reply magic (is " + server_ + " a uccl store?)");
+    if (st.ok() && rh.payload_bytes > kMaxRequestBytes) st = Status(Code::kRemoteError, "reply too large");
+    if (st.ok()) {
+      r.status = static_cast<ReplyStatus>(rh.status);
+      r.value = rh.value;
+      r.payload.resize(rh.payload_bytes);
+      st = recv_all(fd_, &r.payload[0], r.payload.size(), deadline);
+    }
+    if (!st.ok()) {
+      // The stream is out of step now: close it so that nothing later reads a stale reply.
+      Code code = st.code() == Code::kTimeout ? Code::kTimeout : Code::kRemoteError;
+      broken_ = Status(code, "tcp store " + server_ + ": " + st.message());
+      close(fd_);
+      fd_ = -1;
+      return broken_;
+    }
+    return r;
+  }
+
+  std::mutex mu_;
+  int fd_;
+  std::string server_;
+  Status broken_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Store>> connect_tcp_store(const std::string& host, int port, double timeout_s) {
+  Result<SockAddr> addr = parse_address(host, port);
+  if (!addr.ok()) return addr.status().with_context("tcp store");
+  Result<int> fd = connect_to(addr.value(), now_s() + timeout_s);
+  if (!fd.ok()) return fd.status().with_context("tcp store");
+  return std::shared_ptr<Store>(new TcpStoreClient(fd.value(), addr.value().to_string()));
+}
+
+}  // namespace uccl

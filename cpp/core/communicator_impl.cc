@@ -1,0 +1,300 @@
+#include "core/communicator_impl.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "algorithms/collectives.h"
+#include "core/config.h"
+#include "core/log.h"
+
+namespace uccl {
+
+Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, std::shared_ptr<Store> store,
+                                                           const CommOptions& opts) {
+  if (size < 1) return InvalidArgument("communicator size must be >= 1, got " + std::to_string(size));
+  if (rank < 0 || rank >= size)
+    return InvalidArgument("rank " + std::to_string(rank) + " out of range for size " + std::to_string(size));
+  if (!store) return InvalidArgument("a store is required");
+  log_set_rank(rank);
+  const double timeout = opts.timeout_s > 0 ? opts.timeout_s : config().timeout_s;
+  auto conns = std::make_unique<ConnectionManager>(rank, size, store, opts, timeout);
+  Status s = conns->init();
+  if (!s.ok()) return s.with_context("creating communicator (rank " + std::to_string(rank) + ")");
+  auto engine = std::make_shared<Engine>(rank, size, std::move(conns), timeout);
+  engine->start_progress_thread();
+  UCCL_INFO("communicator %s: rank %d of %d ready", opts.name.c_str(), rank, size);
+  return std::shared_ptr<Communicator>(std::make_shared<CommunicatorImpl>(rank, size, store, opts, engine));
+}
+
+CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts,
+                                   std::shared_ptr<Engine> engine)
+    : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)) {
+  p2p_sent_.assign(size, 0);
+  p2p_recvd_.assign(size, 0);
+}
+
+CommunicatorImpl::~CommunicatorImpl() { engine_->shutdown(); }
+
+Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops) {
+  auto w = std::make_shared<OpWork>(engine_, c.coll);
+  OpEnv env;
+  env.rank = rank_;
+  env.size = size_;
+  env.envelope.coll = static_cast<uint8_t>(c.coll);
+  env.envelope.count = c.count;
+  env.envelope.dtype = static_cast<uint8_t>(c.dtype);
+  env.envelope.redop = static_cast<uint8_t>(c.op);
+  env.envelope.root = c.root;
+  env.conns = engine_->conns();
+  env.scratch = &scratch_;
+  env.stats = &w->stats_;
+  env.algo_override = !opts_.algorithm.empty() && opts_.algorithm != "auto" ? opts_.algorithm : config().algo;
+  env.small_msg_bytes = config().small_msg_bytes;
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  if (p2p_ops) {
+    // Point-to-point messages are numbered per peer pair, not per communicator: the other
+    // ranks never see them, so only the two ends can agree on a count.
+    w->seq_ = 0;
+    std::vector<std::pair<P2POp, Envelope>> plan;
+    for (const P2POp& op : *p2p_ops) {
+      Envelope env2;
+      env2.coll = static_cast<uint8_t>(Collective::kSendRecv);
+      env2.count = op.count;
+      env2.dtype = static_cast<uint8_t>(op.dtype);
+      env2.root = static_cast<int32_t>(op.tag);
+      env2.op_seq = op.is_send ? p2p_sent_[op.peer]++ : p2p_recvd_[op.peer]++;
+      plan.emplace_back(op, env2);
+    }
+    build = [plan](const OpEnv& e, Schedule* s) {
+      if (e.stats) e.stats->algorithm = "p2p";
+      s->new_phase();
+      for (auto& [op, env2] : plan) s->p2p(op, env2);
+      return Status::Ok();
+    };
+  } else {
+    env.envelope.op_seq = ++coll_seq_;
+    w->seq_ = coll_seq_;
+  }
+  w->task = std::make_unique<ScheduleTask>(env, c.dtype, c.op, std::move(build));
+  UCCL_TRACE("issue %s count %llu %s", w->label().c_str(), static_cast<unsigned long long>(c.count),
+             dtype_name(c.dtype));
+  Status s = engine_->submit(w);
+  if (!s.ok()) return s;
+  return WorkPtr(w);
+}
+
+// ---- argument checks: a bad call fails here, at once, and leaves the communicator usable ----
+
+Status CommunicatorImpl::check_common(const char* what, DataType dt, size_t count, const void* send, const void* recv,
+                                      bool need_recv) {
+  if (!dtype_valid(static_cast<int>(dt)))
+    return InvalidArgument(std::string(what) + ": invalid dtype " + std::to_string(static_cast<int>(dt)));
+  if (count > 0 && !send) return InvalidArgument(std::string(what) + ": send buffer is null but count is " + std::to_string(count));
+  if (count > 0 && need_recv && !recv)
+    return InvalidArgument(std::string(what) + ": receive buffer is null but count is " + std::to_string(count));
+  Status e = engine_->error();
+  if (!e.ok()) return e;
+  return Status::Ok();
+}
+
+Status CommunicatorImpl::check_op(const char* what, DataType dt, RedOp op) {
+  if (!redop_valid(static_cast<int>(op)))
+    return InvalidArgument(std::string(what) + ": invalid reduction op " + std::to_string(static_cast<int>(op)));
+  return Status::Ok();
+}
+
+Status CommunicatorImpl::check_root(const char* what, int root) {
+  if (root < 0 || root >= size_)
+    return InvalidArgument(std::string(what) + ": root " + std::to_string(root) + " out of range for " +
+                           std::to_string(size_) + " ranks");
+  return Status::Ok();
+}
+
+// ---- collectives ---------------------------------------------------------------------------
+
+Result<WorkPtr> CommunicatorImpl::all_reduce(const AllReduceArgs& a) {
+  UCCL_RETURN_IF_ERROR(check_common("all_reduce", a.dtype, a.count, a.send, a.recv));
+  UCCL_RETURN_IF_ERROR(check_op("all_reduce", a.dtype, a.op));
+  return issue({Collective::kAllReduce, a.count, a.dtype, a.op, -1},
+               [a](const OpEnv& e, Schedule* s) { return build_all_reduce(a, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::reduce(const ReduceArgs& a) {
+  UCCL_RETURN_IF_ERROR(check_root("reduce", a.root));
+  UCCL_RETURN_IF_ERROR(check_common("reduce", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
+  UCCL_RETURN_IF_ERROR(check_op("reduce", a.dtype, a.op));
+  return issue({Collective::kReduce, a.count, a.dtype, a.op, a.root},
+               [a](const OpEnv& e, Schedule* s) { return build_reduce(a, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::broadcast(const BroadcastArgs& a) {
+  UCCL_RETURN_IF_ERROR(check_root("broadcast", a.root));
+  const bool root = rank_ == a.root;
+  UCCL_RETURN_IF_ERROR(check_common("broadcast", a.dtype, a.count, root ? a.send : a.recv, a.recv, !root));
+  return issue({Collective::kBroadcast, a.count, a.dtype, RedOp::kSum, a.root},
+               [a](const OpEnv& e, Schedule* s) { return build_broadcast(a, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::all_gather(const AllGatherArgs& a) {
+  UCCL_RETURN_IF_ERROR(check_common("all_gather", a.dtype, a.count, a.send, a.recv));
+  const Blocks b = even_blocks(a.count * size_, size_);
+  return issue({Collective::kAllGather, a.count, a.dtype, RedOp::kSum, -1}, [a, b](const OpEnv& e, Schedule* s) {
+    return build_all_gather_v(a.send, a.recv, b, a.dtype, e, s);
+  });
+}
+
+Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
+  if (a.recv_counts.size() != static_cast<size_t>(size_) ||
+      (!a.recv_displs.empty() && a.recv_displs.size() != static_cast<size_t>(size_)))
+    return InvalidArgument("all_gather_v: recv_counts/recv_displs need one entry per rank (" + std::to_string(size_) + ")");
+  const Blocks b = blocks_from(a.recv_counts, a.recv_displs);
+  UCCL_RETURN_IF_ERROR(check_common("all_gather_v", a.dtype, b.total(), a.send ? a.send : a.recv, a.recv));
+  return issue({Collective::kAllGatherV, b.total(), a.dtype, RedOp::kSum, -1}, [a, b](const OpEnv& e, Schedule* s) {
+    return build_all_gather_v(a.send, a.recv, b, a.dtype, e, s);
+  });
+}
+
+Result<WorkPtr> CommunicatorImpl::reduce_scatter(const ReduceScatterArgs& a) {
+  UCCL_RETURN_IF_ERROR(check_common("reduce_scatter", a.dtype, a.count, a.send, a.recv));
+  UCCL_RETURN_IF_ERROR(check_op("reduce_scatter", a.dtype, a.op));
+  const Blocks b = even_blocks(a.count * size_, size_);
+  return issue({Collective::kReduceScatter, a.count, a.dtype, a.op, -1}, [a, b](const OpEnv& e, Schedule* s) {
+    return build_reduce_scatter_v(a.send, a.recv, b, a, e, s);
+  });
+}
+
+Result<WorkPtr> CommunicatorImpl::reduce_scatter_v(const ReduceScatterVArgs& a) {
+  if (a.recv_counts.size() != static_cast<size_t>(size_))
+    return InvalidArgument("reduce_scatter_v: recv_counts needs one entry per rank (" + std::to_string(size_) + ")");
+  const Blocks b = blocks_from(a.recv_counts, {});
+  UCCL_RETURN_IF_ERROR(check_common("reduce_scatter_v", a.dtype, b.total(), a.send, a.recv, a.recv_counts[rank_] > 0));
+  UCCL_RETURN_IF_ERROR(check_op("reduce_scatter_v", a.dtype, a.op));
+  ReduceScatterArgs base;
+  base.dtype = a.dtype;
+  base.op = a.op;
+  base.scalar = a.scalar;
+  return issue({Collective::kReduceScatterV, b.total(), a.dtype, a.op, -1},
+               [a, b, base](const OpEnv& e, Schedule* s) { return build_reduce_scatter_v(a.send, a.recv, b, base, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::all_to_all(const AllToAllArgs& a) {
+  AllToAllVArgs v;
+  v.send = a.send;
+  v.recv = a.recv;
+  v.dtype = a.dtype;
+  for (int p = 0; p < size_; ++p) {
+    v.send_counts.push_back(a.count);
+    v.recv_counts.push_back(a.count);
+    v.send_displs.push_back(p * a.count);
+    v.recv_displs.push_back(p * a.count);
+  }
+  UCCL_RETURN_IF_ERROR(check_common("all_to_all", a.dtype, a.count, a.send, a.recv));
+  return issue({Collective::kAllToAll, a.count, a.dtype, RedOp::kSum, -1},
+               [v](const OpEnv& e, Schedule* s) { return build_all_to_all_v(v, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::all_to_all_v(const AllToAllVArgs& a) {
+  const size_t n = size_;
+  if (a.send_counts.size() != n || a.recv_counts.size() != n || a.send_displs.size() != n || a.recv_displs.size() != n)
+    return InvalidArgument("all_to_all_v: send/recv counts and displacements need one entry per rank (" +
+                           std::to_string(n) + ")");
+  if (a.send_counts[rank_] != a.recv_counts[rank_])
+    return InvalidArgument("all_to_all_v: rank " + std::to_string(rank_) + " sends " +
+                           std::to_string(a.send_counts[rank_]) + " elements to itself but expects " +
+                           std::to_string(a.recv_counts[rank_]));
+  const size_t total_send = std::accumulate(a.send_counts.begin(), a.send_counts.end(), size_t(0));
+  const size_t total_recv = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(), size_t(0));
+  UCCL_RETURN_IF_ERROR(check_common("all_to_all_v", a.dtype, total_send, a.send, a.recv, total_recv > 0));
+  return issue({Collective::kAllToAllV, 0, a.dtype, RedOp::kSum, -1},
+               [a](const OpEnv& e, Schedule* s) { return build_all_to_all_v(a, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::gather(const GatherArgs& a) {
+  UCCL_RETURN_IF_ERROR(check_root("gather", a.root));
+  UCCL_RETURN_IF_ERROR(check_common("gather", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
+  return issue({Collective::kGather, a.count, a.dtype, RedOp::kSum, a.root},
+               [a](const OpEnv& e, Schedule* s) { return build_gather(a, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::scatter(const ScatterArgs& a) {
+  UCCL_RETURN_IF_ERROR(check_root("scatter", a.root));
+  UCCL_RETURN_IF_ERROR(check_common("scatter", a.dtype, a.count, rank_ == a.root ? a.send : a.recv, a.recv));
+  return issue({Collective::kScatter, a.count, a.dtype, RedOp::kSum, a.root},
+               [a](const OpEnv& e, Schedule* s) { return build_scatter(a, e, s); });
+}
+
+Result<WorkPtr> CommunicatorImpl::p2p(const std::vector<P2POp>& ops) {
+  for (const P2POp& op : ops) {
+    if (op.peer < 0 || op.peer >= size_)
+      return InvalidArgument(std::string(op.is_send ? "send" : "recv") + ": peer " + std::to_string(op.peer) +
+                             " out of range for " + std::to_string(size_) + " ranks");
+    UCCL_RETURN_IF_ERROR(check_common(op.is_send ? "send" : "recv", op.dtype, op.count, op.buf, op.buf));
+  }
+  std::vector<P2POp> copy = ops;
+  return issue({Collective::kSendRecv, 0, DataType::kUint8, RedOp::kSum, -1}, nullptr, &copy);
+}
+
+Result<WorkPtr> CommunicatorImpl::barrier() {
+  UCCL_RETURN_IF_ERROR(engine_->error());
+  return issue({Collective::kBarrier, 0, DataType::kUint8, RedOp::kSum, -1},
+               [](const OpEnv& e, Schedule* s) { return build_barrier(e, s); });
+}
+
+// ---- sub-communicators -----------------------------------------------------------------------
+
+CommOptions CommunicatorImpl::merged(const CommOptions& child) const {
+  CommOptions o = opts_;
+  if (child.timeout_s > 0) o.timeout_s = child.timeout_s;
+  if (!child.transport.empty()) o.transport = child.transport;
+  if (!child.algorithm.empty()) o.algorithm = child.algorithm;
+  if (!child.socket_ifname.empty()) o.socket_ifname = child.socket_ifname;
+  if (!child.name.empty()) o.name = child.name;
+  return o;
+}
+
+Result<std::shared_ptr<Communicator>> CommunicatorImpl::split(int color, int key, const CommOptions& opts) {
+  // Everyone learns everyone's (color, key) through an all_gather on this communicator.
+  std::vector<int64_t> mine = {color, key}, all(2 * size_);
+  AllGatherArgs ag;
+  ag.send = mine.data();
+  ag.recv = all.data();
+  ag.count = 2;
+  ag.dtype = DataType::kInt64;
+  auto w = all_gather(ag);
+  if (!w.ok()) return w.status().with_context("split");
+  UCCL_RETURN_IF_ERROR(w.value()->wait());
+  const uint64_t seq = subcomm_seq_++;
+  if (color < 0) return std::shared_ptr<Communicator>();
+  std::vector<std::pair<int64_t, int>> members;  // (key, old rank)
+  for (int p = 0; p < size_; ++p)
+    if (all[2 * p] == color) members.emplace_back(all[2 * p + 1], p);
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i].second == rank_) new_rank = static_cast<int>(i);
+  auto sub = std::make_shared<PrefixStore>(store_, "uccl/sub" + std::to_string(seq) + "/c" + std::to_string(color) + "/");
+  return Communicator::create(new_rank, static_cast<int>(members.size()), sub, merged(opts));
+}
+
+Result<std::shared_ptr<Communicator>> CommunicatorImpl::new_group(const std::vector<int>& ranks,
+                                                                  const CommOptions& opts) {
+  std::set<int> seen;
+  for (int r : ranks) {
+    if (r < 0 || r >= size_) return InvalidArgument("new_group: rank " + std::to_string(r) + " out of range");
+    if (!seen.insert(r).second) return InvalidArgument("new_group: rank " + std::to_string(r) + " listed twice");
+  }
+  const uint64_t seq = subcomm_seq_++;
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return std::shared_ptr<Communicator>();
+  auto sub = std::make_shared<PrefixStore>(store_, "uccl/sub" + std::to_string(seq) + "/g/");
+  return Communicator::create(static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), sub, merged(opts));
+}
+
+void CommunicatorImpl::abort(const std::string& why) { engine_->abort(Status(Code::kAborted, why)); }
+
+Status CommunicatorImpl::error() { return engine_->error(); }
+
+std::string CommunicatorImpl::describe() { return engine_->describe(); }
+
+}  // namespace uccl

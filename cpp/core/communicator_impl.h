@@ -1,0 +1,68 @@
+// CommunicatorImpl: argument checking, sequence numbers, and turning each call into a
+// ScheduleTask queued on the Engine. Sub-communicators (split/new_group) are new
+// communicators over a prefixed view of the same store.
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/engine.h"
+
+namespace uccl {
+
+class CommunicatorImpl : public Communicator {
+ public:
+  CommunicatorImpl(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts,
+                   std::shared_ptr<Engine> engine);
+  ~CommunicatorImpl() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Result<WorkPtr> all_reduce(const AllReduceArgs& a) override;
+  Result<WorkPtr> reduce(const ReduceArgs& a) override;
+  Result<WorkPtr> broadcast(const BroadcastArgs& a) override;
+  Result<WorkPtr> all_gather(const AllGatherArgs& a) override;
+  Result<WorkPtr> all_gather_v(const AllGatherVArgs& a) override;
+  Result<WorkPtr> reduce_scatter(const ReduceScatterArgs& a) override;
+  Result<WorkPtr> reduce_scatter_v(const ReduceScatterVArgs& a) override;
+  Result<WorkPtr> all_to_all(const AllToAllArgs& a) override;
+  Result<WorkPtr> all_to_all_v(const AllToAllVArgs& a) override;
+  Result<WorkPtr> gather(const GatherArgs& a) override;
+  Result<WorkPtr> scatter(const ScatterArgs& a) override;
+  Result<WorkPtr> p2p(const std::vector<P2POp>& ops) override;
+  Result<WorkPtr> barrier() override;
+  Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts) override;
+  Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks, const CommOptions& opts) override;
+  void abort(const std::string& why) override;
+  Status error() override;
+  std::string describe() override;
+  std::shared_ptr<Store> store() override { return store_; }
+
+ private:
+  struct Call {  // what the Envelope says about a call
+    Collective coll;
+    uint64_t count;
+    DataType dtype;
+    RedOp op;
+    int root;
+  };
+  Result<WorkPtr> issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops = nullptr);
+  Status check_common(const char* what, DataType dt, size_t count, const void* send, const void* recv,
+                      bool need_recv = true);
+  Status check_op(const char* what, DataType dt, RedOp op);
+  Status check_root(const char* what, int root);
+  CommOptions merged(const CommOptions& child) const;
+
+  const int rank_, size_;
+  std::shared_ptr<Store> store_;
+  CommOptions opts_;
+  std::shared_ptr<Engine> engine_;
+  ScratchArena scratch_;
+  std::mutex issue_mu_;          // sequence numbers are assigned in issue order
+  uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)
+  std::vector<uint64_t> p2p_sent_, p2p_recvd_;  // p2p messages per peer (pairs count the same)
+  uint64_t subcomm_seq_ = 0;     // split/new_group calls, for unique store prefixes
+};
+
+}  // namespace uccl

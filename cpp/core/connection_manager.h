@@ -1,0 +1,86 @@
+// ConnectionManager: rendezvous and authentication for one communicator's data connections.
+//
+// Connections are made lazily, on first use, and always by the lower rank of a pair: the
+// higher rank only accepts. So a pair is never connected twice, nothing serializes on rank 0,
+// and a rank connects only to the peers its algorithms actually talk to.
+//
+// Everything here is driven by progress() and never blocks for long: the listener is
+// non-blocking, an incoming hello is read incrementally (a stray client that sends half a
+// header cannot stall the engine; it is dropped after a deadline), and an outgoing connection
+// waits for its acknowledgement in progress(). The only blocking steps are a store lookup of
+// the peer's PeerInfo (bounded by a short timeout and retried) and writing a hello or an ack
+// of a few bytes into a fresh socket.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/store.h"
+#include "core/communicator.h"
+#include "core/handshake.h"
+#include "topology/peer_info.h"
+#include "transports/transport.h"
+
+namespace uccl {
+
+class ConnectionManager {
+ public:
+  ConnectionManager(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts, double timeout_s);
+  ~ConnectionManager();
+
+  // Opens the listeners, agrees on the job secret / communicator id (rank 0 creates them) and
+  // publishes this rank's PeerInfo. Collective only through the store.
+  Status init();
+
+  // The endpoint to `peer`, or nullptr while its connection is being set up (call again after
+  // progress()). The first call starts the connection if this rank is the lower one.
+  Result<Endpoint*> endpoint(int peer);
+  // Accepts incoming connections and advances handshakes. Returns true if anything happened.
+  bool progress();
+  // Closes every endpoint and pending connection (the peers then see the connection close).
+  void close_all();
+  // File descriptors worth sleeping on in poll() while idle (listeners, handshakes).
+  void collect_wait_fds(std::vector<int>* fds) const;
+
+  const std::vector<std::unique_ptr<Endpoint>>& endpoints() const { return endpoints_; }
+  const PeerInfo& my_info() const { return me_; }
+  // PeerInfo of a peer (fetched from the store and cached; may block up to timeout_s).
+  Result<const PeerInfo*> peer_info(int peer, double timeout_s);
+  // Which transport this rank would use towards `peer` (needs its PeerInfo).
+  Result<TransportKind> choose_transport(const PeerInfo& peer);
+  std::string describe();
+
+ private:
+  struct Outgoing;
+  struct Incoming;
+  struct Assembling;
+
+  Status start_connect(int peer);
+  bool progress_outgoing();
+  bool accept_new();
+  bool progress_incoming();
+  void finish_incoming(int from);
+  Transport* transport(TransportKind kind);
+  PeerContext peer_context(int peer);
+  void fail_peer(int peer, const Status& s);
+
+  int rank_, size_;
+  std::shared_ptr<Store> store_;
+  CommOptions opts_;
+  double timeout_s_;
+  uint8_t secret_[kSecretBytes] = {};
+  uint64_t comm_id_ = 0;
+  PeerInfo me_;
+  std::vector<int> listen_fds_;
+  std::vector<std::unique_ptr<Transport>> transports_;  // indexed by TransportKind, created lazily
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;     // by peer rank
+  std::vector<Status> peer_errors_;                      // a failed connection attempt, by peer
+  std::map<int, std::unique_ptr<PeerInfo>> peer_infos_;
+  std::map<int, std::unique_ptr<Outgoing>> outgoing_;
+  std::vector<std::unique_ptr<Incoming>> incoming_;
+  std::map<int, std::unique_ptr<Assembling>> assembling_;
+};
+
+}  // namespace uccl

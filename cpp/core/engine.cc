@@ -1,0 +1,263 @@
+#include "core/engine.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <time.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/net.h"
+
+namespace uccl {
+
+// ---- OpWork ------------------------------------------------------------------------------------
+
+std::string OpWork::label() const { return std::string(collective_name(coll_)) + " #" + std::to_string(seq_); }
+
+Status OpWork::wait(double timeout_s) { return engine_->wait(this, timeout_s); }
+
+bool OpWork::is_completed() {
+  if (!done()) engine_->poll_once();
+  return done();
+}
+
+Status OpWork::status() {
+  if (!done()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+OpStats OpWork::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void OpWork::on_complete(std::function<void(const Status&)> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done()) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn(status());
+}
+
+void OpWork::finish(const Status& s, std::vector<std::function<void()>>* deferred) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done()) return;
+  status_ = s;
+  state_.store(1, std::memory_order_release);
+  for (auto& cb : callbacks_) deferred->push_back([cb, s] { cb(s); });
+  callbacks_.clear();
+}
+
+// ---- Engine ------------------------------------------------------------------------------------
+
+Engine::Engine(int rank, int size, std::unique_ptr<ConnectionManager> conns, double timeout_s)
+    : rank_(rank), size_(size), conns_(std::move(conns)), timeout_s_(timeout_s) {}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::start_progress_thread() {
+  if (config().progress_thread) thread_ = std::thread([this] { thread_main(); });
+}
+
+void Engine::run(Callbacks& cbs) {
+  for (auto& cb : cbs) cb();
+  cbs.clear();
+}
+
+Status Engine::submit(const std::shared_ptr<OpWork>& w) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_flag_.load()) return failed_;
+    w->deadline = now_s() + timeout_s_;
+    queue_.push_back(w);
+  }
+  if (waiters_.load() == 0) cv_.notify_one();
+  return Status::Ok();
+}
+
+bool Engine::progress_once(Callbacks* done) {
+  bool moved = conns_->progress();
+  while (!queue_.empty()) {
+    OpWork* head = queue_.front().get();
+    bool finished = false;
+    Status s = head->task->progress(&finished);
+    if (s.ok() && !finished) {
+      for (auto& ep : conns_->endpoints())
+        if (ep && ep->has_pending()) moved |= ep->progress();
+      s = head->task->progress(&finished);
+    }
+    if (!s.ok()) {
+      fail_everything(s.with_context(head->label()), done);
+      return true;
+    }
+    if (!finished) {
+      if (now_s() > head->deadline) {
+        Status t(Code::kTimeout, head->label() + " did not complete within " + std::to_string(timeout_s_) +
+                                     " s; waiting for " + head->task->waiting_for());
+        fail_everything(t, done);
+        return true;
+      }
+      return moved;
+    }
+    UCCL_TRACE("%s done (%s)", head->label().c_str(), head->stats_.algorithm.c_str());
+    head->finish(Status::Ok(), done);
+    queue_.pop_front();
+    moved = true;
+  }
+  return moved;
+}
+
+void Engine::fail_everything(const Status& why, Callbacks* done) {
+  if (!failed_flag_.load()) {
+    failed_ = why;
+    failed_flag_.store(true);
+    UCCL_WARN("communicator failed: %s", why.message().c_str());
+  }
+  bool first = true;
+  for (auto& w : queue_) {
+    w->finish(first ? why : Status(why.code(), "communicator failed earlier: " + why.message(), why.peer()), done);
+    first = false;
+  }
+  queue_.clear();
+  for (auto& ep : conns_->endpoints())
+    if (ep) ep->fail_all(why);
+  // Closing the sockets tells every peer at once, instead of leaving them to their timeouts.
+  conns_->close_all();
+}
+
+void Engine::idle_backoff(double idle_since) {
+  const double idle = now_s() - idle_since;
+  if (idle < 20e-6) return;  // spin: the answer is usually microseconds away
+  if (idle < 5e-3) {
+    sched_yield();  // another rank may need this core
+    return;
+  }
+  // Long wait (a slow peer, a barrier): sleep on the sockets, or briefly if shm must be polled.
+  std::vector<int> fds;
+  bool spin_only = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    conns_->collect_wait_fds(&fds);
+    for (auto& ep : conns_->endpoints()) {
+      if (!ep || !ep->has_pending()) continue;
+      if (ep->wait_fd() >= 0) fds.push_back(ep->wait_fd());
+      else spin_only = true;
+    }
+  }
+  if (spin_only || fds.empty()) {
+    timespec ts{0, idle < 0.1 ? 50000 : 500000};
+    nanosleep(&ts, nullptr);
+    return;
+  }
+  std::vector<pollfd> pfds;
+  for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
+  ::poll(pfds.data(), pfds.size(), idle < 0.1 ? 1 : 10);
+}
+
+Status Engine::wait(OpWork* w, double timeout_s) {
+  if (w->done()) return w->status();
+  const double deadline = now_s() + (timeout_s < 0 ? timeout_s_ : timeout_s);
+  waiters_.fetch_add(1);
+  Callbacks done;
+  double idle_since = now_s();
+  while (!w->done()) {
+    bool moved;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      moved = progress_once(&done);
+    }
+    run(done);
+    if (w->done()) break;
+    const double now = now_s();
+    if (moved) idle_since = now;
+    if (now > deadline) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!w->done()) {
+        std::string what = !queue_.empty() ? queue_.front()->task->waiting_for() : std::string("?");
+        fail_everything(Status(Code::kTimeout, w->label() + " did not complete within " +
+                                                   std::to_string(timeout_s < 0 ? timeout_s_ : timeout_s) +
+                                                   " s; waiting for " + what),
+                        &done);
+      }
+      break;
+    }
+    idle_backoff(idle_since);
+  }
+  waiters_.fetch_sub(1);
+  run(done);
+  if (waiters_.load() == 0) cv_.notify_one();
+  return w->status();
+}
+
+void Engine::poll_once() {
+  Callbacks done;
+  {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    progress_once(&done);
+  }
+  run(done);
+}
+
+void Engine::thread_main() {
+  Callbacks done;
+  double idle_since = now_s();
+  while (!stop_.load()) {
+    bool moved;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty() || waiters_.load() > 0) {
+        cv_.wait(lock, [&] { return stop_.load() || (!queue_.empty() && waiters_.load() == 0); });
+        idle_since = now_s();
+        if (stop_.load()) break;
+      }
+      moved = progress_once(&done);
+    }
+    run(done);
+    if (moved) idle_since = now_s();
+    else idle_backoff(idle_since);
+  }
+}
+
+void Engine::abort(const Status& why) {
+  Callbacks done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_everything(why, &done);
+  }
+  run(done);
+  cv_.notify_all();
+}
+
+Status Engine::error() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
+}
+
+void Engine::shutdown() {
+  if (!stop_.exchange(true)) {
+    cv_.notify_all();
+    if (thread_.joinable()) {
+      if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();
+      else thread_.join();
+    }
+    Callbacks done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty()) fail_everything(Status(Code::kAborted, "communicator destroyed with operations pending"), &done);
+      conns_->close_all();
+    }
+    run(done);
+  }
+}
+
+std::string Engine::describe() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return conns_->describe();
+}
+
+}  // namespace uccl

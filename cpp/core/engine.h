@@ -1,0 +1,104 @@
+// Engine: runs one communicator's operations, in issue order, as state machines.
+//
+// Who drives progress (the "progress model"):
+//  * A thread in Work::wait() drives the engine itself: lowest latency, no thread hand-off.
+//  * A background progress thread drives it only while operations are pending and nobody is
+//    waiting, so asynchronous work (torch futures, compute overlap) still completes. It sleeps
+//    on a condition variable otherwise; with UCCL_PROGRESS_THREAD=0 there is none, and
+//    is_completed() makes one progress pass (MPI_Test style).
+//  * An idle driver backs off: spin, then sched_yield (several ranks may share a core), then
+//    sleep in poll() on the sockets / a short nanosleep, so a rank waiting at a barrier for
+//    seconds does not steal the core from its neighbour.
+//
+// Failure model: the first error fails the communicator (like NCCL): every queued operation
+// fails, the connections are closed so that peers notice at once instead of at their
+// timeout, and new operations are refused with the original cause.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "core/communicator.h"
+#include "core/connection_manager.h"
+
+namespace uccl {
+
+class Engine;
+
+class OpWork : public Work {
+ public:
+  OpWork(std::shared_ptr<Engine> engine, Collective coll) : engine_(std::move(engine)), coll_(coll) {}
+  Status wait(double timeout_s) override;
+  bool is_completed() override;
+  Status status() override;
+  uint64_t seq() const override { return seq_; }
+  Collective collective() const override { return coll_; }
+  OpStats stats() override;
+  void on_complete(std::function<void(const Status&)> fn) override;
+
+  bool done() const { return state_.load(std::memory_order_acquire) != 0; }
+  // Records the result and appends the completion callbacks to run outside the engine lock.
+  void finish(const Status& s, std::vector<std::function<void()>>* deferred);
+  std::string label() const;  // "all_reduce #12"
+
+  std::unique_ptr<ScheduleTask> task;
+  OpStats stats_;
+  uint64_t seq_ = 0;
+  double deadline = 0;
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  Collective coll_;
+  std::atomic<int> state_{0};  // 0 pending, 1 finished (status_ says how)
+  std::mutex mu_;
+  Status status_;
+  std::vector<std::function<void(const Status&)>> callbacks_;
+};
+
+class Engine {
+ public:
+  Engine(int rank, int size, std::unique_ptr<ConnectionManager> conns, double timeout_s);
+  ~Engine();
+  void start_progress_thread();
+  // Queues an operation. Fails at once (without queuing) if the communicator already failed.
+  Status submit(const std::shared_ptr<OpWork>& w);
+  Status wait(OpWork* w, double timeout_s);
+  // One non-blocking progress pass if the engine is free (for is_completed()).
+  void poll_once();
+  void abort(const Status& why);
+  Status error();
+  void shutdown();
+  std::string describe();
+  double timeout_s() const { return timeout_s_; }
+  ConnectionManager* conns() { return conns_.get(); }
+  std::mutex& mutex() { return mu_; }
+
+ private:
+  using Callbacks = std::vector<std::function<void()>>;
+  bool progress_once(Callbacks* done);  // requires mu_
+  void fail_everything(const Status& why, Callbacks* done);  // requires mu_
+  void thread_main();
+  void idle_backoff(double idle_since);
+  static void run(Callbacks& cbs);
+
+  const int rank_, size_;
+  std::unique_ptr<ConnectionManager> conns_;
+  const double timeout_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<OpWork>> queue_;
+  Status failed_;
+  std::atomic<bool> failed_flag_{false};
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace uccl

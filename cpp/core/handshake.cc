@@ -1,0 +1,20 @@
+#include "core/handshake.h"
+
+namespace uccl {
+
+std::string validate_hello(const HelloHeader& h, const uint8_t* secret, uint64_t comm_id, int my_rank, int size) {
+  if (h.magic != kHelloMagic) return "bad magic (not a uccl peer)";
+  if (h.version != kProtocolVersion)
+    return "protocol version " + std::to_string(h.version) + ", expected " + std::to_string(kProtocolVersion);
+  if (std::memcmp(h.secret, secret, kSecretBytes) != 0) return "wrong job secret";
+  if (h.comm_id != comm_id) return "addressed to another communicator";
+  if (h.to_rank != my_rank) return "addressed to rank " + std::to_string(h.to_rank);
+  if (h.from_rank < 0 || h.from_rank >= size || h.from_rank >= my_rank)
+    return "invalid source rank " + std::to_string(h.from_rank);
+  if (h.transport > 3) return "unknown transport " + std::to_string(h.transport);
+  if (h.nchannels == 0 || h.nchannels > 64 || h.channel >= h.nchannels) return "invalid channel numbers";
+  if (h.offer_bytes > kMaxOfferBytes) return "offer too large";
+  return "";
+}
+
+}  // namespace uccl

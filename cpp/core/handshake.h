@@ -1,0 +1,45 @@
+// The first bytes on every uccl data connection: who may connect.
+//
+// A connection is accepted only if it carries the magic, our protocol version, the per-job
+// secret (random, published in the store by rank 0 of each communicator, so only processes
+// that can read the job's store can join) and names this communicator and this rank. Anything
+// else (a port scanner, a stray client, random bytes) is logged and closed; the job goes on.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace uccl {
+
+constexpr uint32_t kHelloMagic = 0x4c434355;  // "UCCL"
+constexpr uint32_t kAckMagic = 0x4b434155;    // "UACK"
+constexpr uint16_t kProtocolVersion = 1;
+constexpr uint32_t kMaxOfferBytes = 64 * 1024;
+constexpr size_t kSecretBytes = 16;
+
+#pragma pack(push, 1)
+struct HelloHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t transport;  // TransportKind
+  uint8_t reserved;
+  uint8_t secret[kSecretBytes];
+  uint64_t comm_id;
+  int32_t from_rank;
+  int32_t to_rank;
+  uint32_t channel;    // index of this socket among the connection's sockets
+  uint32_t nchannels;
+  uint32_t offer_bytes;  // followed by the transport's offer (channel 0 only)
+};
+struct AckHeader {
+  uint32_t magic;
+  uint32_t status;        // 0 = accepted, else a Code value; the text follows
+  uint32_t answer_bytes;  // followed by the answer (or the error text)
+};
+#pragma pack(pop)
+
+// Checks a received hello; returns "" if acceptable, else why not (for the log).
+std::string validate_hello(const HelloHeader& h, const uint8_t* secret, uint64_t comm_id, int my_rank, int size);
+
+}  // namespace uccl

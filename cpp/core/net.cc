@@ -1,0 +1,419 @@
+// Sockets and network interfaces (see net.h).
+//
+// Why blocking helpers with deadlines instead of plain blocking calls: bootstrap code (store,
+// connection setup) must never hang on a dead peer. Every helper here polls with the time left
+// until an absolute deadline, so a caller states once how long the whole exchange may take.
+#include "core/net.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "core/config.h"
+#include "core/log.h"
+
+namespace uccl {
+
+// ---- addresses -------------------------------------------------------------------------------
+
+int SockAddr::port() const {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&ss)->sin_port);
+  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+  return 0;
+}
+
+void SockAddr::set_port(int port) {
+  if (family() == AF_INET) reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(static_cast<uint16_t>(port));
+  if (family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(static_cast<uint16_t>(port));
+}
+
+std::string SockAddr::to_string() const {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(port());
+  }
+  if (family() == AF_INET6) {
+    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a6->sin6_addr, host, sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(port());
+  }
+  return "<unknown address family " + std::to_string(family()) + ">";
+}
+
+namespace {
+
+bool parse_port(const std::string& s, int* port) {
+  if (s.empty() || s.size() > 5 || !std::all_of(s.begin(), s.end(), ::isdigit)) return false;
+  *port = std::atoi(s.c_str());
+  return *port <= 65535;
+}
+
+// Splits "host:port" / "[v6]:port" / "[v6]" / "v6" / "host" into host and (optional) port.
+Status split_host_port(const std::string& text, std::string* host, int* port) {
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find(']');
+    if (close == std::string::npos) return InvalidArgument("bad address '" + text + "': missing ']'");
+    *host = text.substr(1, close - 1);
+    std::string rest = text.substr(close + 1);
+    if (rest.empty()) return Status::Ok();
+    if (rest[0] != ':' || !parse_port(rest.substr(1), port))
+      return InvalidArgument("bad address '" + text + "': bad port");
+    return Status::Ok();
+  }
+  size_t colon = text.find(':');
+  if (colon != std::string::npos && text.find(':', colon + 1) == std::string::npos) {
+    *host = text.substr(0, colon);  // exactly one ':' => host:port (two or more => bare IPv6)
+    if (!parse_port(text.substr(colon + 1), port)) return InvalidArgument("bad address '" + text + "': bad port");
+    return Status::Ok();
+  }
+  *host = text;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SockAddr> parse_address(const std::string& text, int port) {
+  std::string host;
+  UCCL_RETURN_IF_ERROR(split_host_port(text, &host, &port));
+  if (port < 0 || port > 65535) return InvalidArgument("port " + std::to_string(port) + " out of range");
+  SockAddr out;
+  if (host.empty() || host == "*") host = "0.0.0.0";
+  // Numeric forms first: no resolver round trip, and scoped v6 ("fe80::1%eth0") via getaddrinfo.
+  auto* a4 = reinterpret_cast<sockaddr_in*>(&out.ss);
+  if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    out.len = sizeof(sockaddr_in);
+    out.set_port(port);
+    return out;
+  }
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&out.ss);
+  if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    out.len = sizeof(sockaddr_in6);
+    out.set_port(port);
+    return out;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  const std::string& fam = config().socket_family;
+  hints.ai_family = fam == "AF_INET" ? AF_INET : fam == "AF_INET6" ? AF_INET6 : AF_UNSPEC;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0) return InvalidArgument("cannot resolve host '" + host + "': " + gai_strerror(rc));
+  // Prefer IPv4 when a name has both: "localhost" often lists ::1 first, while listeners
+  // bound to 0.0.0.0 (the common default) only accept IPv4.
+  const addrinfo* pick = nullptr;
+  for (const addrinfo* p = res; p; p = p->ai_next)
+    if (p->ai_family == AF_INET && !pick) pick = p;
+  for (const addrinfo* p = res; p && !pick; p = p->ai_next)
+    if (p->ai_family == AF_INET6) pick = p;
+  if (!pick) {
+    freeaddrinfo(res);
+    return InvalidArgument("host '" + host + "' has no IPv4/IPv6 address");
+  }
+  std::memcpy(&out.ss, pick->ai_addr, pick->ai_addrlen);
+  out.len = pick->ai_addrlen;
+  freeaddrinfo(res);
+  out.set_port(port);
+  return out;
+}
+
+// ---- interfaces ------------------------------------------------------------------------------
+
+namespace {
+
+double read_speed_gbps(const std::string& ifname) {
+  std::ifstream f("/sys/class/net/" + ifname + "/speed");  // Mbit/s; EINVAL or -1 when unknown
+  long mbps = -1;
+  if (f && (f >> mbps) && mbps > 0) return static_cast<double>(mbps) / 1000.0;
+  return 0;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+std::vector<NetInterface> list_interfaces() {
+  std::vector<NetInterface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    UCCL_WARN("getifaddrs failed: %s", std::strerror(errno));
+    return out;
+  }
+  for (ifaddrs* ifa = list; ifa; ifa = ifa->ifa_next) {
+    if (!ifa->ifa_addr || !ifa->ifa_name) continue;
+    int fam = ifa->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    NetInterface ni;
+    ni.name = ifa->ifa_name;
+    if (fam == AF_INET) {
+      std::memcpy(&ni.addr.ss, ifa->ifa_addr, sizeof(sockaddr_in));
+      ni.addr.len = sizeof(sockaddr_in);
+    } else {
+      const auto* a6 = reinterpret_cast<const sockaddr_in6*>(ifa->ifa_addr);
+      // Link-local addresses need a scope id everywhere they are used; peers on other hosts
+      // cannot use ours without knowing their own interface, so they are useless for rendezvous.
+      if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+      std::memcpy(&ni.addr.ss, a6, sizeof(sockaddr_in6));
+      ni.addr.len = sizeof(sockaddr_in6);
+    }
+    ni.addr.set_port(0);
+    ni.loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
+    ni.up = (ifa->ifa_flags & IFF_UP) != 0;
+    ni.speed_gbps = ni.loopback ? 0 : read_speed_gbps(ni.name);
+    out.push_back(std::move(ni));
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool ifname_matches(const std::string& spec_in, const std::string& ifname) {
+  std::string spec = trim(spec_in);
+  if (spec.empty()) return true;  // no restriction
+  bool exclude = false, exact = false;
+  if (spec[0] == '^') {
+    exclude = true;
+    spec = spec.substr(1);
+  }
+  if (!spec.empty() && spec[0] == '=') {
+    exact = true;
+    spec = spec.substr(1);
+  }
+  bool any = false;
+  size_t pos = 0;
+  while (pos <= spec.size() && !any) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string::npos) comma = spec.size();
+    std::string item = trim(spec.substr(pos, comma - pos));
+    pos = comma + 1;
+    if (item.empty()) continue;
+    any = exact ? ifname == item : ifname.compare(0, item.size(), item) == 0;
+  }
+  return exclude ? !any : any;
+}
+
+std::vector<NetInterface> select_interfaces(const std::string& spec, const std::string& family) {
+  int want = family == "AF_INET" ? AF_INET : family == "AF_INET6" ? AF_INET6 : AF_UNSPEC;
+  std::vector<NetInterface> all = list_interfaces(), out, loop;
+  for (auto& ni : all) {
+    if (!ni.up || (want != AF_UNSPEC && ni.addr.family() != want)) continue;
+    if (!trim(spec).empty()) {
+      if (ifname_matches(spec, ni.name)) out.push_back(ni);
+    } else if (ni.loopback) {
+      loop.push_back(ni);
+    } else if (ni.name.compare(0, 6, "docker") != 0) {
+      out.push_back(ni);
+    }
+  }
+  if (out.empty() && trim(spec).empty()) out = loop;  // a laptop / single container
+  // IPv4 first: it is what peers most often share; getifaddrs order is otherwise kept.
+  std::stable_sort(out.begin(), out.end(), [](const NetInterface& a, const NetInterface& b) {
+    return a.addr.family() == AF_INET && b.addr.family() != AF_INET;
+  });
+  return out;
+}
+
+// ---- socket helpers --------------------------------------------------------------------------
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+Status set_nonblocking(int fd, bool on) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0) return SystemError("fcntl(F_GETFL)", errno);
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (fcntl(fd, F_SETFL, flags) < 0) return SystemError("fcntl(F_SETFL)", errno);
+  return Status::Ok();
+}
+
+namespace {
+
+long read_sysctl_long(const char* path) {
+  std::ifstream f(path);
+  long v = -1;
+  if (f) f >> v;
+  return v;
+}
+
+// Time left until the deadline as a poll() timeout in milliseconds (rounded up, >= 0).
+int poll_ms_left(double deadline_s) {
+  double left = deadline_s - now_s();
+  if (left <= 0) return 0;
+  return left > 1e6 ? 1000000000 : static_cast<int>(std::ceil(left * 1000));
+}
+
+std::string peer_name(int fd) {
+  SockAddr a;
+  a.len = sizeof a.ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a.ss), &a.len) != 0) return "peer";
+  return a.to_string();
+}
+
+}  // namespace
+
+void set_socket_options(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // Large buffers keep a fast or long link busy. But an explicit SO_SNDBUF/SO_RCVBUF turns
+  // off the kernel's autotuning and is silently capped by net.core.{w,r}mem_max (often only
+  // 208 KiB), which would be far worse than autotuning (tcp_rmem max is usually 6 MiB).
+  // So we only pin the size when the cap allows it.
+  static const int kBuf = 4 << 20;
+  static const bool pin_snd = read_sysctl_long("/proc/sys/net/core/wmem_max") >= kBuf;
+  static const bool pin_rcv = read_sysctl_long("/proc/sys/net/core/rmem_max") >= kBuf;
+  if (pin_snd) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kBuf, sizeof kBuf);
+  if (pin_rcv) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kBuf, sizeof kBuf);
+  // Keepalive catches a peer host that vanished without a FIN/RST (power loss, cable).
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  int idle = 60, intvl = 10, cnt = 6;
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+Result<int> listen_on(SockAddr* addr, int backlog) {
+  int fd = socket(addr->family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return SystemError("socket() for listening on " + addr->to_string(), errno);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  set_socket_options(fd);  // inherited by accepted sockets (buffer sizes must precede the SYN)
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr->ss), addr->len) != 0) {
+    int err = errno;
+    close(fd);
+    return SystemError("bind " + addr->to_string(), err);
+  }
+  if (listen(fd, backlog) != 0) {
+    int err = errno;
+    close(fd);
+    return SystemError("listen on " + addr->to_string(), err);
+  }
+  SockAddr bound;
+  bound.len = sizeof bound.ss;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound.ss), &bound.len) == 0) addr->set_port(bound.port());
+  return fd;
+}
+
+Result<int> connect_to(const SockAddr& addr, double deadline_s) {
+  double backoff = 0.005;
+  std::string last_error = "no attempt made";
+  do {
+    int fd = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return SystemError("socket() for connecting to " + addr.to_string(), errno);
+    set_socket_options(fd);
+    int err = 0;
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr.ss), addr.len) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        int rc = poll(&p, 1, poll_ms_left(deadline_s));
+        socklen_t len = sizeof err;
+        if (rc == 0) err = ETIMEDOUT;
+        else if (rc < 0) err = errno;
+        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      }
+    }
+    if (err == 0) {
+      // Connecting to an unused ephemeral port on loopback can "succeed" by TCP simultaneous
+      // open with ourselves; that socket would talk to nobody.
+      SockAddr local, peer;
+      local.len = peer.len = sizeof local.ss;
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local.ss), &local.len) == 0 &&
+          getpeername(fd, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len) == 0 && local.len == peer.len &&
+          std::memcmp(&local.ss, &peer.ss, local.len) == 0) {
+        err = ECONNREFUSED;
+      }
+    }
+    if (err == 0) {
+      Status s = set_nonblocking(fd, false);
+      if (!s.ok()) {
+        close(fd);
+        return s;
+      }
+      return fd;
+    }
+    close(fd);
+    last_error = std::strerror(err);
+    // Transient: the listener is not there yet, or its backlog overflowed.
+    bool retry = err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == ETIMEDOUT ||
+                 err == EINTR || err == EAGAIN;
+    if (!retry) return Status(Code::kSystemError, "connect to " + addr.to_string() + ": " + last_error);
+    double left = deadline_s - now_s();
+    if (left <= 0) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(backoff, left)));
+    backoff = std::min(backoff * 2, 0.1);
+  } while (now_s() < deadline_s);
+  return Status(Code::kTimeout, "connect to " + addr.to_string() + " timed out (last error: " + last_error + ")");
+}
+
+Status send_all(int fd, const void* buf, size_t len, double deadline_s) {
+  const char* p = static_cast<const char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = send(fd, p + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    int err = n < 0 ? errno : EAGAIN;
+    if (err == EINTR) continue;
+    if (err != EAGAIN && err != EWOULDBLOCK) {
+      return Status(Code::kRemoteError, "send to " + peer_name(fd) + " failed after " + std::to_string(done) + " of " +
+                                            std::to_string(len) + " bytes: " + std::strerror(err));
+    }
+    pollfd pfd{fd, POLLOUT, 0};
+    int rc = poll(&pfd, 1, poll_ms_left(deadline_s));
+    if (rc < 0 && errno != EINTR) return SystemError("poll", errno);
+    if (rc == 0)
+      return Status(Code::kTimeout, "send of " + std::to_string(len) + " bytes to " + peer_name(fd) +
+                                        " timed out after " + std::to_string(done) + " bytes");
+  }
+  return Status::Ok();
+}
+
+Status recv_all(int fd, void* buf, size_t len, double deadline_s) {
+  char* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = recv(fd, p + done, len - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0)
+      return Status(Code::kRemoteError, peer_name(fd) + " closed the connection after " + std::to_string(done) +
+                                            " of " + std::to_string(len) + " expected bytes");
+    int err = errno;
+    if (err == EINTR) continue;
+    if (err != EAGAIN && err != EWOULDBLOCK)
+      return Status(Code::kRemoteError, "recv from " + peer_name(fd) + " failed: " + std::strerror(err));
+    pollfd pfd{fd, POLLIN, 0};
+    int rc = poll(&pfd, 1, poll_ms_left(deadline_s));
+    if (rc < 0 && errno != EINTR) return SystemError("poll", errno);
+    if (rc == 0)
+      return Status(Code::kTimeout, "recv of " + std::to_string(len) + " bytes from " + peer_name(fd) +
+                                        " timed out after " + std::to_string(done) + " bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace uccl

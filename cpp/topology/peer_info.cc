@@ -1,0 +1,93 @@
+#include "topology/peer_info.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/config.h"
+
+namespace uccl {
+namespace {
+
+// Fields are tab separated, one record per line; values never contain tabs or newlines
+// (they are host names, addresses and labels), which keeps the format readable in the store.
+std::string clean(std::string s) {
+  for (char& c : s)
+    if (c == '\t' || c == '\n') c = ' ';
+  return s;
+}
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : line) {
+    if (c == '\t') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+}  // namespace
+
+std::string PeerInfo::serialize() const {
+  std::ostringstream o;
+  o << "peer\t" << rank << '\t' << clean(host_id) << '\t' << clean(hostname) << '\t' << pid << '\t' << clean(cluster)
+    << '\n';
+  for (auto& l : listen) o << "listen\t" << clean(l) << '\n';
+  for (auto& n : nics)
+    o << "nic\t" << clean(n.name) << '\t' << clean(n.kind) << '\t' << clean(n.fabric) << '\t' << clean(n.address)
+      << '\t' << n.gbps << '\n';
+  return o.str();
+}
+
+Result<PeerInfo> PeerInfo::parse(const std::string& text) {
+  PeerInfo p;
+  std::istringstream in(text);
+  std::string line;
+  bool have_header = false;
+  while (std::getline(in, line)) {
+    auto f = split_tabs(line);
+    if (f[0] == "peer" && f.size() >= 6) {
+      p.rank = std::atoi(f[1].c_str());
+      p.host_id = f[2];
+      p.hostname = f[3];
+      p.pid = std::atoi(f[4].c_str());
+      p.cluster = f[5];
+      have_header = true;
+    } else if (f[0] == "listen" && f.size() >= 2) {
+      p.listen.push_back(f[1]);
+    } else if (f[0] == "nic" && f.size() >= 6) {
+      p.nics.push_back({f[1], f[2], f[3], f[4], std::atof(f[5].c_str())});
+    } else if (!line.empty()) {
+      return InvalidArgument("malformed PeerInfo line: " + line);
+    }
+  }
+  if (!have_header) return InvalidArgument("PeerInfo without a header line");
+  return p;
+}
+
+std::string host_identity() {
+  if (!config().host_id.empty()) return config().host_id;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
+  struct stat st {};
+  std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
+  return std::string(host) + "/" + boot + "/netns:" + netns;
+}
+
+}  // namespace uccl

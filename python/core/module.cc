@@ -1,0 +1,219 @@
+// uccl._core: the Python bindings of the C++ core (no torch needed).
+//
+// The bindings stay thin: they take raw addresses, element counts and enum values. The Python
+// layer (uccl/comm.py) turns numpy arrays, buffer-protocol objects, DLPack capsules and torch
+// tensors into those, validates them, and keeps the buffers alive until the Work completes.
+//
+// GIL rule: every call that may take the engine lock releases the GIL first. The progress
+// thread can need the GIL (a Python store, a torch future callback); holding it while
+// waiting for the engine lock would deadlock.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bootstrap/tcp_store.h"
+#include "build_info.h"
+#include "core/communicator.h"
+#include "core/config.h"
+#include "core/net.h"
+#include "python/core/py_errors.h"
+#include "python/core/py_store.h"
+#include "transports/registry.h"
+
+namespace py = pybind11;
+using namespace uccl;
+
+namespace {
+
+template <class T>
+T unwrap(Result<T> r) {
+  if (!r.ok()) throw_status(r.status());
+  return r.take();
+}
+void check(const Status& s) {
+  if (!s.ok()) throw_status(s);
+}
+
+CommOptions options_from(const py::dict& d) {
+  CommOptions o;
+  if (d.contains("timeout")) o.timeout_s = d["timeout"].cast<double>();
+  if (d.contains("transport")) o.transport = d["transport"].cast<std::string>();
+  if (d.contains("algorithm")) o.algorithm = d["algorithm"].cast<std::string>();
+  if (d.contains("socket_ifname")) o.socket_ifname = d["socket_ifname"].cast<std::string>();
+  if (d.contains("name")) o.name = d["name"].cast<std::string>();
+  return o;
+}
+
+void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+DataType dt(int v) { return static_cast<DataType>(v); }
+RedOp rop(int v) { return static_cast<RedOp>(v); }
+
+py::dict stats_dict(const OpStats& s) {
+  py::dict d, sent, recvd;
+  for (int k = 0; k < 4; ++k) {
+    const char* name = transport_name(static_cast<TransportKind>(k));
+    sent[name] = s.bytes_sent_by_transport[k];
+    recvd[name] = s.bytes_received_by_transport[k];
+  }
+  d["bytes_sent"] = sent;
+  d["bytes_received"] = recvd;
+  d["algorithm"] = s.algorithm;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "uccl C++ core bindings";
+  register_error_translation(m);
+  const auto release = py::call_guard<py::gil_scoped_release>();
+
+  m.def("build_info", [] {
+    py::dict d;
+    d["version"] = UCCL_VERSION;
+    d["verbs"] = std::string(UCCL_BUILT_VERBS) == "ON";
+    d["cuda"] = std::string(UCCL_BUILT_CUDA) == "ON";
+    d["torch"] = std::string(UCCL_BUILT_TORCH) == "ON";
+    d["build_type"] = UCCL_BUILD_TYPE;
+    d["sanitizers"] = std::string(UCCL_SANITIZERS) == "ON";
+    std::string why;
+    d["verbs_available"] = transport_available(TransportKind::kVerbs, &why);
+    d["verbs_unavailable_reason"] = why;
+    return d;
+  });
+  m.def("config_table", [] {
+    py::list out;
+    for (auto& v : config_table()) {
+      py::dict d;
+      d["name"] = v.name;
+      d["value"] = v.value;
+      d["default"] = v.def;
+      d["meaning"] = v.meaning;
+      d["is_set"] = v.is_set;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("interfaces", [] {
+    py::list out;
+    for (auto& i : list_interfaces()) {
+      py::dict d;
+      d["name"] = i.name;
+      d["address"] = i.addr.to_string();
+      d["loopback"] = i.loopback;
+      d["up"] = i.up;
+      d["speed_gbps"] = i.speed_gbps;
+      out.append(d);
+    }
+    return out;
+  });
+
+  py::class_<Store, std::shared_ptr<Store>>(m, "Store")
+      .def("set", [](Store& s, const std::string& k, py::bytes v) { check(s.set(k, std::string(v))); })
+      .def("get", [](Store& s, const std::string& k, double t) {
+             std::string v;
+             {
+               py::gil_scoped_release nogil;
+               v = unwrap(s.get(k, t));
+             }
+             return py::bytes(v);
+           }, py::arg("key"), py::arg("timeout") = 300.0)
+      .def("wait", [](Store& s, const std::vector<std::string>& keys, double t) { check(s.wait(keys, t)); },
+           py::arg("keys"), py::arg("timeout") = 300.0, release)
+      .def("add", [](Store& s, const std::string& k, int64_t d) { return unwrap(s.add(k, d)); }, release);
+
+  py::class_<TcpStoreServer, std::unique_ptr<TcpStoreServer>>(m, "TcpStoreServer")
+      .def_static("start", [](const std::string& host, int port) { return unwrap(TcpStoreServer::start(host, port)); },
+                  py::arg("host"), py::arg("port") = 0)
+      .def_property_readonly("port", &TcpStoreServer::port);
+  m.def("connect_tcp_store", [](const std::string& host, int port, double timeout) {
+          return unwrap(connect_tcp_store(host, port, timeout));
+        }, py::arg("host"), py::arg("port"), py::arg("timeout") = 300.0, release);
+  m.def("wrap_python_store", [](py::object obj) { return std::shared_ptr<Store>(new PyStore(obj)); });
+
+  py::class_<Work, std::shared_ptr<Work>>(m, "Work")
+      .def("wait", [](Work& w, double t) { check(w.wait(t)); }, py::arg("timeout") = -1.0, release)
+      .def("is_completed", &Work::is_completed, release)
+      .def("error", [](Work& w) { check(w.status()); })
+      .def_property_readonly("seq", &Work::seq)
+      .def_property_readonly("collective", [](Work& w) { return std::string(collective_name(w.collective())); })
+      .def("stats", [](Work& w) { return stats_dict(w.stats()); })
+      .def("on_complete", [](Work& w, py::function fn) {
+        // The callback may run on the progress thread: take the GIL there.
+        auto holder = std::make_shared<py::object>(fn);
+        w.on_complete([holder](const Status& s) {
+          py::gil_scoped_acquire gil;
+          try {
+            (*holder)(s.ok() ? py::none() : py::cast(s.message()));
+          } catch (py::error_already_set& e) {
+            e.discard_as_unraisable("uccl Work.on_complete callback");
+          }
+          holder->release().dec_ref();
+        });
+      });
+
+  using C = Communicator;
+  py::class_<C, std::shared_ptr<C>>(m, "Communicator")
+      .def_static("create", [](int rank, int size, std::shared_ptr<Store> store, py::dict opts) {
+            CommOptions o = options_from(opts);
+            py::gil_scoped_release nogil;
+            return unwrap(C::create(rank, size, store, o));
+          }, py::arg("rank"), py::arg("size"), py::arg("store"), py::arg("options") = py::dict())
+      .def_property_readonly("rank", &C::rank)
+      .def_property_readonly("size", &C::size)
+      .def("all_reduce", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar) {
+             return unwrap(c.all_reduce({ptr(s), ptr(r), n, dt(d), rop(op), scalar}));
+           }, release)
+      .def("reduce", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar, int root) {
+             ReduceArgs a;
+             a.send = ptr(s); a.recv = ptr(r); a.count = n; a.dtype = dt(d); a.op = rop(op); a.scalar = scalar; a.root = root;
+             return unwrap(c.reduce(a));
+           }, release)
+      .def("broadcast", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root) {
+             return unwrap(c.broadcast({ptr(s), ptr(r), n, dt(d), root}));
+           }, release)
+      .def("all_gather", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d) {
+             return unwrap(c.all_gather({ptr(s), ptr(r), n, dt(d)}));
+           }, release)
+      .def("all_gather_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> counts, std::vector<size_t> displs, int d) {
+             return unwrap(c.all_gather_v({ptr(s), ptr(r), counts, displs, dt(d)}));
+           }, release)
+      .def("reduce_scatter", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar) {
+             return unwrap(c.reduce_scatter({ptr(s), ptr(r), n, dt(d), rop(op), scalar}));
+           }, release)
+      .def("reduce_scatter_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> counts, int d, int op, double scalar) {
+             return unwrap(c.reduce_scatter_v({ptr(s), ptr(r), counts, dt(d), rop(op), scalar}));
+           }, release)
+      .def("all_to_all", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d) {
+             return unwrap(c.all_to_all({ptr(s), ptr(r), n, dt(d)}));
+           }, release)
+      .def("all_to_all_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> sc, std::vector<size_t> sd,
+                              std::vector<size_t> rc, std::vector<size_t> rd, int d) {
+             return unwrap(c.all_to_all_v({ptr(s), ptr(r), sc, sd, rc, rd, dt(d)}));
+           }, release)
+      .def("gather", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root) {
+             return unwrap(c.gather({ptr(s), ptr(r), n, dt(d), root}));
+           }, release)
+      .def("scatter", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root) {
+             return unwrap(c.scatter({ptr(s), ptr(r), n, dt(d), root}));
+           }, release)
+      .def("p2p", [](C& c, std::vector<std::tuple<bool, uintptr_t, size_t, int, int, uint32_t>> ops) {
+             std::vector<P2POp> v;
+             for (auto& [is_send, p, n, d, peer, tag] : ops) v.push_back({is_send, ptr(p), n, dt(d), peer, tag});
+             return unwrap(c.p2p(v));
+           }, release)
+      .def("barrier", [](C& c) { return unwrap(c.barrier()); }, release)
+      .def("split", [](C& c, int color, int key, py::dict opts) {
+             CommOptions o = options_from(opts);
+             py::gil_scoped_release nogil;
+             return unwrap(c.split(color, key, o));
+           }, py::arg("color"), py::arg("key"), py::arg("options") = py::dict())
+      .def("new_group", [](C& c, std::vector<int> ranks, py::dict opts) {
+             CommOptions o = options_from(opts);
+             py::gil_scoped_release nogil;
+             return unwrap(c.new_group(ranks, o));
+           }, py::arg("ranks"), py::arg("options") = py::dict())
+      .def("abort", &C::abort, py::arg("why") = "abort() called", release)
+      .def("error", [](C& c) { check(c.error()); }, release)
+      .def("describe", &C::describe, release);
+}

@@ -1,0 +1,13 @@
+// Status -> typed Python exception (uccl.errors), carrying the code and the peer rank.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include "core/status.h"
+
+namespace uccl {
+
+[[noreturn]] void throw_status(const Status& s);
+void register_error_translation(pybind11::module_& m);
+
+}  // namespace uccl

@@ -1,0 +1,169 @@
+// Sockets and interfaces: the UCCL_SOCKET_IFNAME matrix, address parsing/printing, interface
+// listing, listen/connect over IPv4 and IPv6 loopback, deadlines on recv_all and connect_to.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "check.h"
+#include "core/net.h"
+
+using namespace uccl;
+
+static void test_ifname_matrix() {
+  struct Case {
+    const char* spec;
+    const char* name;
+    bool match;
+  } cases[] = {
+      {"", "eth0", true},          // empty = no restriction
+      {"eth", "eth0", true},       // prefix
+      {"eth", "eth10", true},
+      {"eth", "ens3", false},
+      {"eth,ib", "ib0", true},     // list
+      {"eth, ib", "ib0", true},    // blanks around items are ignored
+      {"eth,ib", "lo", false},
+      {"^docker,lo", "docker0", false},  // exclude
+      {"^docker,lo", "lo", false},
+      {"^docker,lo", "eth0", true},
+      {"=eth0", "eth0", true},     // exact
+      {"=eth0", "eth01", false},
+      {"=eth0,ib0", "ib0", true},
+      {"=eth0,ib0", "ib", false},
+      {"^=eth0", "eth0", false},   // exact exclude
+      {"^=eth0", "eth01", true},
+      {"^=eth0", "ib0", true},
+      {"^", "eth0", true},         // exclude nothing
+  };
+  for (auto& c : cases) {
+    bool got = ifname_matches(c.spec, c.name);
+    if (got != c.match) std::fprintf(stderr, "spec '%s' name '%s': got %d\n", c.spec, c.name, got);
+    CHECK(got == c.match);
+  }
+}
+
+static void test_addresses() {
+  auto a = parse_address("10.0.0.2", 41234);
+  CHECK(a.ok() && a.value().family() == AF_INET);
+  CHECK(a.value().to_string() == "10.0.0.2:41234");
+  auto b = parse_address("10.0.0.2:80", 41234);  // a port in the text wins
+  CHECK(b.ok() && b.value().port() == 80);
+  auto c = parse_address("fd00::2", 41234);
+  CHECK(c.ok() && c.value().family() == AF_INET6);
+  CHECK(c.value().to_string() == "[fd00::2]:41234");
+  auto d = parse_address("[::1]:5000", 0);
+  CHECK(d.ok() && d.value().family() == AF_INET6 && d.value().port() == 5000);
+  CHECK(d.value().to_string() == "[::1]:5000");
+  auto e = parse_address("localhost", 7);
+  CHECK(e.ok() && e.value().port() == 7);
+  CHECK(!parse_address("[::1", 1).ok());
+  CHECK(!parse_address("1.2.3.4:99999", 1).ok());
+  CHECK(!parse_address("no-such-host.invalid", 1).ok());
+  SockAddr s = a.value();
+  s.set_port(9);
+  CHECK(s.port() == 9);
+}
+
+static void test_interfaces() {
+  auto all = list_interfaces();
+  CHECK(!all.empty());
+  bool have_lo = false;
+  for (auto& ni : all) {
+    CHECK(ni.addr.port() == 0);
+    have_lo |= ni.loopback;
+    std::printf("  %s %s%s%s speed %.1f Gb/s\n", ni.name.c_str(), ni.addr.to_string().c_str(), ni.up ? " up" : "",
+                ni.loopback ? " loopback" : "", ni.speed_gbps);
+  }
+  CHECK(have_lo);
+  auto def = select_interfaces("", "");
+  CHECK(!def.empty());  // falls back to loopback at worst
+  bool all_lo = true;
+  for (auto& ni : def) all_lo &= ni.loopback;
+  for (auto& ni : def) CHECK(ni.up && (all_lo || !ni.loopback) && ni.name.compare(0, 6, "docker") != 0);
+  auto lo = select_interfaces("=lo", "AF_INET");
+  CHECK(!lo.empty() && lo[0].loopback && lo[0].addr.family() == AF_INET);
+  CHECK(select_interfaces("=no_such_if0", "").empty());
+  for (auto& ni : select_interfaces("", "AF_INET6")) CHECK(ni.addr.family() == AF_INET6);
+}
+
+static void test_loopback(const char* host) {
+  auto addr = parse_address(host, 0);
+  CHECK(addr.ok());
+  SockAddr a = addr.value();
+  auto lfd = listen_on(&a);
+  CHECK_OK(lfd.status());
+  CHECK(a.port() != 0);
+  auto cfd = connect_to(a, now_s() + 5);
+  CHECK_OK(cfd.status());
+  int sfd = accept(lfd.value(), nullptr, nullptr);
+  CHECK(sfd >= 0);
+  // A payload larger than the socket buffers, sent from another thread.
+  std::string big(8 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>(i);
+  std::thread t([&] { CHECK_OK(send_all(cfd.value(), big.data(), big.size(), now_s() + 10)); });
+  std::string got(big.size(), 0);
+  CHECK_OK(recv_all(sfd, &got[0], got.size(), now_s() + 10));
+  t.join();
+  CHECK(got == big);
+
+  // Deadline: nothing arrives.
+  char buf[4];
+  double t0 = now_s();
+  Status st = recv_all(sfd, buf, sizeof buf, now_s() + 0.2);
+  double dt = now_s() - t0;
+  CHECK(st.code() == Code::kTimeout);
+  CHECK(dt >= 0.15 && dt < 2);
+  // Peer close: kRemoteError with the byte count in the message.
+  CHECK_OK(send_all(cfd.value(), "ab", 2, now_s() + 1));
+  close(cfd.value());
+  st = recv_all(sfd, buf, sizeof buf, now_s() + 5);
+  CHECK(st.code() == Code::kRemoteError);
+  CHECK(st.message().find("2 of 4") != std::string::npos);
+  close(sfd);
+  close(lfd.value());
+}
+
+static void test_connect_deadline() {
+  // Bind a port, close it: connecting is refused and retried until the deadline.
+  auto addr = parse_address("127.0.0.1", 0);
+  SockAddr a = addr.value();
+  auto lfd = listen_on(&a);
+  CHECK_OK(lfd.status());
+  close(lfd.value());
+  double t0 = now_s();
+  auto c = connect_to(a, now_s() + 0.3);
+  double dt = now_s() - t0;
+  CHECK(!c.ok() && c.status().code() == Code::kTimeout);
+  CHECK(dt >= 0.25 && dt < 3);
+  // A listener that appears late is still reached.
+  std::thread late([&] {
+    usleep(200 * 1000);
+    SockAddr b = a;
+    auto l2 = listen_on(&b);
+    CHECK_OK(l2.status());
+    int s = accept(l2.value(), nullptr, nullptr);
+    CHECK(s >= 0);
+    close(s);
+    close(l2.value());
+  });
+  auto c2 = connect_to(a, now_s() + 5);
+  CHECK_OK(c2.status());
+  close(c2.value());
+  late.join();
+}
+
+int main() {
+  test_ifname_matrix();
+  test_addresses();
+  test_interfaces();
+  test_loopback("127.0.0.1");
+  bool have_v6 = false;
+  for (auto& ni : list_interfaces()) have_v6 |= ni.loopback && ni.addr.family() == AF_INET6;
+  if (have_v6) test_loopback("::1");
+  else std::puts("  (no IPv6 loopback: skipping ::1)");
+  test_connect_deadline();
+  std::puts("net_test ok");
+  return 0;
+}

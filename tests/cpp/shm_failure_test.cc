@@ -1,0 +1,283 @@
+// Failure behaviour of the shm transport: mismatches, a peer that exits or is SIGKILLed in the
+// middle of a transfer, a peer that sends and exits, fail_all(), setup errors, and /dev/shm
+// left clean in every case.
+#include <sys/mman.h>
+
+#include "shm_test_util.h"
+
+using namespace shmtest;
+
+namespace {
+
+constexpr size_t kBig = 64u << 20;
+
+// Waits for `r` and returns how long it took.
+double wait_failed(Endpoint* ep, Request* r, Code expect, double limit_s) {
+  const double t0 = now_s();
+  Status s = drive(ep, {r}, limit_s + 5);
+  const double dt = now_s() - t0;
+  if (s.code() != expect) std::fprintf(stderr, "got %s\n", s.to_string().c_str());
+  CHECK(s.code() == expect);
+  CHECK(r->state == ReqState::kFailed);
+  return dt;
+}
+
+void test_mismatch() {
+  for (int variant = 0; variant < 2; ++variant) {
+    auto body = [&](Endpoint* ep) -> int {
+      std::vector<uint8_t> p(100, 1);
+      SendRequest s;
+      s.data = p.data();
+      s.bytes = 100;
+      s.env = env_for(variant == 0 ? 8 : 7);  // variant 0: another op; variant 1: another size
+      ep->post_send(&s);
+      CHECK_OK(drive(ep, {&s}));
+      // The parent detects the mismatch and shuts the connection: our next receive fails.
+      RecvRequest r;
+      std::vector<uint8_t> buf(10);
+      r.dst = buf.data();
+      r.bytes = 10;
+      r.expect = env_for(1);
+      ep->post_recv(&r);
+      Status st = drive(ep, {&r}, 5);
+      CHECK(st.code() == Code::kRemoteError);
+      CHECK(st.message().find("mismatch") != std::string::npos);
+      return 0;
+    };
+    std::unique_ptr<Endpoint> ep;
+    pid_t child = fork_pair(options(true), options(true), &ep, body);
+    std::vector<uint8_t> buf(100);
+    RecvRequest r;
+    r.dst = buf.data();
+    r.bytes = variant == 0 ? 100 : 99;
+    r.expect = env_for(7);
+    ep->post_recv(&r);
+    Status st = drive(ep.get(), {&r}, 10);
+    std::printf("  %s\n", st.to_string().c_str());
+    CHECK(st.code() == Code::kMismatch);
+    CHECK(st.peer() == 1);
+    SendRequest later;  // the endpoint is dead now: posts fail at once
+    ep->post_send(&later);
+    CHECK(later.state == ReqState::kFailed && later.error.code() == Code::kMismatch);
+    CHECK(join(child) == 0);
+  }
+}
+
+// The child receives a little of a large ring transfer, then dies (_exit or SIGKILL).
+// The parent's send is blocked on a full ring and must fail within about a second.
+void test_receiver_dies(bool sigkill) {
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> buf(kBig);
+    RecvRequest r;
+    r.dst = buf.data();
+    r.bytes = kBig;
+    r.expect = env_for(1);
+    ep->post_recv(&r);
+    for (int i = 0; i < 20; ++i) ep->progress();
+    CHECK(r.pending());
+    if (sigkill) raise(SIGKILL);
+    _exit(0);
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(false), options(false), &ep, body);
+  std::vector<uint8_t> p(kBig, 3);
+  SendRequest s;
+  s.data = p.data();
+  s.bytes = kBig;
+  s.env = env_for(1);
+  ep->post_send(&s);
+  const double dt = wait_failed(ep.get(), &s, Code::kRemoteError, 1.0);
+  std::printf("  receiver %s: send failed after %.3f s: %s\n", sigkill ? "SIGKILLed" : "exited", dt,
+              s.error.message().c_str());
+  CHECK(dt < 1.5);
+  CHECK(s.error.peer() == 1);
+  SendRequest later;
+  ep->post_send(&later);
+  CHECK(later.state == ReqState::kFailed && later.error.code() == Code::kRemoteError);
+  CHECK(join(child) == (sigkill ? 128 + SIGKILL : 0));
+}
+
+// The parent's CMA send waits for the child's ack; the child is SIGKILLed from outside.
+void test_cma_sender_waits_for_dead_peer() {
+  auto body = [&](Endpoint* ep) -> int {
+    pause();  // never receives
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(true), options(true), &ep, body);
+  std::vector<uint8_t> p(kBig, 3);
+  SendRequest s;
+  s.data = p.data();
+  s.bytes = kBig;
+  s.env = env_for(1);
+  ep->post_send(&s);
+  for (int i = 0; i < 1000; ++i) ep->progress();
+  CHECK(s.pending());
+  kill(child, SIGKILL);
+  const double dt = wait_failed(ep.get(), &s, Code::kRemoteError, 1.0);
+  std::printf("  cma sender: failed %.3f s after the kill\n", dt);
+  CHECK(dt < 1.0);
+  CHECK(join(child) == 128 + SIGKILL);
+}
+
+// The child dies in the middle of sending; the parent's receive fails.
+void test_sender_dies(bool cma) {
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> p(kBig, 5);
+    SendRequest s;
+    s.data = p.data();
+    s.bytes = kBig;
+    s.env = env_for(1);
+    ep->post_send(&s);
+    const double t0 = now_s();
+    while (now_s() - t0 < 0.05) ep->progress();
+    raise(SIGKILL);
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(cma), options(cma), &ep, body);
+  std::vector<uint8_t> buf(kBig);
+  RecvRequest r;
+  r.dst = buf.data();
+  r.bytes = kBig;
+  r.expect = env_for(1);
+  // Receive only once the child is dead: the ring holds part of the message (or, with CMA, a
+  // descriptor pointing into the dead process).
+  usleep(200000);
+  ep->post_recv(&r);
+  const double dt = wait_failed(ep.get(), &r, Code::kRemoteError, 1.0);
+  std::printf("  sender died (cma=%d): receive failed after %.3f s: %s\n", cma, dt, r.error.message().c_str());
+  CHECK(join(child) == 128 + SIGKILL);
+}
+
+// Completed sends stay deliverable after the sender exits (a rank may send and leave).
+void test_send_then_exit() {
+  auto body = [&](Endpoint* ep) -> int {
+    for (int k = 0; k < 3; ++k) {
+      std::vector<uint8_t> p = make_payload(1000 + k, k);
+      SendRequest s;
+      s.data = p.data();
+      s.bytes = p.size();
+      s.env = env_for(k);
+      ep->post_send(&s);
+      CHECK_OK(drive(ep, {&s}));
+    }
+    return 0;  // endpoint destroyed, process exits
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(true), options(true), &ep, body);
+  CHECK(join(child) == 0);
+  // Make sure the endpoint notices the closed socket before the receives are posted.
+  RecvRequest probe;
+  std::vector<uint8_t> first(1000);
+  probe.dst = first.data();
+  probe.bytes = 1000;
+  probe.expect = env_for(0);
+  ep->post_recv(&probe);
+  CHECK_OK(drive(ep.get(), {&probe}));
+  CHECK(check_payload(first.data(), 1000, 0));
+  usleep(10000);
+  ep->progress();
+  for (int k = 1; k < 3; ++k) {
+    std::vector<uint8_t> buf(1000 + k);
+    RecvRequest r;
+    r.dst = buf.data();
+    r.bytes = buf.size();
+    r.expect = env_for(k);
+    ep->post_recv(&r);
+    CHECK_OK(drive(ep.get(), {&r}));
+    CHECK(check_payload(buf.data(), buf.size(), k));
+  }
+  RecvRequest more;  // nothing else is coming
+  std::vector<uint8_t> buf(8);
+  more.dst = buf.data();
+  more.bytes = 8;
+  more.expect = env_for(3);
+  ep->post_recv(&more);
+  Status st = drive(ep.get(), {&more}, 3);
+  std::printf("  after the sender left: %s\n", st.to_string().c_str());
+  CHECK(st.code() == Code::kRemoteError);
+  CHECK(st.message().find("closed its endpoint") != std::string::npos);
+}
+
+// fail_all(): local requests fail with the given status at once, later posts too, and the
+// peer's pending requests fail soon after with a RemoteError naming the reason.
+void test_fail_all() {
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> buf(kBig);
+    RecvRequest r;
+    r.dst = buf.data();
+    r.bytes = kBig;
+    r.expect = env_for(1);
+    ep->post_recv(&r);
+    Status st = drive(ep, {&r}, 10);
+    CHECK(st.code() == Code::kRemoteError);
+    CHECK(st.message().find("aborted: test abort") != std::string::npos);
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(false), options(false), &ep, body);
+  std::vector<uint8_t> buf(100), p(kBig, 1);
+  RecvRequest r;
+  r.dst = buf.data();
+  r.bytes = 100;
+  r.expect = env_for(2);
+  SendRequest s;
+  s.data = p.data();
+  s.bytes = kBig;
+  s.env = env_for(2);  // the child expects op 1: it must not get as far as a mismatch
+  ep->post_recv(&r);
+  CHECK(ep->has_pending());
+  ep->fail_all(Status(Code::kAborted, "test abort"));
+  CHECK(!ep->has_pending());
+  CHECK(r.state == ReqState::kFailed && r.error.code() == Code::kAborted);
+  ep->post_send(&s);
+  CHECK(s.state == ReqState::kFailed && s.error.code() == Code::kAborted);
+  CHECK(join(child) == 0);
+}
+
+// Setup failures: a segment that does not exist, and a connect that is abandoned.
+void test_setup_errors() {
+  auto t = make_shm_transport(options(true));
+  {
+    Result<PendingConnect*> pc = t->start_connect(peer_ctx(0, 1));
+    CHECK_OK(pc.status());
+    CHECK(leftover_segments() == 1);
+    delete pc.value();  // never finished: the segment must not stay behind
+    CHECK(leftover_segments() == 0);
+  }
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  std::string answer;
+  Result<Endpoint*> ep = t->accept(peer_ctx(1, 0),
+                                   "uccl-shm 1 name=/uccl-1-doesnotexist total=" + std::to_string(4096 + 2 * 65536) +
+                                       " ring=65536 pid=1 cma=0",
+                                   &answer, {sv[0]});
+  CHECK(!ep.ok() && ep.status().code() == Code::kNotSupported);
+  ep = t->accept(peer_ctx(1, 0), "garbage", &answer, {sv[1]});
+  CHECK(!ep.ok() && ep.status().code() == Code::kRemoteError);
+}
+
+}  // namespace
+
+int main() {
+  signal(SIGPIPE, SIG_IGN);
+  std::puts("mismatch");
+  test_mismatch();
+  std::puts("receiver dies mid-transfer");
+  test_receiver_dies(false);
+  test_receiver_dies(true);
+  test_cma_sender_waits_for_dead_peer();
+  std::puts("sender dies mid-transfer");
+  test_sender_dies(false);
+  test_sender_dies(true);
+  std::puts("send, then exit");
+  test_send_then_exit();
+  std::puts("fail_all");
+  test_fail_all();
+  std::puts("setup errors");
+  test_setup_errors();
+  CHECK(leftover_segments() == 0);
+  std::puts("shm_failure_test ok");
+  return 0;
+}

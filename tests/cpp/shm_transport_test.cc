@@ -1,0 +1,247 @@
+// Data path of the shm transport across two processes: sizes around the ring and CMA
+// boundaries, many messages in flight (FIFO), bidirectional exchange with full rings, and
+// reduce receives. Failure behaviour is in shm_failure_test.cc.
+#include <cmath>
+
+#include "core/reduce.h"
+#include "shm_test_util.h"
+
+using namespace shmtest;
+
+namespace {
+
+const std::vector<size_t> kSizes = {0, 1, 7, 4096 + 3, (4u << 20) + 3, 64u << 20};
+
+// Sends each size one way, then the other way, and checks content and the CMA counters.
+void test_sizes(bool cma) {
+  auto body = [&](Endpoint* ep) -> int {
+    for (size_t k = 0; k < kSizes.size(); ++k) {  // receive from the parent
+      std::vector<uint8_t> buf(kSizes[k] + 1, 0xee);
+      RecvRequest r;
+      r.dst = buf.data();
+      r.bytes = kSizes[k];
+      r.expect = env_for(k);
+      ep->post_recv(&r);
+      CHECK_OK(drive(ep, {&r}));
+      CHECK(check_payload(buf.data(), kSizes[k], k));
+      CHECK(buf[kSizes[k]] == 0xee);  // nothing written past the end
+    }
+    for (size_t k = 0; k < kSizes.size(); ++k) {  // and send back
+      std::vector<uint8_t> payload = make_payload(kSizes[k], 100 + k);
+      SendRequest s;
+      s.data = payload.data();
+      s.bytes = kSizes[k];
+      s.env = env_for(100 + k);
+      ep->post_send(&s);
+      CHECK_OK(drive(ep, {&s}));
+    }
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(cma), options(cma), &ep, body);
+  CHECK(leftover_segments() == 0);  // unlinked as soon as setup finished
+  std::printf("  %s\n", ep->describe().c_str());
+  CHECK(ep->describe().find(cma ? "(pid" : "no cma") != std::string::npos);
+  for (size_t k = 0; k < kSizes.size(); ++k) {
+    std::vector<uint8_t> payload = make_payload(kSizes[k], k);
+    SendRequest s;
+    s.data = payload.data();
+    s.bytes = kSizes[k];
+    s.env = env_for(k);
+    ep->post_send(&s);
+    CHECK_OK(drive(ep.get(), {&s}));
+  }
+  for (size_t k = 0; k < kSizes.size(); ++k) {
+    std::vector<uint8_t> buf(kSizes[k]);
+    RecvRequest r;
+    r.dst = buf.data();
+    r.bytes = kSizes[k];
+    r.expect = env_for(100 + k);
+    ep->post_recv(&r);
+    CHECK_OK(drive(ep.get(), {&r}));
+    CHECK(check_payload(buf.data(), kSizes[k], 100 + k));
+  }
+  const shm::ShmStats& st = as_shm(ep.get())->stats();
+  std::printf("  cma=%d: ring sends %llu, cma sends %llu, ring recvs %llu, cma recvs %llu\n", cma,
+              (unsigned long long)st.ring_sends, (unsigned long long)st.cma_sends, (unsigned long long)st.ring_recvs,
+              (unsigned long long)st.cma_recvs);
+  if (cma && as_shm(ep.get())->cma_send_enabled()) {
+    CHECK(st.cma_sends == 2 && st.cma_recvs == 2);  // 4 MiB+3 and 64 MiB
+  } else {
+    CHECK(st.cma_sends == 0 && st.cma_recvs == 0);
+  }
+  CHECK(ep->counters().messages_sent == kSizes.size());
+  CHECK(join(child) == 0);
+  ep.reset();
+  CHECK(leftover_segments() == 0);
+}
+
+// Thousands of messages posted at once, sizes mixing inline, multi-piece and CMA: they must
+// arrive and complete in posting order.
+void test_fifo_many() {
+  const int kCount = 3000;
+  auto size_of = [](int k) -> size_t {
+    if (k % 500 == 7) return (1u << 20) + k;  // CMA
+    if (k % 50 == 3) return 100000 + k;       // several pieces
+    return static_cast<size_t>((k * 37) % 700);
+  };
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<std::vector<uint8_t>> bufs(kCount);
+    std::vector<RecvRequest> reqs(kCount);
+    std::vector<Request*> all;
+    for (int k = 0; k < kCount; ++k) {
+      bufs[k].resize(size_of(k));
+      reqs[k].dst = bufs[k].data();
+      reqs[k].bytes = size_of(k);
+      reqs[k].expect = env_for(5, static_cast<uint32_t>(k));
+      ep->post_recv(&reqs[k]);
+      all.push_back(&reqs[k]);
+    }
+    CHECK_OK(drive(ep, all));
+    for (int k = 0; k < kCount; ++k) CHECK(check_payload(bufs[k].data(), size_of(k), k));
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(true, 256 << 10), options(true, 256 << 10), &ep, body);
+  std::vector<std::vector<uint8_t>> payloads(kCount);
+  std::vector<SendRequest> reqs(kCount);
+  for (int k = 0; k < kCount; ++k) {
+    payloads[k] = make_payload(size_of(k), k);
+    reqs[k].data = payloads[k].data();
+    reqs[k].bytes = size_of(k);
+    reqs[k].env = env_for(5, static_cast<uint32_t>(k));
+    ep->post_send(&reqs[k]);
+  }
+  // Completion order is FIFO: whenever request k is done, every earlier one is done too.
+  int done_prefix = 0;
+  const double deadline = now_s() + 60;
+  while (done_prefix < kCount) {
+    ep->progress();
+    for (int k = done_prefix; k < kCount; ++k) {
+      CHECK(reqs[k].state != ReqState::kFailed);
+      if (reqs[k].state == ReqState::kDone) {
+        CHECK(k == done_prefix);
+        ++done_prefix;
+      }
+    }
+    CHECK(now_s() < deadline);
+  }
+  CHECK(join(child) == 0);
+}
+
+// Both sides send and receive `bytes` at once, `iters` times, with rings much smaller than the
+// messages: the ring-allreduce step pattern. Must never deadlock.
+void test_bidirectional(bool cma, size_t bytes, int iters) {
+  auto exchange = [=](Endpoint* ep, uint64_t my_seed, uint64_t peer_seed) -> int {
+    std::vector<uint8_t> out = make_payload(bytes, my_seed), in(bytes);
+    for (int it = 0; it < iters; ++it) {
+      SendRequest s;
+      s.data = out.data();
+      s.bytes = bytes;
+      s.env = env_for(it);
+      RecvRequest r;
+      r.dst = in.data();
+      r.bytes = bytes;
+      r.expect = env_for(it);
+      ep->post_send(&s);
+      ep->post_recv(&r);
+      CHECK_OK(drive(ep, {&s, &r}));
+      CHECK(check_payload(in.data(), bytes, peer_seed));
+    }
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(cma, 256 << 10), options(cma, 256 << 10), &ep,
+                          [&](Endpoint* e) { return exchange(e, 2, 1); });
+  CHECK(exchange(ep.get(), 1, 2) == 0);
+  CHECK(join(child) == 0);
+}
+
+template <class T>
+std::vector<T> values(size_t n, int seed, T (*gen)(size_t, int)) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = gen(i, seed);
+  return v;
+}
+
+// Reduce receives: the parent sends `a`, the child reduce-receives into dst with acc = b (or
+// dst = b, acc null) and compares with uccl::reduce computed locally.
+void test_reduce(DataType dt, RedOp op, size_t count, bool cma, bool with_acc) {
+  const size_t esz = dtype_size(dt), bytes = count * esz;
+  auto fill = [&](int seed) {
+    std::vector<uint8_t> v(bytes);
+    for (size_t i = 0; i < count; ++i) {
+      if (dt == DataType::kFloat32) {
+        float f = static_cast<float>((i * 7 + seed * 13) % 1000) * 0.25f - 100.f;
+        std::memcpy(&v[i * 4], &f, 4);
+      } else if (dt == DataType::kBFloat16) {
+        float f = static_cast<float>((i * 5 + seed * 3) % 200) * 0.5f - 50.f;
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        uint16_t h = static_cast<uint16_t>(bits >> 16);  // exact: few mantissa bits
+        std::memcpy(&v[i * 2], &h, 2);
+      } else {
+        v[i * esz] = static_cast<uint8_t>((i * 31 + seed * 17) & 0xff);
+      }
+    }
+    return v;
+  };
+  const std::vector<uint8_t> a = fill(1), b = fill(2);
+  std::vector<uint8_t> expect(bytes);
+  reduce(expect.data(), b.data(), a.data(), count, dt, op);
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> dst(bytes), acc = b;
+    if (!with_acc) dst = b;
+    RecvRequest r;
+    r.dst = dst.data();
+    r.bytes = bytes;
+    r.expect = env_for(9);
+    r.reduce = true;
+    r.acc = with_acc ? acc.data() : nullptr;
+    r.dtype = dt;
+    r.op = op;
+    ep->post_recv(&r);
+    CHECK_OK(drive(ep, {&r}));
+    CHECK(std::memcmp(dst.data(), expect.data(), bytes) == 0);
+    CHECK(acc == b);
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(cma, 256 << 10), options(cma, 256 << 10), &ep, body);
+  SendRequest s;
+  s.data = a.data();
+  s.bytes = bytes;
+  s.env = env_for(9);
+  ep->post_send(&s);
+  CHECK_OK(drive(ep.get(), {&s}));
+  CHECK(join(child) == 0);
+}
+
+}  // namespace
+
+int main() {
+  std::puts("sizes, cma on");
+  test_sizes(true);
+  std::puts("sizes, cma off");
+  test_sizes(false);
+  std::puts("fifo, many in flight");
+  test_fifo_many();
+  std::puts("bidirectional");
+  test_bidirectional(false, (16u << 20) + 5, 3);
+  test_bidirectional(true, (16u << 20) + 5, 3);
+  test_bidirectional(false, 1000, 200);
+  test_bidirectional(true, 64u << 20, 1);
+  std::puts("reduce receives");
+  for (bool cma : {false, true}) {
+    for (bool acc : {false, true}) {
+      test_reduce(DataType::kFloat32, RedOp::kSum, (1u << 20) + 3, cma, acc);  // 4 MiB + 12: multi piece / CMA
+      test_reduce(DataType::kBFloat16, RedOp::kSum, (1u << 20) + 1, cma, acc);
+      test_reduce(DataType::kInt8, RedOp::kMax, (2u << 20) + 7, cma, acc);
+    }
+  }
+  test_reduce(DataType::kFloat32, RedOp::kSum, 5, false, true);  // single small message
+  test_reduce(DataType::kFloat32, RedOp::kSum, 0, false, false);
+  CHECK(leftover_segments() == 0);
+  std::puts("shm_transport_test ok");
+  return 0;
+}

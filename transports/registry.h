@@ -1,0 +1,17 @@
+// Which transports this build has, and how to make them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "transports/transport.h"
+
+namespace uccl {
+
+// A new transport instance (one per communicator and kind), or nullptr if not built/available.
+std::unique_ptr<Transport> make_transport(TransportKind kind);
+Result<TransportKind> transport_kind_from_name(const std::string& name);
+// Whether the kind can be used in this process (verbs: library and a device present).
+bool transport_available(TransportKind kind, std::string* why);
+
+}  // namespace uccl

@@ -1,0 +1,193 @@
+// ShmEndpoint life cycle: posting, the progress loop, liveness and failure handling.
+// The byte-moving code is in shm_endpoint_io.cc.
+#include "transports/shm/shm_endpoint.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+
+namespace uccl {
+namespace shm {
+namespace {
+
+// Upper bound of steps per progress() call, so one busy endpoint cannot starve the others the
+// engine drives (each step moves at most one piece or one CMA chunk per direction).
+constexpr int kMaxStepsPerProgress = 64;
+
+// Milliseconds from the coarse clock: read from the vDSO page, no syscall, ~1-4 ms resolution.
+inline int64_t coarse_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace
+
+ShmEndpoint::ShmEndpoint(ShmEndpointParams p)
+    : peer_(std::move(p.peer)),
+      segment_(std::move(p.segment)),
+      ctl_(segment_.control()),
+      side_(p.side),
+      fd_(p.liveness_fd),
+      peer_pid_(p.peer_pid),
+      opt_(p.options) {
+  ring_bytes_ = segment_.ring_bytes();
+  ring_mask_ = ring_bytes_ - 1;
+  // The active side chose the ring size; our pieces must leave room for the reader's.
+  piece_ = std::min<uint64_t>(opt_.piece_bytes, ring_bytes_ / 4) & ~(kLine - 1);
+  tx_ctl_ = &ctl_->ring[side_];
+  tx_data_ = segment_.ring_data(side_);
+  rx_ctl_ = &ctl_->ring[1 - side_];
+  rx_data_ = segment_.ring_data(1 - side_);
+  last_poll_ms_ = coarse_ms();
+}
+
+ShmEndpoint::~ShmEndpoint() {
+  if (!dead_ && !peer_gone_) leave_note("closed its endpoint");
+  if (fd_ >= 0) close(fd_);
+  // segment_ unmaps itself; the name was unlinked during setup.
+}
+
+void ShmEndpoint::post_send(SendRequest* r) {
+  r->state = ReqState::kPending;
+  if (dead_) return fail(r, dead_status_);
+  if (peer_gone_) return fail(r, gone_status_);
+  if (r->bytes > 0 && r->data == nullptr) return fail(r, InvalidArgument("shm send of " + std::to_string(r->bytes) + " bytes from a null buffer"));
+  sendq_.push_back(r);
+  // Eager: a lone small message leaves right now instead of at the next progress() call.
+  if (sendq_.size() == 1) send_step();
+}
+
+void ShmEndpoint::post_recv(RecvRequest* r) {
+  r->state = ReqState::kPending;
+  if (dead_) return fail(r, dead_status_);
+  if (r->bytes > 0 && r->dst == nullptr) return fail(r, InvalidArgument("shm receive of " + std::to_string(r->bytes) + " bytes into a null buffer"));
+  if (r->reduce) {
+    if (!dtype_valid(static_cast<int>(r->dtype)) || !redop_valid(static_cast<int>(r->op)))
+      return fail(r, InvalidArgument("shm reduce receive with an invalid dtype or op"));
+    if (r->bytes % dtype_size(r->dtype) != 0)
+      return fail(r, InvalidArgument("shm reduce receive of " + std::to_string(r->bytes) +
+                                     " bytes is not a whole number of " + dtype_name(r->dtype) + " elements"));
+  }
+  recvq_.push_back(r);
+  if (peer_gone_) drain_after_peer_gone();
+}
+
+bool ShmEndpoint::progress() {
+  if (dead_) return false;
+  bool any = false;
+  for (int step = 0; step < kMaxStepsPerProgress; ++step) {
+    // One piece each way per step: a bidirectional exchange keeps both rings moving and can
+    // never wait on its own full ring while the peer waits on the other.
+    bool moved = send_step();
+    moved |= recv_step();
+    if (!unacked_.empty()) moved |= reap_sends();
+    if (!moved || dead_) break;
+    any = true;
+  }
+  if (!dead_ && !peer_gone_ && has_pending()) check_liveness();
+  return any;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Liveness.
+
+void ShmEndpoint::check_liveness() {
+  const int64_t ms = coarse_ms();
+  if (ms == last_poll_ms_) return;
+  last_poll_ms_ = ms;
+  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return;
+  bool gone = p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL);
+  if (!gone && (p.revents & POLLIN)) {
+    char buf[256];
+    ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      gone = true;
+    } else if (n > 0 && !warned_data_) {
+      warned_data_ = true;  // nobody should write here; ignore it rather than guess
+      UCCL_WARN("shm endpoint to %s: ignoring unexpected data on the liveness socket", peer_.describe().c_str());
+    }
+  }
+  if (gone) on_peer_gone();
+}
+
+std::string ShmEndpoint::peer_note() const {
+  const CloseNote& n = ctl_->close_note[1 - side_];
+  if (n.set.load(std::memory_order_acquire) == 0) return "shared memory peer exited";
+  return "shared memory peer " + std::string(n.text, strnlen(n.text, sizeof n.text));
+}
+
+void ShmEndpoint::leave_note(const std::string& text) {
+  CloseNote& n = ctl_->close_note[side_];
+  if (n.set.load(std::memory_order_relaxed) != 0) return;
+  const size_t len = std::min(text.size(), sizeof n.text - 1);
+  std::memcpy(n.text, text.data(), len);
+  n.text[len] = '\0';
+  n.set.store(1, std::memory_order_release);
+}
+
+void ShmEndpoint::on_peer_gone() {
+  if (peer_gone_ || dead_) return;
+  peer_gone_ = true;
+  gone_status_ = peer_closed_error(peer_, peer_note());
+  UCCL_INFO("shm endpoint to %s: %s", peer_.describe().c_str(), gone_status_.message().c_str());
+  // Nothing we send can be delivered or acknowledged any more.
+  for (SendRequest* r : sendq_) fail(r, gone_status_);
+  for (const Unacked& u : unacked_) fail(u.r, gone_status_);
+  sendq_.clear();
+  unacked_.clear();
+  tx_in_message_ = false;
+  drain_after_peer_gone();
+}
+
+// The peer's last writes happened before its socket closed, so the ring holds everything it
+// ever published: whole messages are still delivered, the first incomplete one ends the stream.
+void ShmEndpoint::drain_after_peer_gone() {
+  while (!dead_ && !recvq_.empty() && recv_step()) {
+  }
+  if (!dead_ && !recvq_.empty()) die(gone_status_);
+}
+
+void ShmEndpoint::die(const Status& s) {
+  if (dead_) return;
+  dead_ = true;
+  dead_status_ = s;
+  for (SendRequest* r : sendq_) fail(r, s);
+  for (const Unacked& u : unacked_) fail(u.r, s);
+  for (RecvRequest* r : recvq_) fail(r, s);
+  sendq_.clear();
+  unacked_.clear();
+  recvq_.clear();
+  tx_in_message_ = false;
+  rx_in_message_ = false;
+}
+
+void ShmEndpoint::fatal(const Status& s, const std::string& note) {
+  if (dead_) return;
+  leave_note(note);
+  die(s);
+  // Tell the peer now: it may be waiting for ring space, a message, or a CMA ack from us.
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+}
+
+void ShmEndpoint::fail_all(const Status& why) {
+  fatal(why, "aborted: " + why.message());
+}
+
+std::string ShmEndpoint::describe() const {
+  const uint32_t tx = opt_.cma ? ctl_->cma_verdict[side_].load(std::memory_order_relaxed) : 2;
+  const uint32_t rx = ctl_->cma_verdict[1 - side_].load(std::memory_order_relaxed);
+  const char* cma = (tx == 1 && rx == 1) ? "cma" : (tx == 1) ? "cma send only" : (rx == 1) ? "cma receive only" : "no cma";
+  return "shm (pid " + std::to_string(peer_pid_) + ", " + cma + ")";
+}
+
+}  // namespace shm
+}  // namespace uccl

@@ -1,0 +1,169 @@
+// The shm Endpoint: FIFO messages through two single-producer/single-consumer byte rings.
+//
+// Data path, per direction (ring i written by one process, read by the other):
+//  * A message is a 64-byte MsgHeader followed by its payload, padded to 64 bytes, so headers
+//    never straddle the wrap point and every payload starts cache-line (hence element) aligned.
+//  * Small messages (payload <= one piece): header + payload are written and published with a
+//    single release store of `head` (one header line, the payload lines, one counter line).
+//  * Larger ring messages are written piece by piece (ShmOptions::piece_bytes), publishing
+//    after each piece, so the reader copies (or reduces) piece k while the writer writes k+1:
+//    both cores work at once and the pieces stay cache-resident between them. Pieces split at
+//    the wrap point; the reader consumes them as they come and releases space piece by piece.
+//  * A reduce receive applies uccl::reduce(dst, acc ? acc : dst, ring_piece) straight out of
+//    the ring: no temporary, one pass over dst.
+//  * CMA messages (large, when the reader proved it can read the writer's memory): the ring
+//    carries only the header with the sender's address; the reader pulls with process_vm_readv
+//    straight into dst (or into a cache-sized bounce buffer and reduces from it), then bumps
+//    ring.cma_done. The sender's request completes when cma_done covers it, and completions
+//    stay FIFO: an inline send that follows a CMA send completes after it.
+//
+// Progress interleaves the directions one piece at a time, so a bidirectional exchange with
+// both rings full never deadlocks and both rings stay busy.
+//
+// Liveness: the socket from the core carries no data. About once a millisecond of spinning
+// (read from the coarse clock, no syscall) it is polled with a zero timeout. When the peer is
+// gone, messages that are already complete in the ring are still delivered (a peer may send
+// and exit), everything else fails with peer_closed_error. fail_all() and fatal errors
+// (mismatch, corrupt ring, CMA failure) leave a note in the segment and shut the socket down,
+// so the peer fails at once too instead of waiting for a message that will never come.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_transport.h"
+#include "transports/transport.h"
+
+namespace uccl {
+namespace shm {
+
+constexpr uint64_t kLine = 64;
+constexpr uint32_t kMsgMagic = 0x4d4d4853;  // "SHMM": a header is where we expect one
+enum MsgFlags : uint32_t { kMsgInline = 0, kMsgCma = 1 };
+
+// In front of every message in the ring. Same host, same build: plain struct layout.
+struct MsgHeader {
+  Envelope env;          // what the sender is executing (checked against RecvRequest::expect)
+  uint64_t bytes;        // payload bytes
+  uint64_t cma_address;  // kMsgCma: where the payload lives in the sender
+  uint64_t cma_seq;      // kMsgCma: 1, 2, 3... per direction; the reader acks by cma_done
+  uint32_t flags;
+  uint32_t magic;
+};
+static_assert(sizeof(MsgHeader) == kLine, "a header is one cache line");
+
+// Which path messages took; tests use it to prove CMA really ran.
+struct ShmStats {
+  uint64_t ring_sends = 0, cma_sends = 0, ring_recvs = 0, cma_recvs = 0;
+};
+
+struct ShmEndpointParams {
+  PeerContext peer;
+  Segment segment;
+  int side = 0;  // 0: active (writes ring 0), 1: passive (writes ring 1)
+  int liveness_fd = -1;
+  pid_t peer_pid = 0;
+  ShmOptions options;
+};
+
+class ShmEndpoint final : public Endpoint {
+ public:
+  explicit ShmEndpoint(ShmEndpointParams p);
+  ~ShmEndpoint() override;
+
+  void post_send(SendRequest* r) override;
+  void post_recv(RecvRequest* r) override;
+  bool progress() override;
+  bool has_pending() const override { return !sendq_.empty() || !unacked_.empty() || !recvq_.empty(); }
+  void fail_all(const Status& why) override;
+  TransportKind kind() const override { return TransportKind::kShm; }
+  std::string describe() const override;
+
+  const ShmStats& stats() const { return stats_; }
+  bool cma_send_enabled();  // may our large sends use CMA? (false until the peer's probe verdict)
+
+ private:
+  struct Unacked {
+    SendRequest* r;
+    uint64_t cma_seq;  // 0: inline, already written
+  };
+
+  // ---- send side (shm_endpoint_io.cc)
+  bool send_step();  // one message start or one piece of the front send
+  bool send_start(SendRequest* r);
+  bool send_piece(SendRequest* r);
+  void send_written(SendRequest* r, uint64_t cma_seq);
+  bool reap_sends();  // completes sends whose CMA pull the reader acknowledged
+  void finish_send(SendRequest* r);
+  bool tx_reserve(uint64_t bytes);
+  void tx_publish();
+  void copy_to_ring(uint64_t pos, const void* src, size_t n);
+
+  // ---- receive side (shm_endpoint_io.cc)
+  bool recv_step();
+  bool recv_start(RecvRequest* r);
+  bool recv_ring_piece(RecvRequest* r);
+  bool recv_cma_chunk(RecvRequest* r);
+  void deliver(RecvRequest* r, size_t offset, const char* src, size_t n);
+  void finish_recv(RecvRequest* r);
+  uint64_t rx_available(uint64_t want);
+
+  // ---- liveness and failure (shm_endpoint.cc)
+  void check_liveness();
+  void on_peer_gone();
+  void drain_after_peer_gone();
+  void fatal(const Status& s, const std::string& note);  // local verdict: note for the peer, shut down
+  void die(const Status& s);                             // fail everything, refuse new posts
+  void leave_note(const std::string& text);
+  std::string peer_note() const;
+
+  PeerContext peer_;
+  Segment segment_;
+  SegmentControl* ctl_;
+  int side_;
+  int fd_;
+  pid_t peer_pid_;
+  ShmOptions opt_;
+  uint64_t ring_bytes_, ring_mask_, piece_;
+
+  // Writer state (ring `side_`). Local copies keep the shared lines out of the hot path:
+  // tail is read only when the cached value says the ring is full.
+  RingControl* tx_ctl_;
+  char* tx_data_;
+  uint64_t tx_head_ = 0, tx_published_ = 0, tx_tail_cache_ = 0;
+  uint64_t tx_off_ = 0;
+  bool tx_in_message_ = false;
+  uint32_t tx_cma_ = 0;  // cached verdict: 0 unknown, 1 yes, 2 no
+  uint64_t cma_posted_ = 0;
+  std::deque<SendRequest*> sendq_;  // not yet fully written
+  std::deque<Unacked> unacked_;     // written, waiting for FIFO completion / CMA ack
+
+  // Reader state (ring 1 - side_).
+  RingControl* rx_ctl_;
+  char* rx_data_;
+  uint64_t rx_tail_ = 0, rx_head_cache_ = 0;
+  uint64_t rx_off_ = 0;
+  bool rx_in_message_ = false;
+  MsgHeader rx_hdr_{};
+  uint64_t cma_acked_ = 0;
+  std::deque<RecvRequest*> recvq_;
+  std::unique_ptr<char, void (*)(void*)> bounce_{nullptr, nullptr};  // CMA reduce staging
+
+  // Failure state.
+  bool dead_ = false;       // every request fails with dead_status_
+  Status dead_status_;
+  bool peer_gone_ = false;  // sends fail; receives complete only from what the ring holds
+  Status gone_status_;
+  int64_t last_poll_ms_ = 0;
+  bool warned_data_ = false;
+
+  ShmStats stats_;
+};
+
+}  // namespace shm
+}  // namespace uccl

@@ -1,0 +1,287 @@
+// The data path of ShmEndpoint: writing messages into the tx ring, reading (copying, reducing,
+// or pulling with CMA) from the rx ring. See shm_endpoint.h for the protocol.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/reduce.h"
+#include "transports/shm/shm_cma.h"
+#include "transports/shm/shm_endpoint.h"
+
+namespace uccl {
+namespace shm {
+namespace {
+
+// A CMA copy pulls this much per process_vm_readv: large enough that the syscall and page
+// pinning are amortized, small enough that progress() returns to the other direction often.
+constexpr size_t kCmaCopyChunk = 1 << 20;
+// A CMA reduce pulls into a bounce buffer of this size and reduces from it while it is hot
+// in L2 (reduce-from-remote-memory is impossible without mapping the peer).
+constexpr size_t kBounceBytes = 128 << 10;
+
+inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Send side.
+
+bool ShmEndpoint::tx_reserve(uint64_t bytes) {
+  if (ring_bytes_ - (tx_head_ - tx_tail_cache_) >= bytes) return true;
+  tx_tail_cache_ = tx_ctl_->tail.load(std::memory_order_acquire);
+  return ring_bytes_ - (tx_head_ - tx_tail_cache_) >= bytes;
+}
+
+void ShmEndpoint::tx_publish() {
+  if (tx_head_ == tx_published_) return;
+  tx_ctl_->head.store(tx_head_, std::memory_order_release);
+  tx_published_ = tx_head_;
+}
+
+void ShmEndpoint::copy_to_ring(uint64_t pos, const void* src, size_t n) {
+  const size_t at = pos & ring_mask_;
+  const size_t first = std::min<size_t>(n, ring_bytes_ - at);
+  std::memcpy(tx_data_ + at, src, first);
+  if (n > first) std::memcpy(tx_data_, static_cast<const char*>(src) + first, n - first);
+}
+
+bool ShmEndpoint::cma_send_enabled() {
+  if (tx_cma_ == 0) {
+    if (!opt_.cma) {
+      tx_cma_ = 2;
+    } else {
+      tx_cma_ = ctl_->cma_verdict[side_].load(std::memory_order_acquire);  // stays 0 until probed
+    }
+  }
+  return tx_cma_ == 1;
+}
+
+bool ShmEndpoint::send_step() {
+  if (sendq_.empty()) return false;
+  SendRequest* r = sendq_.front();
+  return tx_in_message_ ? send_piece(r) : send_start(r);
+}
+
+bool ShmEndpoint::send_start(SendRequest* r) {
+  const bool cma = r->bytes >= opt_.cma_min_bytes && r->bytes > 0 && cma_send_enabled();
+  const uint64_t padded = align_up(r->bytes, kLine);
+  const bool whole = !cma && padded <= piece_;  // header and payload go out in one publish
+  if (!tx_reserve(kLine + (whole ? padded : 0))) return false;
+
+  MsgHeader* h = reinterpret_cast<MsgHeader*>(tx_data_ + (tx_head_ & ring_mask_));
+  h->env = r->env;
+  h->bytes = r->bytes;
+  h->flags = cma ? kMsgCma : kMsgInline;
+  h->magic = kMsgMagic;
+  h->cma_address = cma ? reinterpret_cast<uintptr_t>(r->data) : 0;
+  h->cma_seq = cma ? ++cma_posted_ : 0;
+  tx_head_ += kLine;
+  if (cma) {
+    ++stats_.cma_sends;
+  } else {
+    ++stats_.ring_sends;
+  }
+  if (whole) {
+    if (r->bytes) copy_to_ring(tx_head_, r->data, r->bytes);
+    tx_head_ += padded;
+  }
+  if (cma || whole) {
+    tx_publish();
+    sendq_.pop_front();
+    send_written(r, cma ? cma_posted_ : 0);
+    return true;
+  }
+  tx_in_message_ = true;
+  tx_off_ = 0;
+  send_piece(r);  // the header is published together with the first piece
+  return true;
+}
+
+bool ShmEndpoint::send_piece(SendRequest* r) {
+  const uint64_t remaining = r->bytes - tx_off_;
+  const uint64_t n = std::min<uint64_t>(remaining, piece_);
+  const uint64_t room = n == remaining ? align_up(n, kLine) : n;  // piece_ is a multiple of 64
+  if (!tx_reserve(room)) {
+    tx_publish();
+    return false;
+  }
+  copy_to_ring(tx_head_, static_cast<const char*>(r->data) + tx_off_, n);
+  tx_head_ += room;
+  tx_off_ += n;
+  tx_publish();
+  if (tx_off_ == r->bytes) {
+    tx_in_message_ = false;
+    sendq_.pop_front();
+    send_written(r, 0);
+  }
+  return true;
+}
+
+void ShmEndpoint::send_written(SendRequest* r, uint64_t cma_seq) {
+  if (cma_seq == 0 && unacked_.empty()) {
+    finish_send(r);  // the payload is in the ring: the caller may reuse its buffer
+  } else {
+    unacked_.push_back({r, cma_seq});  // completes in order, after the CMA pulls ahead of it
+  }
+}
+
+bool ShmEndpoint::reap_sends() {
+  const uint64_t done = tx_ctl_->cma_done.load(std::memory_order_acquire);
+  bool any = false;
+  while (!unacked_.empty() && unacked_.front().cma_seq <= done) {
+    finish_send(unacked_.front().r);
+    unacked_.pop_front();
+    any = true;
+  }
+  return any;
+}
+
+void ShmEndpoint::finish_send(SendRequest* r) {
+  counters_.bytes_sent += r->bytes;
+  counters_.messages_sent += 1;
+  complete(r);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receive side.
+
+uint64_t ShmEndpoint::rx_available(uint64_t want) {
+  uint64_t avail = rx_head_cache_ - rx_tail_;
+  if (avail >= want) return avail;
+  rx_head_cache_ = rx_ctl_->head.load(std::memory_order_acquire);
+  return rx_head_cache_ - rx_tail_;
+}
+
+bool ShmEndpoint::recv_step() {
+  if (recvq_.empty()) return false;
+  RecvRequest* r = recvq_.front();
+  if (!rx_in_message_) {
+    if (!recv_start(r)) return false;
+    if (!rx_in_message_) return true;  // finished (zero bytes) or failed
+  }
+  return (rx_hdr_.flags & kMsgCma) ? recv_cma_chunk(r) : recv_ring_piece(r);
+}
+
+bool ShmEndpoint::recv_start(RecvRequest* r) {
+  if (rx_available(kLine) < kLine) return false;
+  std::memcpy(&rx_hdr_, rx_data_ + (rx_tail_ & ring_mask_), kLine);
+  const bool cma = rx_hdr_.flags & kMsgCma;
+  if (rx_hdr_.magic != kMsgMagic || (cma && rx_hdr_.cma_seq != cma_acked_ + 1)) {
+    fatal(Status(Code::kRemoteError, peer_.describe() + ": corrupt shared memory ring (bad message header)",
+                 peer_.peer_rank),
+          "found a corrupt message header in the shared memory ring");
+    return true;
+  }
+  if (!rx_hdr_.env.same_call(r->expect) || rx_hdr_.bytes != r->bytes) {
+    Status s = mismatch_error(peer_, r->expect, r->bytes, rx_hdr_.env, rx_hdr_.bytes);
+    fatal(s, "detected a mismatch: " + s.message());
+    return true;
+  }
+  if (cma && peer_gone_) {
+    die(gone_status_);  // the payload lived in the dead process
+    return true;
+  }
+  rx_tail_ += kLine;
+  if (r->bytes == 0) {
+    rx_ctl_->tail.store(rx_tail_, std::memory_order_release);
+    ++stats_.ring_recvs;
+    finish_recv(r);
+    return true;
+  }
+  if (cma) rx_ctl_->tail.store(rx_tail_, std::memory_order_release);  // descriptor consumed
+  rx_in_message_ = true;
+  rx_off_ = 0;
+  return true;
+}
+
+void ShmEndpoint::deliver(RecvRequest* r, size_t offset, const char* src, size_t n) {
+  char* dst = static_cast<char*>(r->dst) + offset;
+  if (!r->reduce) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const char* acc = r->acc ? static_cast<const char*>(r->acc) + offset : dst;
+  reduce(dst, acc, src, n / dtype_size(r->dtype), r->dtype, r->op);
+}
+
+bool ShmEndpoint::recv_ring_piece(RecvRequest* r) {
+  const uint64_t remaining = r->bytes - rx_off_;
+  const uint64_t want = std::min<uint64_t>(remaining, piece_);
+  uint64_t n = std::min<uint64_t>(rx_available(want), want);
+  // The writer publishes whole pieces (multiples of 64) and the final remainder, so n is
+  // already a whole number of elements; keep the reduction safe regardless.
+  if (r->reduce) n -= n % dtype_size(r->dtype);
+  if (n == 0) return false;
+  const size_t at = rx_tail_ & ring_mask_;
+  const size_t first = std::min<size_t>(n, ring_bytes_ - at);
+  deliver(r, rx_off_, rx_data_ + at, first);
+  if (n > first) deliver(r, rx_off_ + first, rx_data_, n - first);
+  rx_off_ += n;
+  rx_tail_ += n;
+  const bool done = rx_off_ == r->bytes;
+  if (done) rx_tail_ = align_up(rx_tail_, kLine);
+  rx_ctl_->tail.store(rx_tail_, std::memory_order_release);
+  if (done) {
+    rx_in_message_ = false;
+    ++stats_.ring_recvs;
+    finish_recv(r);
+  }
+  return true;
+}
+
+bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
+  if (peer_gone_) {
+    die(gone_status_);  // never read a dead pid: the number may already name another process
+    return true;
+  }
+  const uint64_t remaining = r->bytes - rx_off_;
+  const uintptr_t src = rx_hdr_.cma_address + rx_off_;
+  ssize_t got;
+  if (!r->reduce) {
+    got = cma_read(peer_pid_, static_cast<char*>(r->dst) + rx_off_, src, std::min<uint64_t>(remaining, kCmaCopyChunk));
+  } else {
+    if (!bounce_) {
+      bounce_ = std::unique_ptr<char, void (*)(void*)>(static_cast<char*>(std::aligned_alloc(kLine, kBounceBytes)),
+                                                       std::free);
+      if (!bounce_) {
+        fatal(Status(Code::kSystemError, "out of memory for the shm CMA bounce buffer"), "ran out of memory");
+        return true;
+      }
+    }
+    got = cma_read(peer_pid_, bounce_.get(), src, std::min<uint64_t>(remaining, kBounceBytes));
+    if (got > 0) {
+      got -= got % static_cast<ssize_t>(dtype_size(r->dtype));  // a partial element is read again
+      deliver(r, rx_off_, bounce_.get(), static_cast<size_t>(got));
+    }
+  }
+  if (got < 0) {
+    if (got == -EINTR || got == -EAGAIN) return false;
+    if (got == -ESRCH) {
+      on_peer_gone();
+      return true;
+    }
+    fatal(Status(Code::kRemoteError,
+                 peer_.describe() + ": process_vm_readv from the shared memory peer failed: " + std::strerror(-got),
+                 peer_.peer_rank),
+          std::string("could not read the message with process_vm_readv: ") + std::strerror(-got));
+    return true;
+  }
+  if (got == 0) return false;
+  rx_off_ += static_cast<uint64_t>(got);
+  if (rx_off_ == r->bytes) {
+    rx_ctl_->cma_done.store(++cma_acked_, std::memory_order_release);
+    rx_in_message_ = false;
+    ++stats_.cma_recvs;
+    finish_recv(r);
+  }
+  return true;
+}
+
+void ShmEndpoint::finish_recv(RecvRequest* r) {
+  recvq_.pop_front();
+  counters_.bytes_received += r->bytes;
+  complete(r);
+}
+
+}  // namespace shm
+}  // namespace uccl

@@ -1,0 +1,151 @@
+#include "transports/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace uccl {
+namespace shm {
+namespace {
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be address-free");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be address-free");
+
+uint64_t random_u64() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
+    // No entropy source: the name only needs to be unique, O_EXCL catches the rare collision.
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = static_cast<uint64_t>(ts.tv_nsec) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(ts.tv_sec);
+  }
+  return v;
+}
+
+Result<void*> map_shared(int fd, size_t bytes, const std::string& name) {
+  // MAP_POPULATE: fault the pages in now, not in the middle of the first transfer.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) return SystemError("mmap " + name, errno);
+  // Huge pages cut TLB misses on the rings where tmpfs allows it (shmem_enabled=advise);
+  // elsewhere this is a harmless no-op.
+  madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
+}  // namespace
+
+size_t effective_ring_bytes(size_t requested, size_t piece_bytes) {
+  size_t min_bytes = 4 * piece_bytes;
+  size_t want = requested < min_bytes ? min_bytes : requested;
+  size_t ring = 4096;
+  while (ring < want) ring <<= 1;
+  return ring;
+}
+
+Segment& Segment::operator=(Segment&& o) noexcept {
+  if (this != &o) {
+    this->~Segment();
+    base_ = o.base_;
+    bytes_ = o.bytes_;
+    name_ = std::move(o.name_);
+    linked_ = o.linked_;
+    o.base_ = nullptr;
+    o.bytes_ = 0;
+    o.linked_ = false;
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  unlink();
+  if (base_) munmap(base_, bytes_);
+  base_ = nullptr;
+}
+
+char* Segment::ring_data(int ring) const {
+  return static_cast<char*>(base_) + kControlBytes + static_cast<size_t>(ring) * control()->ring_bytes;
+}
+
+void Segment::unlink() {
+  if (!linked_) return;
+  linked_ = false;
+  shm_unlink(name_.c_str());  // ENOENT: the peer already removed it
+}
+
+Result<Segment> Segment::create(size_t ring_bytes) {
+  const size_t total = kControlBytes + 2 * ring_bytes;
+  char name[64];
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    std::snprintf(name, sizeof name, "/uccl-%d-%016" PRIx64, static_cast<int>(getpid()), random_u64());
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno != EEXIST) return SystemError(std::string("shm_open ") + name, errno);
+  }
+  if (fd < 0) return SystemError("shm_open: no unused name", EEXIST);
+
+  Segment seg;
+  seg.name_ = name;
+  seg.linked_ = true;  // from here on, failure paths unlink through the destructor
+  int err = posix_fallocate(fd, 0, static_cast<off_t>(total));
+  if (err != 0) {
+    close(fd);
+    return Status(Code::kNotSupported, "cannot reserve " + std::to_string(total) + " bytes of shared memory for " +
+                                           seg.name_ + " (is /dev/shm too small?): " + std::strerror(err));
+  }
+  Result<void*> p = map_shared(fd, total, seg.name_);
+  close(fd);
+  if (!p.ok()) return p.status();
+  seg.base_ = p.value();
+  seg.bytes_ = total;
+
+  SegmentControl* c = new (seg.base_) SegmentControl;  // the pages are zero: atomics start at 0
+  c->magic = kSegmentMagic;
+  c->version = kSegmentVersion;
+  c->ring_bytes = ring_bytes;
+  c->total_bytes = total;
+  return seg;
+}
+
+Result<Segment> Segment::open(const std::string& name, size_t total_bytes, size_t ring_bytes) {
+  if (name.rfind("/uccl-", 0) != 0 || name.find('/', 1) != std::string::npos)
+    return InvalidArgument("bad shared memory segment name '" + name + "'");
+  if (total_bytes != kControlBytes + 2 * ring_bytes)
+    return InvalidArgument("inconsistent shared memory segment size in the offer");
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    // ENOENT: not the same host (or /dev/shm) after all; EACCES: another user. The core can
+    // fall back to tcp on kNotSupported.
+    const int e = errno;
+    return Status(Code::kNotSupported, "cannot open shared memory segment " + name + ": " + std::strerror(e));
+  }
+  Segment seg;
+  seg.name_ = name;
+  seg.linked_ = true;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != total_bytes) {
+    close(fd);
+    return Status(Code::kRemoteError, "shared memory segment " + name + " has the wrong size");
+  }
+  Result<void*> p = map_shared(fd, total_bytes, name);
+  close(fd);
+  if (!p.ok()) return p.status();
+  seg.base_ = p.value();
+  seg.bytes_ = total_bytes;
+  const SegmentControl* c = seg.control();
+  if (c->magic != kSegmentMagic || c->version != kSegmentVersion || c->ring_bytes != ring_bytes ||
+      c->total_bytes != total_bytes)
+    return Status(Code::kRemoteError, "shared memory segment " + name + " has an unexpected header");
+  return seg;
+}
+
+}  // namespace shm
+}  // namespace uccl

@@ -1,0 +1,37 @@
+// The shared-memory transport: two ranks on one host move bytes through a POSIX shm segment.
+//
+// Why a transport of its own: a loopback TCP socket costs two kernel copies and a syscall per
+// message; a shared ring costs one user-space copy on each side (pipelined, so both cores copy
+// at once) and no syscall, and for large messages cross-memory attach (process_vm_readv, "CMA")
+// costs a single copy straight from the sender's buffer into the receiver's.
+//
+// Setup (the core authenticates the peer over TCP first and hands us one connected socket):
+//   active  start_connect(): creates and maps the segment "/uccl-<pid>-<random>"; offer() names it
+//   passive accept():        maps it, unlinks the name, probes CMA, answers
+//   active  finish():        unlinks the name (so a crash leaves nothing in /dev/shm), probes CMA
+// The socket then only tells us when the peer dies (the kernel closes it): no data travels on
+// it. See shm_endpoint.h for the data path and shm_segment.h for the memory layout.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "transports/transport.h"
+
+namespace uccl {
+
+// Knobs of one shm transport instance. make_shm_transport() fills them from config()
+// (UCCL_SHM_RING_BYTES, UCCL_SHM_CMA, UCCL_SHM_CMA_MIN_BYTES); tests and benchmarks pass their
+// own so that one process can compare ring and CMA without touching the environment.
+struct ShmOptions {
+  size_t ring_bytes = 4 << 20;       // per direction; rounded up to a power of two >= 4 pieces
+  bool cma = true;                   // allow single-copy process_vm_readv for large messages
+  size_t cma_min_bytes = 1 << 20;    // messages at least this large use CMA (when it works)
+  size_t piece_bytes = 64 << 10;     // the writer publishes (and the reader consumes) this much at a time
+  static ShmOptions from_config();
+};
+
+std::unique_ptr<Transport> make_shm_transport();
+std::unique_ptr<Transport> make_shm_transport(const ShmOptions& options);
+
+}  // namespace uccl

@@ -1,0 +1,47 @@
+"""uccl: a unified collective communication library.
+
+    import uccl
+    comm = uccl.init()                 # from torchrun / mpirun / srun environment
+    comm.all_reduce(x)                 # numpy, buffer protocol, DLPack, torch CPU tensors
+
+Also a torch.distributed backend: init_process_group(backend="uccl").
+"""
+from . import _core
+from .comm import Communicator
+from .errors import (AbortedError, InvalidArgument, MismatchError, NotSupported, RemoteError, TimeoutError,
+                     UcclError)
+from .launch import init
+from .store import TcpStore
+from .work import Work
+
+__version__ = _core.build_info()["version"]
+
+
+def build_info():
+    """What this build contains: {'version', 'verbs', 'cuda', 'torch', 'verbs_available', ...}."""
+    return dict(_core.build_info())
+
+
+def config():
+    """Every UCCL_* variable with its value, default and meaning."""
+    return list(_core.config_table())
+
+
+def _register_torch_backend():
+    # Only when the torch extension was built; never imports torch just for `import uccl`
+    # unless the backend module exists.
+    if not build_info().get("torch"):
+        return
+    try:
+        from . import _torch_backend
+    except ImportError:
+        return
+    _torch_backend.register()
+    global ProcessGroupOptions
+    ProcessGroupOptions = _torch_backend.ProcessGroupOptions
+
+
+_register_torch_backend()
+
+__all__ = ["Communicator", "Work", "TcpStore", "init", "build_info", "config", "UcclError", "InvalidArgument",
+           "NotSupported", "TimeoutError", "RemoteError", "MismatchError", "AbortedError"]

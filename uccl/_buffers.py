@@ -1,0 +1,84 @@
+"""Turning user buffers into (address, element count, dtype) for the C++ core.
+
+Accepted: numpy arrays, anything with the buffer protocol (bytes-like, array.array, memoryview),
+objects with ``__dlpack__`` (host memory), and torch CPU tensors. Buffers must be contiguous;
+an output buffer must be writable. Device memory (``__cuda_array_interface__``, DLPack device
+tensors) is refused with NotSupported until the staged/CUDA path is built.
+"""
+import numpy as np
+
+from .errors import InvalidArgument, NotSupported
+
+# Values of uccl::DataType (cpp/core/dtype.h).
+DTYPES = {
+    "int8": 0, "uint8": 1, "int32": 2, "int64": 3,
+    "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7,
+}
+DTYPE_SIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
+# Values of uccl::RedOp.
+OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "premul_sum": 5}
+
+
+class Buffer:
+    """A resolved buffer: address, element count, uccl dtype code, and the object kept alive."""
+
+    __slots__ = ("addr", "count", "dtype", "owner", "nbytes")
+
+    def __init__(self, addr, count, dtype, owner):
+        self.addr, self.count, self.dtype, self.owner = addr, count, dtype, owner
+        self.nbytes = count * DTYPE_SIZE[dtype]
+
+
+def _numpy_dtype_code(dt):
+    name = dt.name
+    if name in DTYPES:
+        return DTYPES[name]
+    if name == "bfloat16":  # ml_dtypes' bfloat16
+        return DTYPES["bfloat16"]
+    raise InvalidArgument(f"unsupported dtype {name}; uccl supports {', '.join(DTYPES)}")
+
+
+def _from_torch(t, writable, what):
+    if t.device.type != "cpu":
+        raise NotSupported(f"{what}: {t.device.type} tensors need the CUDA build of uccl; pass CPU memory")
+    if not t.is_contiguous():
+        raise InvalidArgument(f"{what}: tensor is not contiguous (call .contiguous() first)")
+    name = str(t.dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise InvalidArgument(f"{what}: unsupported dtype {name}; uccl supports {', '.join(DTYPES)}")
+    return Buffer(t.data_ptr(), t.numel(), DTYPES[name], t)
+
+
+def as_buffer(obj, what="buffer", writable=False, dtype=None):
+    """Resolves obj to a Buffer; raises InvalidArgument/NotSupported naming `what`."""
+    if obj is None:
+        raise InvalidArgument(f"{what} is None")
+    if hasattr(obj, "__cuda_array_interface__"):
+        raise NotSupported(f"{what}: CUDA arrays need the CUDA build of uccl; pass host memory")
+    if type(obj).__module__.startswith("torch"):
+        return _from_torch(obj, writable, what)
+    if not isinstance(obj, np.ndarray):
+        if hasattr(obj, "__dlpack__"):
+            try:
+                obj = np.from_dlpack(obj)
+            except (RuntimeError, BufferError, TypeError) as e:
+                raise NotSupported(f"{what}: DLPack object is not in host memory ({e})") from e
+        else:
+            try:
+                obj = np.frombuffer(memoryview(obj), dtype=np.uint8 if dtype is None else dtype)
+            except TypeError as e:
+                raise InvalidArgument(f"{what}: {type(obj).__name__} is not an array or buffer") from e
+    if not obj.flags.c_contiguous:
+        raise InvalidArgument(f"{what}: array is not C-contiguous (use numpy.ascontiguousarray)")
+    if writable and not obj.flags.writeable:
+        raise InvalidArgument(f"{what}: array is read-only but uccl must write into it")
+    return Buffer(obj.ctypes.data, obj.size, _numpy_dtype_code(obj.dtype), obj)
+
+
+def op_code(op):
+    if isinstance(op, int):
+        return op
+    key = str(op).lower().replace("reduceop.", "")
+    if key not in OPS:
+        raise InvalidArgument(f"unknown reduction op {op!r}; expected one of {', '.join(OPS)}")
+    return OPS[key]

@@ -1,0 +1,250 @@
+"""The Python Communicator: collectives over numpy arrays, buffers, DLPack and torch tensors.
+
+Conventions (those of torch.distributed, which most users know):
+  * ``out=None`` means in place where the collective allows it (all_reduce, broadcast, reduce);
+    otherwise a new array like the input is allocated and returned.
+  * ``async_op=True`` returns a :class:`uccl.work.Work`; ``.wait()`` returns the result.
+  * Operations complete in issue order; every rank must issue the same collectives in the same
+    order (a mismatch raises MismatchError naming the ranks and what differed).
+"""
+import numpy as np
+
+from . import _core
+from ._buffers import DTYPE_SIZE, Buffer, as_buffer, op_code
+from .errors import InvalidArgument
+from .store import as_core_store
+from .work import Work
+
+
+def _alloc_like(x, count):
+    """A new contiguous array/tensor of `count` elements with x's dtype and kind."""
+    if type(x).__module__.startswith("torch"):
+        import torch
+        return torch.empty(count, dtype=x.dtype)
+    arr = x if isinstance(x, np.ndarray) else np.asarray(memoryview(x))
+    return np.empty(count, dtype=arr.dtype)
+
+
+def _options(transport=None, algorithm=None, socket_ifname=None, timeout=None, name=None):
+    d = {}
+    for k, v in (("transport", transport), ("algorithm", algorithm), ("socket_ifname", socket_ifname),
+                 ("timeout", timeout), ("name", name)):
+        if v is not None:
+            d[k] = float(v) if k == "timeout" else str(v)
+    return d
+
+
+class Communicator:
+    """A group of ranks running collectives together.
+
+    Communicator(rank, size, store, transport=None, algorithm=None, socket_ifname=None, timeout=None)
+    Every rank calls it with the same size and store (see uccl.store). uccl.init() builds one
+    from a launcher's environment.
+    """
+
+    def __init__(self, rank, size, store, *, transport=None, algorithm=None, socket_ifname=None,
+                 timeout=None, name=None, _core_comm=None):
+        if _core_comm is not None:
+            self._c = _core_comm
+        else:
+            opts = _options(transport, algorithm, socket_ifname, timeout, name)
+            self._c = _core.Communicator.create(int(rank), int(size), as_core_store(store), opts)
+        self._store = store
+
+    # -- basics ------------------------------------------------------------------------------
+    @property
+    def rank(self):
+        return self._c.rank
+
+    @property
+    def size(self):
+        return self._c.size
+
+    def describe(self):
+        """Peers, the transport chosen per peer, and the listening addresses."""
+        return self._c.describe()
+
+    def abort(self, why="abort() called"):
+        """Fails every pending operation with AbortedError; usable from any thread."""
+        self._c.abort(why)
+
+    def check_error(self):
+        """Raises the error that failed this communicator, if any."""
+        self._c.error()
+
+    def split(self, color, key=None, **options):
+        """Collective: ranks with equal color form a new communicator (None for color < 0)."""
+        c = self._c.split(int(color), self.rank if key is None else int(key), _options(**options))
+        return None if c is None else Communicator(0, 0, self._store, _core_comm=c)
+
+    def new_group(self, ranks, **options):
+        """Every rank calls it with the same list; ranks outside it get None."""
+        c = self._c.new_group([int(r) for r in ranks], _options(**options))
+        return None if c is None else Communicator(0, 0, self._store, _core_comm=c)
+
+    # -- helpers -----------------------------------------------------------------------------
+    @staticmethod
+    def _finish(work, keep, result, async_op, timeout=None):
+        w = Work(work, keep, result)
+        return w if async_op else w.wait(timeout)
+
+    def _same_dtype(self, what, a, b):
+        if a.dtype != b.dtype:
+            raise InvalidArgument(f"{what}: input and output dtypes differ")
+
+    # -- collectives -------------------------------------------------------------------------
+    def all_reduce(self, x, out=None, op="sum", scalar=None, async_op=False):
+        """Reduces x over all ranks; in place unless out is given. op: sum prod min max avg premul_sum."""
+        s = as_buffer(x, "all_reduce input", writable=out is None)
+        r = s if out is None else as_buffer(out, "all_reduce output", writable=True)
+        self._same_dtype("all_reduce", s, r)
+        if r.count != s.count:
+            raise InvalidArgument(f"all_reduce: output has {r.count} elements, input {s.count}")
+        w = self._c.all_reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def reduce(self, x, out=None, op="sum", root=0, scalar=None, async_op=False):
+        """Reduces to `root` (in place there unless out is given); other ranks' x is unchanged."""
+        s = as_buffer(x, "reduce input", writable=out is None and self.rank == root)
+        r = s if out is None else as_buffer(out, "reduce output", writable=True)
+        w = self._c.reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), int(root))
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def broadcast(self, x, root=0, out=None, async_op=False):
+        """Copies root's x to every rank (into x itself unless out is given)."""
+        s = as_buffer(x, "broadcast buffer", writable=out is None)
+        r = s if out is None else as_buffer(out, "broadcast output", writable=True)
+        if r.count != s.count:
+            raise InvalidArgument(f"broadcast: output has {r.count} elements, input {s.count}")
+        w = self._c.broadcast(s.addr, r.addr, s.count, s.dtype, int(root))
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def all_gather(self, x, out=None, async_op=False):
+        """Concatenates every rank's x in rank order (out has size * len(x) elements)."""
+        s = as_buffer(x, "all_gather input")
+        out = _alloc_like(s.owner, s.count * self.size) if out is None else out
+        r = as_buffer(out, "all_gather output", writable=True)
+        self._same_dtype("all_gather", s, r)
+        if r.count != s.count * self.size:
+            raise InvalidArgument(f"all_gather: output needs {s.count * self.size} elements, has {r.count}")
+        w = self._c.all_gather(s.addr, r.addr, s.count, s.dtype)
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def all_gather_v(self, x, counts, out=None, displs=None, async_op=False):
+        """all_gather with per-rank element counts (and optional displacements)."""
+        s = as_buffer(x, "all_gather_v input")
+        counts = [int(c) for c in counts]
+        if len(counts) != self.size or s.count != counts[self.rank]:
+            raise InvalidArgument(f"all_gather_v: counts must have {self.size} entries and counts[{self.rank}] "
+                                  f"must equal the input's {s.count} elements")
+        out = _alloc_like(s.owner, sum(counts)) if out is None else out
+        r = as_buffer(out, "all_gather_v output", writable=True)
+        w = self._c.all_gather_v(s.addr, r.addr, counts, [int(d) for d in (displs or [])], s.dtype)
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def reduce_scatter(self, x, out=None, op="sum", scalar=None, async_op=False):
+        """Reduces x over ranks and leaves block `rank` (len(x) / size elements) in out."""
+        s = as_buffer(x, "reduce_scatter input")
+        if s.count % self.size:
+            raise InvalidArgument(f"reduce_scatter: input of {s.count} elements is not divisible by {self.size} "
+                                  "ranks (use reduce_scatter_v)")
+        n = s.count // self.size
+        out = _alloc_like(s.owner, n) if out is None else out
+        r = as_buffer(out, "reduce_scatter output", writable=True)
+        self._same_dtype("reduce_scatter", s, r)
+        if r.count != n:
+            raise InvalidArgument(f"reduce_scatter: output needs {n} elements, has {r.count}")
+        w = self._c.reduce_scatter(s.addr, r.addr, n, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def reduce_scatter_v(self, x, counts, out=None, op="sum", scalar=None, async_op=False):
+        """reduce_scatter with per-rank block sizes (blocks packed in rank order in x)."""
+        s = as_buffer(x, "reduce_scatter_v input")
+        counts = [int(c) for c in counts]
+        if len(counts) != self.size or sum(counts) != s.count:
+            raise InvalidArgument(f"reduce_scatter_v: counts must have {self.size} entries summing to {s.count}")
+        out = _alloc_like(s.owner, counts[self.rank]) if out is None else out
+        r = as_buffer(out, "reduce_scatter_v output", writable=True)
+        w = self._c.reduce_scatter_v(s.addr, r.addr, counts, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def all_to_all(self, x, out=None, async_op=False):
+        """Block j of x goes to rank j; block i of out came from rank i."""
+        s = as_buffer(x, "all_to_all input")
+        if s.count % self.size:
+            raise InvalidArgument(f"all_to_all: {s.count} elements are not divisible by {self.size} ranks")
+        out = _alloc_like(s.owner, s.count) if out is None else out
+        r = as_buffer(out, "all_to_all output", writable=True)
+        if r.count != s.count:
+            raise InvalidArgument(f"all_to_all: output has {r.count} elements, input {s.count}")
+        w = self._c.all_to_all(s.addr, r.addr, s.count // self.size, s.dtype)
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def all_to_all_v(self, x, send_counts, recv_counts, out=None, send_displs=None, recv_displs=None,
+                     async_op=False):
+        """all_to_all with per-peer counts (packed in rank order unless displacements are given)."""
+        s = as_buffer(x, "all_to_all_v input")
+        sc, rc = [int(c) for c in send_counts], [int(c) for c in recv_counts]
+        sd = [int(d) for d in send_displs] if send_displs is not None else list(np.cumsum([0] + sc[:-1]))
+        rd = [int(d) for d in recv_displs] if recv_displs is not None else list(np.cumsum([0] + rc[:-1]))
+        out = _alloc_like(s.owner, sum(rc)) if out is None else out
+        r = as_buffer(out, "all_to_all_v output", writable=True)
+        if max((d + c for d, c in zip(sd, sc)), default=0) > s.count:
+            raise InvalidArgument("all_to_all_v: send counts/displacements run past the input")
+        if max((d + c for d, c in zip(rd, rc)), default=0) > r.count:
+            raise InvalidArgument("all_to_all_v: receive counts/displacements run past the output")
+        w = self._c.all_to_all_v(s.addr, r.addr, sc, [int(v) for v in sd], rc, [int(v) for v in rd], s.dtype)
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def gather(self, x, out=None, root=0, async_op=False):
+        """Concatenates every rank's x at root (returns None elsewhere)."""
+        s = as_buffer(x, "gather input")
+        r = None
+        if self.rank == root:
+            out = _alloc_like(s.owner, s.count * self.size) if out is None else out
+            r = as_buffer(out, "gather output", writable=True)
+            if r.count != s.count * self.size:
+                raise InvalidArgument(f"gather: output needs {s.count * self.size} elements, has {r.count}")
+        w = self._c.gather(s.addr, r.addr if r else 0, s.count, s.dtype, int(root))
+        return self._finish(w, (s, r), r.owner if r else None, async_op)
+
+    def scatter(self, x, out=None, root=0, count=None, async_op=False):
+        """Block i of root's x goes to rank i. Non-roots pass x=None and out (or count)."""
+        if self.rank == root:
+            s = as_buffer(x, "scatter input")
+            if s.count % self.size:
+                raise InvalidArgument(f"scatter: {s.count} elements are not divisible by {self.size} ranks")
+            n = s.count // self.size
+            out = _alloc_like(s.owner, n) if out is None else out
+        else:
+            s = None
+            if out is None:
+                raise InvalidArgument("scatter: non-root ranks must pass out")
+        r = as_buffer(out, "scatter output", writable=True)
+        w = self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root))
+        return self._finish(w, (s, r), r.owner, async_op)
+
+    def send(self, x, peer, tag=0, async_op=False):
+        b = as_buffer(x, "send buffer")
+        return self._finish(self._c.p2p([(True, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), None, async_op)
+
+    def recv(self, x, peer, tag=0, async_op=False):
+        b = as_buffer(x, "recv buffer", writable=True)
+        return self._finish(self._c.p2p([(False, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), b.owner,
+                            async_op)
+
+    def batch_isend_irecv(self, ops):
+        """ops: iterable of ("send"|"recv", buffer, peer[, tag]); all posted together. Returns a Work."""
+        bufs, plan = [], []
+        for item in ops:
+            kind, buf, peer = item[0], item[1], item[2]
+            tag = item[3] if len(item) > 3 else 0
+            if kind not in ("send", "recv"):
+                raise InvalidArgument(f"batch_isend_irecv: unknown op {kind!r} (expected 'send' or 'recv')")
+            b = as_buffer(buf, f"{kind} buffer", writable=kind == "recv")
+            bufs.append(b)
+            plan.append((kind == "send", b.addr, b.count, b.dtype, int(peer), int(tag)))
+        return Work(self._c.p2p(plan), bufs, None)
+
+    def barrier(self, async_op=False, timeout=None):
+        return self._finish(self._c.barrier(), (), None, async_op, timeout)

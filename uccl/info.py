@@ -1,0 +1,29 @@
+"""python -m uccl.info: what was built, every UCCL_* setting, and the network interfaces."""
+import sys
+
+from . import _core, build_info, config
+
+
+def main(out=sys.stdout):
+    info = build_info()
+    print(f"uccl {info['version']} ({info['build_type']})", file=out)
+    print("built:", file=out)
+    for part in ("verbs", "cuda", "torch"):
+        print(f"  {part:6s} {'yes' if info[part] else 'not built'}", file=out)
+    reason = info.get("verbs_unavailable_reason") or ""
+    print(f"  verbs usable here: {'yes' if info['verbs_available'] else 'no'}"
+          f"{' (' + reason + ')' if reason and not info['verbs_available'] else ''}", file=out)
+    print("\nsettings (UCCL_*):", file=out)
+    for v in config():
+        mark = "*" if v["is_set"] else " "
+        print(f" {mark}{v['name']:28s} = {v['value']!s:10s} (default {v['default']!s}) {v['meaning']}", file=out)
+    print("  (* = set in the environment)", file=out)
+    print("\nnetwork interfaces:", file=out)
+    for i in _core.interfaces():
+        speed = f"{i['speed_gbps']:g} Gbit/s" if i["speed_gbps"] else "speed unknown"
+        print(f"  {i['name']:10s} {i['address']:30s} {'up' if i['up'] else 'down'}"
+              f"{' loopback' if i['loopback'] else ''} {speed}", file=out)
+
+
+if __name__ == "__main__":
+    main()
