@@ -5,19 +5,22 @@
 
 # Ask the torch that will load us where its headers/libraries are and which libstdc++ string ABI
 # it was built with: a mismatch compiles fine and then fails at import with missing symbols.
-execute_process(
-  COMMAND "${Python_EXECUTABLE}" -c
-    "import torch, torch.utils.cpp_extension as e; print(';'.join(e.include_paths()) + '|' + ';'.join(e.library_paths()) + '|' + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)) + '|' + torch.__version__)"
-  OUTPUT_VARIABLE _uccl_torch_query OUTPUT_STRIP_TRAILING_WHITESPACE
-  RESULT_VARIABLE _uccl_torch_rc)
-if(NOT _uccl_torch_rc EQUAL 0)
-  message(FATAL_ERROR "uccl: torch is importable but querying its build paths failed")
-endif()
-string(REPLACE "|" ";" _uccl_torch_fields "${_uccl_torch_query}")
-list(GET _uccl_torch_fields 0 _uccl_torch_includes)
-list(GET _uccl_torch_fields 1 _uccl_torch_libdirs)
-list(GET _uccl_torch_fields 2 _uccl_torch_cxx11_abi)
-list(GET _uccl_torch_fields 3 _uccl_torch_version)
+# TORCH_DEVICE_BACKEND_AUTOLOAD=0: `import torch` would otherwise run uccl's own entry point,
+# which fails while the source tree (the working directory here) shadows the installed uccl.
+function(_uccl_torch_query out expr)
+  execute_process(
+    COMMAND ${CMAKE_COMMAND} -E env TORCH_DEVICE_BACKEND_AUTOLOAD=0 "${Python_EXECUTABLE}" -c "import torch, torch.utils.cpp_extension as e; print(${expr})"
+    OUTPUT_VARIABLE _value OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "uccl: torch is importable but querying `${expr}` failed")
+  endif()
+  set(${out} "${_value}" PARENT_SCOPE)
+endfunction()
+# ';'-joined, i.e. CMake lists.
+_uccl_torch_query(_uccl_torch_includes "';'.join(e.include_paths())")
+_uccl_torch_query(_uccl_torch_libdirs "';'.join(e.library_paths())")
+_uccl_torch_query(_uccl_torch_cxx11_abi "int(torch._C._GLIBCXX_USE_CXX11_ABI)")
+_uccl_torch_query(_uccl_torch_version "torch.__version__")
 if(NOT _uccl_torch_cxx11_abi EQUAL 1)
   # std::string crosses the uccl API (CommOptions, Status): the core would need the same ABI.
   message(FATAL_ERROR "uccl: torch was built with _GLIBCXX_USE_CXX11_ABI=0; the uccl core is "
