@@ -56,3 +56,7 @@ set_target_properties(_torch PROPERTIES
   VISIBILITY_INLINES_HIDDEN ON)
 install(TARGETS _torch LIBRARY DESTINATION uccl)
 message(STATUS "uccl: torch backend against torch ${_uccl_torch_version} (cxx11 abi ${_uccl_torch_cxx11_abi})")
+
+# Entry-point shim outside the package (see its docstring): installed at the top of the wheel so
+# that a shadowing source tree or a broken uccl cannot make `import torch` fail.
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/python/torch/uccl_torch_autoload.py DESTINATION .)
