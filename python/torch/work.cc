@@ -11,54 +11,66 @@ namespace uccl_torch {
 // ---------------------------------------------------------------------------------------------
 // CompletionQueue
 
-CompletionQueue::CompletionQueue() : th_([this] { loop(); }) {}
-
 CompletionQueue::~CompletionQueue() { stop(); }
 
 void CompletionQueue::post(std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!stop_) {
-      q_.push_back(std::move(fn));
-      cv_.notify_one();
+    std::lock_guard<std::mutex> lk(st_->mu);
+    if (!st_->stop) {
+      st_->q.push_back(std::move(fn));
+      // Every queued item needs a thread that is not stuck in an earlier callback.
+      if (st_->busy + st_->q.size() > threads_.size() && threads_.size() < kMaxThreads) {
+        threads_.emplace_back([st = st_] { loop(st); });
+      } else {
+        st_->cv.notify_one();
+      }
       return;
     }
   }
   fn();  // stopped: settle late completions on the caller's thread rather than never
 }
 
-void CompletionQueue::loop() {
+void CompletionQueue::loop(std::shared_ptr<State> st) {
+  std::unique_lock<std::mutex> lk(st->mu);
   for (;;) {
-    std::function<void()> fn;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
-      if (q_.empty()) return;  // stop_ and drained
-      fn = std::move(q_.front());
-      q_.pop_front();
-    }
+    st->cv.wait(lk, [&] { return st->stop || !st->q.empty(); });
+    if (st->q.empty()) return;  // stopped and drained
+    std::function<void()> fn = std::move(st->q.front());
+    st->q.pop_front();
+    ++st->busy;
+    lk.unlock();
     try {
       fn();
     } catch (const std::exception& e) {
       // A user future callback threw and nobody chained on it; keep serving other works.
       std::cerr << "uccl torch backend: exception in a completion callback: " << e.what() << std::endl;
     }
+    fn = nullptr;  // drop captured works here, outside the lock
+    lk.lock();
+    --st->busy;
   }
 }
 
 void CompletionQueue::stop() {
+  std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    cv_.notify_all();
+    std::lock_guard<std::mutex> lk(st_->mu);
+    st_->stop = true;
+    threads.swap(threads_);
+    st_->cv.notify_all();
   }
-  if (!th_.joinable() || std::this_thread::get_id() == th_.get_id()) {
-    if (th_.joinable()) th_.detach();
-    return;
-  }
-  // The queue may be running a Python future callback that needs the GIL, which our caller
+  auto join_all = [&] {
+    for (auto& t : threads) {
+      if (t.get_id() == std::this_thread::get_id()) {
+        t.detach();  // the last reference was dropped inside a callback on this thread
+      } else if (t.joinable()) {
+        t.join();
+      }
+    }
+  };
+  // A thread may be running a Python future callback that needs the GIL, which our caller
   // (a Python thread dropping the process group) may hold: release it while joining. While the
-  // interpreter is finalizing the thread can never get the GIL again, so let it go instead.
+  // interpreter is finalizing threads can never get the GIL again, so let them go instead.
   if (Py_IsInitialized() && PyGILState_Check()) {
 #if PY_VERSION_HEX >= 0x030D0000
     bool finalizing = Py_IsFinalizing();
@@ -66,13 +78,13 @@ void CompletionQueue::stop() {
     bool finalizing = _Py_IsFinalizing();
 #endif
     if (finalizing) {
-      th_.detach();
+      for (auto& t : threads) t.detach();
       return;
     }
     pybind11::gil_scoped_release nogil;
-    th_.join();
+    join_all();
   } else {
-    th_.join();
+    join_all();
   }
 }
 

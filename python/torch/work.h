@@ -5,10 +5,10 @@
 //      tensors; c10d::Work::finish() records success or the exception. Cheap, runs no user code,
 //      so whichever thread gets there first does it (a waiting caller, or the completion thread).
 //   2. "future": the c10::ivalue::Future is marked, which runs user callbacks inline (DDP comm
-//      hooks, fut.then(...)). Only the per-backend CompletionQueue thread does this, because
+//      hooks, fut.then(...)). Only the per-backend CompletionQueue's threads do this, because
 //      uccl's on_complete runs on its progress thread and must not block or re-enter the
 //      communicator - and a comm hook typically launches the next collective.
-// Futures therefore complete in issue order (one queue thread, uccl completes in issue order).
+// Futures are handed to the queue in issue order (uccl completes in issue order).
 //
 // CUDA later: phase 1 would record an event on the op's stream instead of copying on the host,
 // and the Future would be created with the device list; the two-phase shape stays.
@@ -31,22 +31,32 @@
 
 namespace uccl_torch {
 
-// One thread that runs posted functions in order. After stop(), post() runs fn inline so that
-// late completions (e.g. failures delivered by abort) still settle their futures.
+// Runs posted functions (future completions) on its own threads, never on uccl's progress thread.
+// A Future callback may block on another work's Future (PowerSGD's hook issues an all_reduce in
+// a callback and waits on it), so a busy thread must never keep later completions waiting: when
+// every thread is busy or spoken for, post() starts another (up to kMaxThreads). Threads start
+// on demand, so a group that is never used costs none. After stop(), post() runs fn inline so
+// that late completions (e.g. failures delivered by abort) still settle their futures.
 class CompletionQueue {
  public:
-  CompletionQueue();
+  static constexpr size_t kMaxThreads = 16;
+  CompletionQueue() = default;
   ~CompletionQueue();
   void post(std::function<void()> fn);
-  void stop();  // runs what is queued, then joins (no-op when called from the queue thread)
+  void stop();  // runs what is queued, then joins (a thread calling it from inside is detached)
 
  private:
-  void loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> q_;
-  bool stop_ = false;
-  std::thread th_;
+  // Shared with the threads, so that one detached by stop() never touches a freed queue.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> q;
+    size_t busy = 0;  // threads running a function
+    bool stop = false;
+  };
+  static void loop(std::shared_ptr<State> st);
+  std::shared_ptr<State> st_ = std::make_shared<State>();
+  std::vector<std::thread> threads_;  // guarded by st_->mu
 };
 
 class UcclWork : public c10d::Work {
@@ -79,7 +89,7 @@ class UcclWork : public c10d::Work {
  private:
   void arrive(const uccl::Status& s);    // one uccl work or dependency finished
   void finish_once(uccl::Status s);      // phase 1
-  void settle_future();                  // phase 2 (queue thread)
+  void settle_future();                  // phase 2 (a CompletionQueue thread)
   void on_done(std::function<void()> fn);  // for dependents
 
   const uint64_t seq_;

@@ -1,7 +1,9 @@
 """Shared helpers for the torch backend tests: free ports, bounded multi-process runs, and
 tensor comparisons that say which op, dtype and rank went wrong."""
 import datetime
+import faulthandler
 import os
+import signal
 import socket
 import time
 
@@ -20,6 +22,7 @@ def free_port() -> int:
 
 
 def _entry(rank, fn, world, port, args):
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # spawn() dumps stacks of a hang
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.manual_seed(1234)
@@ -36,6 +39,10 @@ def spawn(fn, world, *args, deadline_s=DEFAULT_DEADLINE_S):
     try:
         while not ctx.join(timeout=1):
             if time.monotonic() > end:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        os.kill(p.pid, signal.SIGUSR1)
+                time.sleep(2)
                 raise TimeoutError(f"{fn.__name__} with world size {world} did not finish in {deadline_s}s (hang)")
     finally:
         for p in ctx.processes:
