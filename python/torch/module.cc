@@ -35,6 +35,8 @@ PYBIND11_MODULE(_torch, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("describe", &UcclBackend::describe, "Levels, peers and the transport chosen per peer.",
            py::call_guard<py::gil_scoped_release>())
+      // c10d binds get_error() only on NCCL's class; ours returns the same dist.ErrorType enum.
+      .def("get_error", &UcclBackend::getError, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("timeout_s", [](UcclBackend& b) { return b.comm_options().timeout_s; })
       .def_property_readonly("transport", [](UcclBackend& b) { return b.comm_options().transport; })
       .def_property_readonly("algorithm", [](UcclBackend& b) { return b.comm_options().algorithm; })
