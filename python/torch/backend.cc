@@ -185,13 +185,22 @@ c10::intrusive_ptr<c10d::Backend> UcclBackend::split(const c10::intrusive_ptr<c1
   // need every parent rank to call it with one color each).
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;
+  std::string key = (opts && !opts->group_name.empty() ? opts->group_name : c10::str("store@", store.get())) + ":" +
+                    c10::Join(",", ranks);
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  if (key == last_split_key_) {
+    if (auto child = last_split_.lock()) return child;
+  }
   uccl::CommOptions o = opts_;
   if (opts) {
     if (opts->timeout.count() > 0) o.timeout_s = opts->timeout.count() / 1000.0;
     if (!opts->group_name.empty()) o.name = opts->group_name;
   }
   int new_rank = static_cast<int>(it - ranks.begin());
-  auto child = c10::make_intrusive<UcclBackend>(store, new_rank, static_cast<int>(ranks.size()), o);
+  c10::intrusive_ptr<c10d::Backend> child =
+      c10::make_intrusive<UcclBackend>(store, new_rank, static_cast<int>(ranks.size()), o);
+  last_split_key_ = key;
+  last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(child);
   return child;
 }
 

@@ -114,6 +114,12 @@ class UcclBackend : public c10d::Backend {
   bool closed_ = false;
   std::string closed_why_;
 
+  // torch's splitGroup calls split() once per device type the parent serves ("cpu" and "cuda"
+  // map to this one backend): the second call must get the same child, not a second
+  // communicator rendezvousing on the same store keys.
+  std::string last_split_key_;
+  c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
+
   bool coalescing_ = false;
   std::vector<uccl::P2POp> co_p2p_;
   std::vector<at::Tensor> co_keep_;                     // staged p2p buffers of the block

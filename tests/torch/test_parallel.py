@@ -1,6 +1,6 @@
-"""Multi-dimensional parallelism on uccl: a 2-D DeviceMesh (dp x tp) with tensor parallelism
-and FSDP2 over its dimensions, and torch.distributed.pipelining (GPipe, 1F1B) trained for a few
-steps against a single-process reference. One 4-rank spawn runs both."""
+"""Multi-dimensional parallelism on uccl: split_group, a 2-D DeviceMesh (dp x tp) with tensor
+parallelism and FSDP2 over its dimensions, and torch.distributed.pipelining (GPipe, 1F1B)
+trained for a few steps against a single-process reference. One 4-rank spawn runs all."""
 import copy
 
 import torch
@@ -97,8 +97,24 @@ def check_pipelining(rank, world, schedule_name):
     torch.testing.assert_close(stage_mod[0].bias, mine.bias, rtol=1e-4, atol=1e-5)
 
 
+def check_split(rank, world):
+    """ProcessGroup.split_group (what dist.split_group and DeviceMesh use when the default group
+    is bound to an accelerator; called directly here since this build is CPU-only)."""
+    import datetime
+
+    pg = dist.group.WORLD
+    assert pg._get_backend(torch.device("cpu")).supports_splitting
+    mine = [0, 1] if rank < 2 else list(range(2, world))
+    sub = pg.split_group(mine, timeout=datetime.timedelta(seconds=60), group_name=f"split_{mine[0]}")
+    assert sub.size() == len(mine) and sub.rank() == mine.index(rank)
+    t = torch.full((3,), float(rank))
+    sub._get_backend(torch.device("cpu")).allreduce([t]).wait()
+    assert t.tolist() == [float(sum(mine))] * 3, (rank, t)
+
+
 def parallel_worker(rank, world, port):
     U.init_uccl(rank, world, port)
+    check_split(rank, world)
     check_device_mesh_2d(rank, world)
     for name in ("gpipe", "1f1b"):
         try:
