@@ -24,12 +24,17 @@ std::string PeerContext::describe() const {
 
 std::string envelope_to_string(const Envelope& e) {
   char buf[256];
-  const bool valid_dtype = dtype_valid(e.dtype), valid_op = redop_valid(e.redop);
+  const char* dt = dtype_valid(e.dtype) ? dtype_name(static_cast<DataType>(e.dtype)) : "?";
+  if (e.coll == static_cast<uint8_t>(Collective::kSendRecv)) {
+    // Point-to-point: op_seq counts messages of this peer pair, root carries the tag.
+    std::snprintf(buf, sizeof buf, "p2p message #%llu (count %llu, %s, tag %u)", static_cast<unsigned long long>(e.op_seq),
+                  static_cast<unsigned long long>(e.count), dt, static_cast<unsigned>(e.root));
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "%s #%llu (count %llu, %s, %s, root %d)",
                 collective_name(static_cast<Collective>(e.coll)), static_cast<unsigned long long>(e.op_seq),
-                static_cast<unsigned long long>(e.count),
-                valid_dtype ? dtype_name(static_cast<DataType>(e.dtype)) : "?",
-                valid_op ? redop_name(static_cast<RedOp>(e.redop)) : "?", e.root);
+                static_cast<unsigned long long>(e.count), dt,
+                redop_valid(e.redop) ? redop_name(static_cast<RedOp>(e.redop)) : "?", e.root);
   return buf;
 }
 

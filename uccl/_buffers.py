@@ -65,9 +65,14 @@ def as_buffer(obj, what="buffer", writable=False, dtype=None):
                 raise NotSupported(f"{what}: DLPack object is not in host memory ({e})") from e
         else:
             try:
-                obj = np.frombuffer(memoryview(obj), dtype=np.uint8 if dtype is None else dtype)
+                view = memoryview(obj)
             except TypeError as e:
                 raise InvalidArgument(f"{what}: {type(obj).__name__} is not an array or buffer") from e
+            # Keep the element type of typed buffers (array.array('f'), cast memoryviews);
+            # plain bytes-like objects are uint8.
+            obj = np.asarray(view) if view.format not in ("B", "b", "c") else np.frombuffer(view, dtype=np.uint8)
+            if dtype is not None:
+                obj = obj.view(dtype)
     if not obj.flags.c_contiguous:
         raise InvalidArgument(f"{what}: array is not C-contiguous (use numpy.ascontiguousarray)")
     if writable and not obj.flags.writeable:

@@ -32,6 +32,15 @@ Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s);
 Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s);
 Status build_barrier(const OpEnv& env, Schedule* s);
 
+// Hierarchical variants over the topology's levels (hierarchical.cc). use_hierarchical()
+// decides: UCCL_ALGO=hier forces it, auto asks the cost model; INFO logs say why.
+bool use_hierarchical(const OpEnv& env, Collective coll, size_t total_bytes);
+Status build_hier_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s);
+Status build_hier_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env,
+                               Schedule* s);
+Status build_hier_reduce_scatter_v(const void* send, void* recv, const Blocks& b, const ReduceScatterArgs& a,
+                                   const OpEnv& env, Schedule* s);
+
 // Ring pieces shared by the composite algorithms.
 // Reduce-scatter over the ring: afterwards block `r` of the reduction is in out_block
 // . `send` blocks are laid out by `b`.

@@ -19,6 +19,8 @@ void set_algo(const OpEnv& env, const char* name) {
 Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(dt);
+  if (use_hierarchical(env, Collective::kAllGather, b.total() * es))
+    return build_hier_all_gather_v(send, recv, b, dt, env, s);
   s->new_phase();
   s->copy(at(recv, b.off[r], es), send, b.cnt[r] * es);  // no-op when already in place
   if (n == 1) {

@@ -60,6 +60,7 @@ void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s) 
 Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), bytes = a.count * es;
+  if (use_hierarchical(env, Collective::kAllReduce, bytes)) return build_hier_all_reduce(a, env, s);
   const void* send = a.send;
   s->new_phase();
   if (a.op == RedOp::kPremulSum) {
@@ -113,6 +114,8 @@ Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, con
                               const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), total = b.total() * es, mine = b.cnt[r] * es, maxb = max_block(b) * es;
+  if (use_hierarchical(env, Collective::kReduceScatter, total))
+    return build_hier_reduce_scatter_v(send, recv, b, a, env, s);
   const char* algo = n == 1 ? "local" : pick_algorithm(env, total);
   set_algo(env, algo);
   const bool direct = std::string(algo) == "direct";

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/connection_manager.h"
+#include "core/log.h"
 #include "core/reduce.h"
 
 namespace uccl {
@@ -139,6 +140,7 @@ Status ScheduleTask::start_phase(bool* ready) {
     if (!a.is_comm()) continue;
     Endpoint* ep = env_.conns->endpoint(a.peer).value();
     const int kind = static_cast<int>(ep->kind());
+    const int level = env_.stats ? env_.conns->peer_level(a.peer) : -1;
     if (a.kind == Action::Kind::kSend) {
       SendRequest& s = sends_[si++];
       s.data = a.src;
@@ -146,6 +148,7 @@ Status ScheduleTask::start_phase(bool* ready) {
       s.env = a.own_envelope ? a.env : env_.envelope;
       s.env.step = send_steps_[a.peer]++;
       if (env_.stats) env_.stats->bytes_sent_by_transport[kind] += a.bytes;
+      if (env_.stats && level >= 0) env_.stats->bytes_sent_by_level[level] += a.bytes;
       ep->post_send(&s);
     } else {
       RecvRequest& r = recvs_[ri++];
@@ -158,6 +161,7 @@ Status ScheduleTask::start_phase(bool* ready) {
       r.dtype = dt;
       r.op = sched_.op();
       if (env_.stats) env_.stats->bytes_received_by_transport[kind] += a.bytes;
+      if (env_.stats && level >= 0) env_.stats->bytes_received_by_level[level] += a.bytes;
       ep->post_recv(&r);
     }
   }
@@ -170,6 +174,13 @@ Status ScheduleTask::progress(bool* done) {
   if (!built_) {
     UCCL_RETURN_IF_ERROR(build_(env_, &sched_));
     built_ = true;
+    if (log_enabled(LogLevel::kInfo)) {
+      const Envelope& e = env_.envelope;
+      UCCL_INFO("%s #%llu: algorithm %s, count %llu %s, %zu phases", collective_name(static_cast<Collective>(e.coll)),
+                static_cast<unsigned long long>(e.op_seq), env_.stats ? env_.stats->algorithm.c_str() : "?",
+                static_cast<unsigned long long>(e.count), dtype_name(static_cast<DataType>(e.dtype)),
+                sched_.phases().size());
+    }
     send_steps_.assign(env_.size, 0);
     recv_steps_.assign(env_.size, 0);
   }

@@ -23,6 +23,7 @@
 namespace uccl {
 
 class ConnectionManager;
+class Topology;
 
 struct Action {
   enum class Kind : uint8_t { kSend, kRecv, kRecvReduce, kCopy, kReduce, kScale, kDivide };
@@ -90,7 +91,8 @@ struct OpEnv {
   ConnectionManager* conns = nullptr;
   ScratchArena* scratch = nullptr;
   OpStats* stats = nullptr;
-  std::string algo_override;  // "", "auto", "ring", "direct"
+  std::string algo_override;  // "", "auto", "ring", "direct", "hier"
+  std::shared_ptr<const Topology> topo;  // set for collectives that may run hierarchically
   size_t small_msg_bytes = 0;
 };
 

@@ -131,6 +131,10 @@ struct P2POp {
 struct OpStats {
   uint64_t bytes_sent_by_transport[4] = {0, 0, 0, 0};  // indexed by TransportKind
   uint64_t bytes_received_by_transport[4] = {0, 0, 0, 0};
+  // The same bytes split by topology level of the peer: 0 same host, 1 same cluster, 2 other
+  // cluster (topology/topology.h), so tests can check what crossed the slow links.
+  uint64_t bytes_sent_by_level[3] = {0, 0, 0};
+  uint64_t bytes_received_by_level[3] = {0, 0, 0};
   std::string algorithm;
 };
 

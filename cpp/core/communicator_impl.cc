@@ -51,6 +51,11 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.stats = &w->stats_;
   env.algo_override = !opts_.algorithm.empty() && opts_.algorithm != "auto" ? opts_.algorithm : config().algo;
   env.small_msg_bytes = config().small_msg_bytes;
+  // Collectives with a hierarchical variant need everyone's PeerInfo to choose (first time only).
+  if (size_ > 1 && (c.coll == Collective::kAllReduce || c.coll == Collective::kAllGather ||
+                    c.coll == Collective::kAllGatherV || c.coll == Collective::kReduceScatter ||
+                    c.coll == Collective::kReduceScatterV))
+    env.topo = topology();
   std::lock_guard<std::mutex> lock(issue_mu_);
   if (p2p_ops) {
     // Point-to-point messages are numbered per peer pair, not per communicator: the other
@@ -295,6 +300,21 @@ void CommunicatorImpl::abort(const std::string& why) { engine_->abort(Status(Cod
 
 Status CommunicatorImpl::error() { return engine_->error(); }
 
-std::string CommunicatorImpl::describe() { return engine_->describe(); }
+std::string CommunicatorImpl::describe() {
+  auto t = topology();
+  return engine_->describe() + (t ? t->describe(rank_) : std::string("topology: unavailable\n"));
+}
+
+std::shared_ptr<const Topology> CommunicatorImpl::topology() {
+  if (auto t = topo_.get_if_built()) return t;
+  auto t = topo_.get(*store_, size_, engine_->timeout_s());
+  if (!t.ok()) {
+    if (!topo_warned_.exchange(true))
+      UCCL_WARN("topology unavailable, using flat algorithms: %s", t.status().message().c_str());
+    return nullptr;
+  }
+  UCCL_INFO("communicator %s:\n%s", opts_.name.c_str(), t.value()->describe(rank_).c_str());
+  return t.value();
+}
 
 }  // namespace uccl

@@ -3,11 +3,13 @@
 // communicators over a prefixed view of the same store.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
 #include "core/communicator.h"
 #include "core/engine.h"
+#include "topology/topology.h"
 
 namespace uccl {
 
@@ -53,6 +55,8 @@ class CommunicatorImpl : public Communicator {
   Status check_op(const char* what, DataType dt, RedOp op);
   Status check_root(const char* what, int root);
   CommOptions merged(const CommOptions& child) const;
+  // The topology, fetched from the store on first use (nullptr if that failed).
+  std::shared_ptr<const Topology> topology();
 
   const int rank_, size_;
   std::shared_ptr<Store> store_;
@@ -63,6 +67,8 @@ class CommunicatorImpl : public Communicator {
   uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)
   std::vector<uint64_t> p2p_sent_, p2p_recvd_;  // p2p messages per peer (pairs count the same)
   uint64_t subcomm_seq_ = 0;     // split/new_group calls, for unique store prefixes
+  TopologyCache topo_;
+  std::atomic<bool> topo_warned_{false};
 };
 
 }  // namespace uccl

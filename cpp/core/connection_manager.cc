@@ -12,6 +12,9 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/loopback_endpoint.h"
+#include "topology/local_host.h"
+#include "topology/path_choice.h"
+#include "topology/topology.h"
 #include "transports/registry.h"
 
 namespace uccl {
@@ -59,6 +62,9 @@ bool split_host_port(const std::string& s, std::string* host, int* port) {
   *port = std::atoi(s.c_str() + colon + 1);
   return true;
 }
+
+// start_connect()'s answer while the peer has not created the communicator yet (try again).
+const char* const kNotPublishedYet = "peer info not published yet";
 
 uint64_t random_u64() {
   std::random_device rd;
@@ -120,7 +126,8 @@ Status ConnectionManager::init() {
   me_.host_id = host_identity();
   me_.hostname = host;
   me_.pid = getpid();
-  me_.cluster = config().cluster;
+  // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
+  UCCL_RETURN_IF_ERROR(describe_local_host(&me_));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());
 }
 
@@ -154,7 +161,15 @@ Result<TransportKind> ConnectionManager::choose_transport(const PeerInfo& peer) 
     if (!kind.ok()) return kind.status();
     return kind.value();
   }
-  return same_host ? TransportKind::kShm : TransportKind::kTcp;
+  // The best common path (topology/path_choice.h): shm on one host, verbs on a shared RDMA
+  // fabric once that transport is usable, tcp otherwise.
+  return choose_path(me_, peer, transport_available(TransportKind::kVerbs, nullptr)).kind;
+}
+
+int ConnectionManager::peer_level(int peer) const {
+  if (peer == rank_) return 0;
+  auto it = peer_infos_.find(peer);
+  return it == peer_infos_.end() ? -1 : pair_level(me_, *it->second);
 }
 
 Transport* ConnectionManager::transport(TransportKind kind) {
@@ -188,7 +203,7 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
   if (peer < rank_) return static_cast<Endpoint*>(nullptr);  // the lower rank connects to us
   if (!outgoing_.count(peer)) {
     Status s = start_connect(peer);
-    if (s.code() == Code::kTimeout) return static_cast<Endpoint*>(nullptr);  // peer not published yet
+    if (s.code() == Code::kTimeout && s.message() == kNotPublishedYet) return static_cast<Endpoint*>(nullptr);
     if (!s.ok()) {
       peer_errors_[peer] = s;
       return s;
@@ -200,7 +215,10 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
 Status ConnectionManager::start_connect(int peer) {
   // A short lookup: if the peer has not created the communicator yet, try again later.
   auto info = peer_info(peer, 0.05);
-  if (!info.ok()) return info.status();
+  if (!info.ok()) {
+    if (info.status().code() == Code::kTimeout) return Status(Code::kTimeout, kNotPublishedYet);
+    return info.status();
+  }
   auto kind = choose_transport(*info.value());
   if (!kind.ok()) return kind.status();
   Transport* t = transport(kind.value());
@@ -217,7 +235,9 @@ Status ConnectionManager::start_connect(int peer) {
   const std::string offer = out->pending->offer();
   const int n = t->sockets_per_connection();
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
-  for (const std::string& addr_text : info.value()->listen) {
+  // The peer's addresses, those on a network we share first (the cluster fabric before a
+  // routed path): tcp then rides the best common network.
+  for (const std::string& addr_text : choose_path(me_, *info.value()).peer_addresses) {
     std::string host;
     int port = 0;
     if (!split_host_port(addr_text, &host, &port)) continue;
@@ -226,9 +246,11 @@ Status ConnectionManager::start_connect(int peer) {
     std::vector<int> fds;
     Status s;
     for (int ch = 0; ch < n && s.ok(); ++ch) {
-      auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 10.0));
+      // The peer listens before it publishes its address, so a refusal means it is gone:
+      // retry only briefly (a full accept backlog), and never hold the engine for long.
+      auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0));
       if (!fd.ok()) {
-        s = fd.status();
+        s = Status(Code::kRemoteError, "cannot connect: " + fd.status().message() + " (has the peer exited?)", peer);
         break;
       }
       fds.push_back(fd.value());
@@ -483,6 +505,16 @@ bool ConnectionManager::progress() {
   moved |= accept_new();
   if (!incoming_.empty()) moved |= progress_incoming();
   return moved;
+}
+
+void ConnectionManager::publish_failure(const std::string& why) {
+  Status s = store_->set("uccl/failed/" + std::to_string(rank_), why);
+  if (!s.ok()) UCCL_WARN("could not publish the failure cause: %s", s.message().c_str());
+}
+
+std::string ConnectionManager::peer_failure(int peer, double timeout_s) {
+  auto r = store_->get("uccl/failed/" + std::to_string(peer), timeout_s);
+  return r.ok() ? r.value() : std::string();
 }
 
 void ConnectionManager::close_all() {

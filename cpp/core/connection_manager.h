@@ -50,7 +50,17 @@ class ConnectionManager {
   Result<const PeerInfo*> peer_info(int peer, double timeout_s);
   // Which transport this rank would use towards `peer` (needs its PeerInfo).
   Result<TransportKind> choose_transport(const PeerInfo& peer);
+  // Topology level of `peer` (0 same host, 1 same cluster, 2 other cluster) from the cached
+  // PeerInfo; -1 while unknown. For per-level byte counters; never blocks.
+  int peer_level(int peer) const;
   std::string describe();
+  // Failure records in the store, so that a cascade of closed connections still names the
+  // root cause: a failing rank publishes why before closing its sockets, and a rank that sees
+  // a peer close looks the peer's record up (waiting at most timeout_s).
+  void publish_failure(const std::string& why);
+  std::string peer_failure(int peer, double timeout_s);
+  // Accepted sockets whose handshake is still being read (the fuzzer watches this drain).
+  size_t pending_handshakes() const { return incoming_.size(); }
 
  private:
   struct Outgoing;

@@ -111,11 +111,26 @@ bool Engine::progress_once(Callbacks* done) {
   return moved;
 }
 
-void Engine::fail_everything(const Status& why, Callbacks* done) {
+void Engine::fail_everything(const Status& cause, Callbacks* done) {
+  Status why = cause;
   if (!failed_flag_.load()) {
+    // A peer that closed its connection may itself have failed because of a third rank (a
+    // ring neighbour died): its published record names that root cause. Records hold only the
+    // root cause, so messages stay one level deep however long the cascade.
+    std::string root = why.message();
+    if (why.code() == Code::kRemoteError && why.peer() >= 0) {
+      std::string theirs = conns_->peer_failure(why.peer(), 1.0);
+      if (!theirs.empty()) {
+        root = theirs;
+        if (why.message().find(theirs) == std::string::npos)  // the transport may have carried it
+          why = Status(why.code(), why.message() + "; root cause: " + theirs, why.peer());
+      }
+    }
     failed_ = why;
     failed_flag_.store(true);
     UCCL_WARN("communicator failed: %s", why.message().c_str());
+    conns_->publish_failure(root);  // before closing, so peers can read it
+    cause_for_peers_ = Status(Code::kAborted, root);
   }
   bool first = true;
   for (auto& w : queue_) {
@@ -124,7 +139,7 @@ void Engine::fail_everything(const Status& why, Callbacks* done) {
   }
   queue_.clear();
   for (auto& ep : conns_->endpoints())
-    if (ep) ep->fail_all(why);
+    if (ep) ep->fail_all(cause_for_peers_);
   // Closing the sockets tells every peer at once, instead of leaving them to their timeouts.
   conns_->close_all();
 }

@@ -95,6 +95,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<OpWork>> queue_;
   Status failed_;
+  Status cause_for_peers_;  // the root cause, handed to endpoints (shm forwards it to the peer)
   std::atomic<bool> failed_flag_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};

@@ -51,6 +51,8 @@ std::string PeerInfo::serialize() const {
   for (auto& n : nics)
     o << "nic\t" << clean(n.name) << '\t' << clean(n.kind) << '\t' << clean(n.fabric) << '\t' << clean(n.address)
       << '\t' << n.gbps << '\n';
+  if (rates.host_gbps > 0 || rates.nic_gbps > 0 || rates.uplink_gbps > 0)
+    o << "rates\t" << rates.host_gbps << '\t' << rates.nic_gbps << '\t' << rates.uplink_gbps << '\n';
   return o.str();
 }
 
@@ -72,6 +74,8 @@ Result<PeerInfo> PeerInfo::parse(const std::string& text) {
       p.listen.push_back(f[1]);
     } else if (f[0] == "nic" && f.size() >= 6) {
       p.nics.push_back({f[1], f[2], f[3], f[4], std::atof(f[5].c_str())});
+    } else if (f[0] == "rates" && f.size() >= 4) {
+      p.rates = {std::atof(f[1].c_str()), std::atof(f[2].c_str()), std::atof(f[3].c_str())};
     } else if (!line.empty()) {
       return InvalidArgument("malformed PeerInfo line: " + line);
     }

@@ -17,6 +17,15 @@ struct NicInfo {
   double gbps = 0;       // rated bandwidth
 };
 
+// Declared link rates (topology file), in Gbit/s; 0 = not declared. Published with the PeerInfo
+// so that every rank computes the same cost model from the same numbers (the algorithm choice
+// must agree on all ranks, and a rank may not have the file).
+struct LinkRates {
+  double host_gbps = 0;    // between ranks of one host (shared memory), per rank
+  double nic_gbps = 0;     // a host's link into its cluster fabric (shared by the host's ranks)
+  double uplink_gbps = 0;  // the cluster's link to other clusters (shared by the whole cluster)
+};
+
 struct PeerInfo {
   int rank = -1;
   std::string host_id;   // equal host_id <=> shared memory works (see host_identity())
@@ -25,6 +34,7 @@ struct PeerInfo {
   std::string cluster;   // UCCL_CLUSTER / topology file label
   std::vector<std::string> listen;  // "ip:port" of this communicator's listeners
   std::vector<NicInfo> nics;
+  LinkRates rates;
 
   std::string serialize() const;
   static Result<PeerInfo> parse(const std::string& text);

@@ -57,6 +57,15 @@ py::dict stats_dict(const OpStats& s) {
   }
   d["bytes_sent"] = sent;
   d["bytes_received"] = recvd;
+  // By topology level of the peer ("host", "cluster", "inter_cluster"): where the bytes went.
+  py::dict lsent, lrecvd;
+  const char* levels[3] = {"host", "cluster", "inter_cluster"};
+  for (int l = 0; l < 3; ++l) {
+    lsent[levels[l]] = s.bytes_sent_by_level[l];
+    lrecvd[levels[l]] = s.bytes_received_by_level[l];
+  }
+  d["bytes_sent_by_level"] = lsent;
+  d["bytes_received_by_level"] = lrecvd;
   d["algorithm"] = s.algorithm;
   return d;
 }

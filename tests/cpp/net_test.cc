@@ -114,7 +114,7 @@ static void test_loopback(const char* host) {
   Status st = recv_all(sfd, buf, sizeof buf, now_s() + 0.2);
   double dt = now_s() - t0;
   CHECK(st.code() == Code::kTimeout);
-  CHECK(dt >= 0.15 && dt < 2);
+  CHECK(dt >= 0.15 && dt < 5);
   // Peer close: kRemoteError with the byte count in the message.
   CHECK_OK(send_all(cfd.value(), "ab", 2, now_s() + 1));
   close(cfd.value());
@@ -136,7 +136,7 @@ static void test_connect_deadline() {
   auto c = connect_to(a, now_s() + 0.3);
   double dt = now_s() - t0;
   CHECK(!c.ok() && c.status().code() == Code::kTimeout);
-  CHECK(dt >= 0.25 && dt < 3);
+  CHECK(dt >= 0.25 && dt < 5);
   // A listener that appears late is still reached.
   std::thread late([&] {
     usleep(200 * 1000);

@@ -73,7 +73,7 @@ void test_receiver_dies(bool sigkill) {
     r.bytes = kBig;
     r.expect = env_for(1);
     ep->post_recv(&r);
-    for (int i = 0; i < 20; ++i) ep->progress();
+    ep->progress();  // moves at most 64 pieces: a few MiB of the 64
     CHECK(r.pending());
     if (sigkill) raise(SIGKILL);
     _exit(0);
@@ -148,6 +148,41 @@ void test_sender_dies(bool cma) {
   const double dt = wait_failed(ep.get(), &r, Code::kRemoteError, 1.0);
   std::printf("  sender died (cma=%d): receive failed after %.3f s: %s\n", cma, dt, r.error.message().c_str());
   CHECK(join(child) == 128 + SIGKILL);
+}
+
+// The peer forks a child (think DataLoader worker) that inherits the liveness socket and
+// outlives it. The socket stays open, so the peer's death must be seen through its pidfd.
+void test_peer_dies_but_its_fork_lives() {
+  auto body = [&](Endpoint* ep) -> int {
+    RecvRequest go;  // setup is over on both sides
+    go.expect = env_for(0);
+    ep->post_recv(&go);
+    CHECK_OK(drive(ep, {&go}));
+    pid_t grandchild = fork();
+    if (grandchild == 0) {
+      close(1);  // let ctest's output pipe close when the test ends
+      close(2);
+      sleep(3);
+      _exit(0);
+    }
+    _exit(0);
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(false), options(false), &ep, body);
+  SendRequest go;
+  go.env = env_for(0);
+  ep->post_send(&go);
+  CHECK_OK(drive(ep.get(), {&go}));
+  std::vector<uint8_t> buf(10);
+  RecvRequest r;
+  r.dst = buf.data();
+  r.bytes = 10;
+  r.expect = env_for(1);
+  ep->post_recv(&r);
+  const double dt = wait_failed(ep.get(), &r, Code::kRemoteError, 1.0);
+  std::printf("  peer exited, its fork holds the socket: receive failed after %.3f s\n", dt);
+  CHECK(dt < 1.5);
+  CHECK(join(child) == 0);
 }
 
 // Completed sends stay deliverable after the sender exits (a rank may send and leave).
@@ -271,6 +306,7 @@ int main() {
   std::puts("sender dies mid-transfer");
   test_sender_dies(false);
   test_sender_dies(true);
+  test_peer_dies_but_its_fork_lives();
   std::puts("send, then exit");
   test_send_then_exit();
   std::puts("fail_all");

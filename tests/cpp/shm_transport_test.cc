@@ -76,6 +76,53 @@ void test_sizes(bool cma) {
   CHECK(leftover_segments() == 0);
 }
 
+// The two sides configured differently: CMA on one side only (the ring must carry
+// everything), and a piece size on the passive side larger than the active side's ring allows.
+void test_asymmetric_options() {
+  ShmOptions parent = options(true, 64 << 10), child = options(false);
+  parent.piece_bytes = 16 << 10;
+  child.piece_bytes = 256 << 10;
+  const std::vector<size_t> sizes = {5, 16 << 10, (1u << 20) + 3, 3u << 20};
+  auto body = [&](Endpoint* ep) -> int {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<uint8_t> out = make_payload(sizes[k], 50 + k), in(sizes[k]);
+      SendRequest s;
+      s.data = out.data();
+      s.bytes = sizes[k];
+      s.env = env_for(k);
+      RecvRequest r;
+      r.dst = in.data();
+      r.bytes = sizes[k];
+      r.expect = env_for(k);
+      ep->post_send(&s);
+      ep->post_recv(&r);
+      CHECK_OK(drive(ep, {&s, &r}));
+      CHECK(check_payload(in.data(), sizes[k], k));
+    }
+    CHECK(as_shm(ep)->stats().cma_sends == 0);
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child_pid = fork_pair(parent, child, &ep, body);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<uint8_t> out = make_payload(sizes[k], k), in(sizes[k]);
+    SendRequest s;
+    s.data = out.data();
+    s.bytes = sizes[k];
+    s.env = env_for(k);
+    RecvRequest r;
+    r.dst = in.data();
+    r.bytes = sizes[k];
+    r.expect = env_for(k);
+    ep->post_send(&s);
+    ep->post_recv(&r);
+    CHECK_OK(drive(ep.get(), {&s, &r}));
+    CHECK(check_payload(in.data(), sizes[k], 50 + k));
+  }
+  CHECK(as_shm(ep.get())->stats().cma_sends == 0);  // the child does not allow CMA
+  CHECK(join(child_pid) == 0);
+}
+
 // Thousands of messages posted at once, sizes mixing inline, multi-piece and CMA: they must
 // arrive and complete in posting order.
 void test_fifo_many() {
@@ -224,6 +271,8 @@ int main() {
   test_sizes(true);
   std::puts("sizes, cma off");
   test_sizes(false);
+  std::puts("asymmetric options");
+  test_asymmetric_options();
   std::puts("fifo, many in flight");
   test_fifo_many();
   std::puts("bidirectional");

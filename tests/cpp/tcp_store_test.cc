@@ -99,7 +99,7 @@ int main() {
     double dt = now_s() - t0;
     CHECK(r.status().code() == Code::kTimeout);
     CHECK(r.status().message().find("never") != std::string::npos);
-    CHECK(dt >= 0.15 && dt < 2);
+    CHECK(dt >= 0.15 && dt < 5);
     Status w = b->wait({"bin", "never2"}, 0.1);
     CHECK(w.code() == Code::kTimeout && w.message().find("never2") != std::string::npos);
     CHECK(b->get("bin", 0).value() == bin);  // timeout 0 on an existing key
@@ -139,7 +139,7 @@ int main() {
     double t0 = now_s();
     auto c = connect_tcp_store("127.0.0.1", port, 0.3);
     CHECK(!c.ok() && c.status().code() == Code::kTimeout);
-    CHECK(now_s() - t0 < 3);
+    CHECK(now_s() - t0 < 5);
   }
   std::puts("tcp_store_test ok");
   return 0;

@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,11 +48,20 @@ ShmEndpoint::ShmEndpoint(ShmEndpointParams p)
   rx_ctl_ = &ctl_->ring[1 - side_];
   rx_data_ = segment_.ring_data(1 - side_);
   last_poll_ms_ = coarse_ms();
+  // A forked child of the peer (a DataLoader worker, say) inherits its end of the socket and
+  // keeps it open after the peer dies. A pidfd sees the peer process itself exit. Only when
+  // the setup probe read the peer's random word from that pid do we know the number names it.
+  if (p.peer_pid_verified) {
+#ifdef SYS_pidfd_open
+    pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, peer_pid_, 0));
+#endif
+  }
 }
 
 ShmEndpoint::~ShmEndpoint() {
   if (!dead_ && !peer_gone_) leave_note("closed its endpoint");
   if (fd_ >= 0) close(fd_);
+  if (pidfd_ >= 0) close(pidfd_);
   // segment_ unmaps itself; the name was unlinked during setup.
 }
 
@@ -103,9 +113,10 @@ void ShmEndpoint::check_liveness() {
   const int64_t ms = coarse_ms();
   if (ms == last_poll_ms_) return;
   last_poll_ms_ = ms;
-  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return;
-  bool gone = p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL);
+  pollfd fds[2] = {{fd_, POLLIN | POLLRDHUP, 0}, {pidfd_, POLLIN, 0}};
+  if (poll(fds, pidfd_ >= 0 ? 2 : 1, 0) <= 0) return;
+  const pollfd& p = fds[0];
+  bool gone = (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) || (pidfd_ >= 0 && fds[1].revents);
   if (!gone && (p.revents & POLLIN)) {
     char buf[256];
     ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
@@ -139,7 +150,9 @@ void ShmEndpoint::on_peer_gone() {
   peer_gone_ = true;
   gone_status_ = peer_closed_error(peer_, peer_note());
   UCCL_INFO("shm endpoint to %s: %s", peer_.describe().c_str(), gone_status_.message().c_str());
-  // Nothing we send can be delivered or acknowledged any more.
+  // Acks the peer wrote before it went away still count (its writes happened before its
+  // socket closed); nothing else we send can be delivered or acknowledged any more.
+  if (!unacked_.empty()) reap_sends();
   for (SendRequest* r : sendq_) fail(r, gone_status_);
   for (const Unacked& u : unacked_) fail(u.r, gone_status_);
   sendq_.clear();

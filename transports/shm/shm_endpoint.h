@@ -21,7 +21,8 @@
 // both rings full never deadlocks and both rings stay busy.
 //
 // Liveness: the socket from the core carries no data. About once a millisecond of spinning
-// (read from the coarse clock, no syscall) it is polled with a zero timeout. When the peer is
+// (read from the coarse clock, no syscall) it is polled with a zero timeout, together with a
+// pidfd of the peer where we have one (a forked child of the peer keeps the socket open). When the peer is
 // gone, messages that are already complete in the ring are still delivered (a peer may send
 // and exit), everything else fails with peer_closed_error. fail_all() and fatal errors
 // (mismatch, corrupt ring, CMA failure) leave a note in the segment and shut the socket down,
@@ -68,6 +69,7 @@ struct ShmEndpointParams {
   int side = 0;  // 0: active (writes ring 0), 1: passive (writes ring 1)
   int liveness_fd = -1;
   pid_t peer_pid = 0;
+  bool peer_pid_verified = false;  // the setup probe read the peer's word at this pid
   ShmOptions options;
 };
 
@@ -126,7 +128,8 @@ class ShmEndpoint final : public Endpoint {
   Segment segment_;
   SegmentControl* ctl_;
   int side_;
-  int fd_;
+  int fd_;         // liveness socket from the core
+  int pidfd_ = -1;  // the peer process itself, when CMA proved which process that is
   pid_t peer_pid_;
   ShmOptions opt_;
   uint64_t ring_bytes_, ring_mask_, piece_;

@@ -12,13 +12,6 @@ namespace uccl {
 namespace shm {
 namespace {
 
-// A CMA copy pulls this much per process_vm_readv: large enough that the syscall and page
-// pinning are amortized, small enough that progress() returns to the other direction often.
-constexpr size_t kCmaCopyChunk = 1 << 20;
-// A CMA reduce pulls into a bounce buffer of this size and reduces from it while it is hot
-// in L2 (reduce-from-remote-memory is impossible without mapping the peer).
-constexpr size_t kBounceBytes = 128 << 10;
-
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
 }  // namespace
@@ -238,17 +231,17 @@ bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
   const uintptr_t src = rx_hdr_.cma_address + rx_off_;
   ssize_t got;
   if (!r->reduce) {
-    got = cma_read(peer_pid_, static_cast<char*>(r->dst) + rx_off_, src, std::min<uint64_t>(remaining, kCmaCopyChunk));
+    got = cma_read(peer_pid_, static_cast<char*>(r->dst) + rx_off_, src, std::min<uint64_t>(remaining, opt_.cma_chunk_bytes));
   } else {
     if (!bounce_) {
-      bounce_ = std::unique_ptr<char, void (*)(void*)>(static_cast<char*>(std::aligned_alloc(kLine, kBounceBytes)),
+      bounce_ = std::unique_ptr<char, void (*)(void*)>(static_cast<char*>(std::aligned_alloc(kLine, opt_.cma_bounce_bytes)),
                                                        std::free);
       if (!bounce_) {
         fatal(Status(Code::kSystemError, "out of memory for the shm CMA bounce buffer"), "ran out of memory");
         return true;
       }
     }
-    got = cma_read(peer_pid_, bounce_.get(), src, std::min<uint64_t>(remaining, kBounceBytes));
+    got = cma_read(peer_pid_, bounce_.get(), src, std::min<uint64_t>(remaining, opt_.cma_bounce_bytes));
     if (got > 0) {
       got -= got % static_cast<ssize_t>(dtype_size(r->dtype));  // a partial element is read again
       deliver(r, rx_off_, bounce_.get(), static_cast<size_t>(got));

@@ -38,6 +38,8 @@ Result<void*> map_shared(int fd, size_t bytes, const std::string& name) {
   // Huge pages cut TLB misses on the rings where tmpfs allows it (shmem_enabled=advise);
   // elsewhere this is a harmless no-op.
   madvise(p, bytes, MADV_HUGEPAGE);
+  // Children forked later (DataLoader workers, say) get no copy: they must never touch the rings.
+  madvise(p, bytes, MADV_DONTFORK);
   return p;
 }
 

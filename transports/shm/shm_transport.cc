@@ -6,6 +6,7 @@
 // process_vm_readv; each reader stores its verdict in the segment (SegmentControl::cma_verdict).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -65,15 +66,19 @@ void close_all(const std::vector<int>& fds) {
   for (int fd : fds) close(fd);
 }
 
-// Reader side of the probe: may this process pull from `pid`? Result goes into the segment.
-uint32_t probe_verdict(bool allowed, const Fields& f, pid_t pid) {
-  if (!allowed || field_u64(f, "cma") != 1) return 2;
-  return shm::cma_probe(pid, field_u64(f, "probe"), field_u64(f, "value")) ? 1 : 2;
+// Reader side of the probe. Reading the peer's random word proves two things: CMA works, and
+// `pid` really is the peer (worth a pidfd for liveness even when CMA is switched off).
+bool probe_peer(const Fields& f, pid_t pid) {
+  return shm::cma_probe(pid, field_u64(f, "probe"), field_u64(f, "value"));
+}
+// The verdict stored in the segment for the writer: CMA for this direction, yes (1) or no (2).
+uint32_t cma_verdict(bool probe_ok, bool allowed_here, const Fields& f) {
+  return probe_ok && allowed_here && field_u64(f, "cma") == 1 ? 1 : 2;
 }
 
 std::string probe_fields(bool cma) {
-  if (!cma) return " cma=0";
-  return " cma=1 probe=" + hex(shm::cma_probe_address()) + " value=" + hex(shm::cma_probe_value());
+  return std::string(" cma=") + (cma ? "1" : "0") + " probe=" + hex(shm::cma_probe_address()) +
+         " value=" + hex(shm::cma_probe_value());
 }
 
 class ShmPendingConnect final : public PendingConnect {
@@ -95,13 +100,15 @@ class ShmPendingConnect final : public PendingConnect {
       return f.ok() ? Internal("shm finish() needs one liveness socket") : f.status();
     }
     const pid_t peer_pid = static_cast<pid_t>(field_u64(f.value(), "pid"));
-    segment_.control()->cma_verdict[1].store(probe_verdict(opt_.cma, f.value(), peer_pid), std::memory_order_release);
+    const bool probe_ok = probe_peer(f.value(), peer_pid);
+    segment_.control()->cma_verdict[1].store(cma_verdict(probe_ok, opt_.cma, f.value()), std::memory_order_release);
     shm::ShmEndpointParams p;
     p.peer = peer_;
     p.segment = std::move(segment_);
     p.side = 0;
     p.liveness_fd = take_liveness_fd(fds);
     p.peer_pid = peer_pid;
+    p.peer_pid_verified = probe_ok;
     p.options = opt_;
     auto* ep = new shm::ShmEndpoint(std::move(p));
     UCCL_INFO("shm: connected to %s: %s", peer_.describe().c_str(), ep->describe().c_str());
@@ -120,6 +127,8 @@ class ShmTransport final : public Transport {
     if (opt_.piece_bytes < 4096) opt_.piece_bytes = 4096;
     opt_.piece_bytes &= ~static_cast<size_t>(shm::kLine - 1);
     opt_.ring_bytes = shm::effective_ring_bytes(opt_.ring_bytes, opt_.piece_bytes);
+    opt_.cma_chunk_bytes = std::max<size_t>(opt_.cma_chunk_bytes, 4096);
+    opt_.cma_bounce_bytes = std::max<size_t>(opt_.cma_bounce_bytes, 4096) & ~static_cast<size_t>(shm::kLine - 1);
   }
   TransportKind kind() const override { return TransportKind::kShm; }
 
@@ -148,7 +157,8 @@ class ShmTransport final : public Transport {
     segment.unlink();  // both sides unlink, whoever comes first wins
     if (opt_.cma) shm::cma_allow_peers();  // before the answer: the peer probes us in finish()
     const pid_t peer_pid = static_cast<pid_t>(field_u64(o, "pid"));
-    segment.control()->cma_verdict[0].store(probe_verdict(opt_.cma, o, peer_pid), std::memory_order_release);
+    const bool probe_ok = probe_peer(o, peer_pid);
+    segment.control()->cma_verdict[0].store(cma_verdict(probe_ok, opt_.cma, o), std::memory_order_release);
     *answer = std::string(kMagic) + " " + std::to_string(kProtocol) + " pid=" + std::to_string(getpid()) +
               probe_fields(opt_.cma);
     shm::ShmEndpointParams p;
@@ -157,6 +167,7 @@ class ShmTransport final : public Transport {
     p.side = 1;
     p.liveness_fd = take_liveness_fd(fds);
     p.peer_pid = peer_pid;
+    p.peer_pid_verified = probe_ok;
     p.options = opt_;
     auto* ep = new shm::ShmEndpoint(std::move(p));
     UCCL_INFO("shm: accepted %s: %s", peer.describe().c_str(), ep->describe().c_str());

@@ -28,6 +28,8 @@ struct ShmOptions {
   bool cma = true;                   // allow single-copy process_vm_readv for large messages
   size_t cma_min_bytes = 1 << 20;    // messages at least this large use CMA (when it works)
   size_t piece_bytes = 64 << 10;     // the writer publishes (and the reader consumes) this much at a time
+  size_t cma_chunk_bytes = 1 << 20;  // a CMA copy pulls this much per process_vm_readv call
+  size_t cma_bounce_bytes = 128 << 10;  // a CMA reduce pulls this much, then reduces it (stays in L2)
   static ShmOptions from_config();
 };
 

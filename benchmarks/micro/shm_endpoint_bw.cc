@@ -1,0 +1,334 @@
+// Micro benchmark of one shm Endpoint pair in two processes (fork), ring path vs CMA.
+//
+// Build (after `cmake --build build/dev`), from the repository root:
+//   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so
+//       -Wl,-rpath,$PWD/build/dev -o build/dev/shm_endpoint_bw
+// Run: build/dev/shm_endpoint_bw [reps=5] [scope=full|quick|lat] [kind=both|ring|cma]
+//                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M]
+//   quick: 64 KiB and 1 MiB only; lat: latency lines only; kind: which connections to measure;
+//   the rest override ShmOptions (defaults come from the UCCL_SHM_* settings).
+//
+// Measures (each repeated `reps` times, median printed):
+//  * ping-pong latency of 8 bytes (half round trip)
+//  * unidirectional and bidirectional bandwidth at 64 KiB, 1 MiB, 16 MiB, 64 MiB
+//  * "reduce step": both sides send N bytes and reduce-receive N bytes of float32 (the step of
+//    a 2-rank ring reduce-scatter), GB/s per direction
+//  * a 2-rank ring allreduce built from those steps (reduce-scatter step + allgather step on
+//    halves), reported as nccl-tests busbw (= size / time for 2 ranks) to compare with MPI.
+// Each is run over a connection with CMA off (ring only) and with CMA on (>= 1 MiB by CMA).
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transports/shm/shm_transport.h"
+
+using namespace uccl;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+void die(const char* what) {
+  std::fprintf(stderr, "shm_endpoint_bw: %s\n", what);
+  std::exit(1);
+}
+
+void write_string(int fd, const std::string& s) {
+  uint32_t n = static_cast<uint32_t>(s.size());
+  if (write(fd, &n, 4) != 4 || write(fd, s.data(), n) != static_cast<ssize_t>(n)) die("write");
+}
+std::string read_string(int fd) {
+  uint32_t n = 0;
+  if (read(fd, &n, 4) != 4) die("read");
+  std::string s(n, '\0');
+  for (size_t got = 0; got < n;) {
+    ssize_t k = read(fd, &s[got], n - got);
+    if (k <= 0) die("read");
+    got += static_cast<size_t>(k);
+  }
+  return s;
+}
+
+struct Peer {
+  Endpoint* ep;
+  bool parent;
+  uint64_t seq = 0;
+  Envelope next() {
+    Envelope e;
+    e.op_seq = ++seq;
+    return e;
+  }
+};
+
+void wait(Peer& p, std::initializer_list<Request*> reqs) {
+  for (;;) {
+    bool pending = false;
+    for (Request* r : reqs) {
+      if (r->state == ReqState::kFailed) die(r->error.to_string().c_str());
+      pending |= r->pending();
+    }
+    if (!pending) return;
+    p.ep->progress();
+  }
+}
+
+void send(Peer& p, const void* data, size_t bytes) {
+  SendRequest s;
+  s.data = data;
+  s.bytes = bytes;
+  s.env = p.next();
+  p.ep->post_send(&s);
+  wait(p, {&s});
+}
+void recv(Peer& p, void* dst, size_t bytes) {
+  RecvRequest r;
+  r.dst = dst;
+  r.bytes = bytes;
+  r.expect = p.next();
+  p.ep->post_recv(&r);
+  wait(p, {&r});
+}
+void barrier(Peer& p) {
+  uint64_t x = 0;
+  if (p.parent) {
+    send(p, &x, 8);
+    recv(p, &x, 8);
+  } else {
+    recv(p, &x, 8);
+    send(p, &x, 8);
+  }
+}
+
+// One exchange: send `out` and receive into `in` at once (reduce: in = in + incoming).
+void exchange(Peer& p, const void* out, void* in, size_t bytes, bool reduce) {
+  SendRequest s;
+  s.data = out;
+  s.bytes = bytes;
+  s.env = p.next();
+  RecvRequest r;
+  r.dst = in;
+  r.bytes = bytes;
+  r.expect = s.env;
+  r.reduce = reduce;
+  r.dtype = DataType::kFloat32;
+  r.op = RedOp::kSum;
+  p.ep->post_send(&s);
+  p.ep->post_recv(&r);
+  wait(p, {&s, &r});
+}
+
+double pingpong(Peer& p, int iters) {
+  uint64_t x = 0;
+  barrier(p);
+  const double t0 = now_s();
+  for (int i = 0; i < iters; ++i) {
+    if (p.parent) {
+      send(p, &x, 8);
+      recv(p, &x, 8);
+    } else {
+      recv(p, &x, 8);
+      send(p, &x, 8);
+    }
+  }
+  return (now_s() - t0) / iters / 2;
+}
+
+// Parent streams `iters` messages with up to kWindow in flight; the child receives and acks.
+double unidirectional(Peer& p, char* buf, size_t bytes, int iters) {
+  constexpr int kWindow = 4;
+  barrier(p);
+  const double t0 = now_s();
+  std::vector<SendRequest> s(kWindow);
+  std::vector<RecvRequest> r(kWindow);
+  for (int i = 0; i < iters; ++i) {
+    const int slot = i % kWindow;
+    if (p.parent) {
+      if (i >= kWindow) wait(p, {&s[slot]});
+      s[slot] = SendRequest();
+      s[slot].data = buf;
+      s[slot].bytes = bytes;
+      s[slot].env = p.next();
+      p.ep->post_send(&s[slot]);
+    } else {
+      if (i >= kWindow) wait(p, {&r[slot]});
+      r[slot] = RecvRequest();
+      r[slot].dst = buf;
+      r[slot].bytes = bytes;
+      r[slot].expect = p.next();
+      p.ep->post_recv(&r[slot]);
+    }
+  }
+  for (int k = 0; k < kWindow && k < iters; ++k) wait(p, {p.parent ? static_cast<Request*>(&s[k]) : &r[k]});
+  uint64_t ack = 0;
+  if (p.parent) recv(p, &ack, 8); else send(p, &ack, 8);
+  return (now_s() - t0) / iters;
+}
+
+double bidirectional(Peer& p, char* out, char* in, size_t bytes, int iters, bool reduce) {
+  barrier(p);
+  const double t0 = now_s();
+  for (int i = 0; i < iters; ++i) exchange(p, out, in, bytes, reduce);
+  return (now_s() - t0) / iters;
+}
+
+// 2-rank ring allreduce of `bytes` (float32): reduce-scatter step, then allgather step.
+double allreduce2(Peer& p, char* data, size_t bytes, int iters) {
+  const size_t half = bytes / 2;
+  const int me = p.parent ? 0 : 1;
+  char* mine = data + me * half;
+  char* theirs = data + (1 - me) * half;
+  barrier(p);
+  const double t0 = now_s();
+  for (int i = 0; i < iters; ++i) {
+    exchange(p, theirs, mine, half, true);   // I own `mine`: receive the peer's part and add
+    exchange(p, mine, theirs, half, false);  // then swap the reduced halves
+  }
+  return (now_s() - t0) / iters;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double repeat(Peer& p, int reps, F f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(f());
+  return median(t);
+}
+
+enum class Scope { kFull, kQuick, kLatency };
+
+void suite(Peer& p, bool cma, int reps, Scope scope) {
+  const bool quick = scope != Scope::kFull;
+  const std::vector<size_t> sizes = quick ? std::vector<size_t>{64 << 10, 1 << 20} :
+                                            std::vector<size_t>{64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  const size_t max_bytes = sizes.back();
+  std::vector<char> out(max_bytes, 1), in(max_bytes, 2);
+  std::vector<float> fl(max_bytes / 4, 0.0f);
+  auto say = [&](const char* fmt, auto... args) {
+    if (p.parent) std::printf(fmt, args...);
+  };
+  say("\n== %s ==\n", cma ? "CMA on (messages >= 1 MiB use process_vm_readv)" : "ring only (CMA off)");
+  const double lat = repeat(p, reps, [&] { return pingpong(p, 20000); });
+  say("ping-pong 8 B: %.2f us half round trip\n", lat * 1e6);
+  if (scope == Scope::kLatency) {
+    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), 1024, 5000); });
+    say("allreduce2 1024 B: %.2f us\n", ar * 1e6);
+    return;
+  }
+  say("%10s %14s %16s %16s %18s\n", "bytes", "uni GB/s", "bidir GB/s/dir", "reduce GB/s/dir", "allreduce busbw");
+  for (size_t n : sizes) {
+    const int iters = static_cast<int>(std::max<size_t>(4, (256u << 20) / n));
+    const double uni = repeat(p, reps, [&] { return unidirectional(p, p.parent ? out.data() : in.data(), n, iters); });
+    const double bi = repeat(p, reps, [&] { return bidirectional(p, out.data(), in.data(), n, iters, false); });
+    const double red = repeat(p, reps, [&] {
+      return bidirectional(p, out.data(), reinterpret_cast<char*>(fl.data()), n, iters, true);
+    });
+    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), n, iters); });
+    say("%10zu %14.2f %16.2f %16.2f %18.2f\n", n, n / uni / 1e9, n / bi / 1e9, n / red / 1e9, n / ar / 1e9);
+  }
+  const size_t small[] = {1024, 8192};
+  for (size_t n : small) {
+    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), n, 5000); });
+    say("allreduce2 %zu B: %.2f us (busbw %.2f GB/s)\n", n, ar * 1e6, n / ar / 1e9);
+  }
+}
+
+struct Args {
+  int reps = 5;
+  Scope scope = Scope::kFull;
+  std::string kind = "both";
+  ShmOptions opt = ShmOptions::from_config();
+};
+
+size_t parse_size(const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (*end == 'K' || *end == 'k') x *= 1024;
+  if (*end == 'M' || *end == 'm') x *= 1024 * 1024;
+  return static_cast<size_t>(x);
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos) die(("arguments are key=value: " + s).c_str());
+    const std::string k = s.substr(0, eq), v = s.substr(eq + 1);
+    if (k == "reps") a.reps = std::max(1, std::atoi(v.c_str()));
+    else if (k == "scope") a.scope = v == "quick" ? Scope::kQuick : v == "lat" ? Scope::kLatency : Scope::kFull;
+    else if (k == "kind") a.kind = v;
+    else if (k == "ring") a.opt.ring_bytes = parse_size(v);
+    else if (k == "piece") a.opt.piece_bytes = parse_size(v);
+    else if (k == "chunk") a.opt.cma_chunk_bytes = parse_size(v);
+    else if (k == "bounce") a.opt.cma_bounce_bytes = parse_size(v);
+    else if (k == "cma_min") a.opt.cma_min_bytes = parse_size(v);
+    else die(("unknown argument " + k).c_str());
+  }
+  return a;
+}
+
+void run(bool cma, const Args& args) {
+  ShmOptions opt = args.opt;
+  opt.cma = cma;
+  const int reps = args.reps;
+  const Scope scope = args.scope;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) die("socketpair");
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child < 0) die("fork");
+  PeerContext ctx;
+  ctx.peer_host = "localhost";
+  auto t = make_shm_transport(opt);
+  std::unique_ptr<Endpoint> ep;
+  if (child == 0) {
+    close(sv[0]);
+    std::string answer;
+    Result<Endpoint*> r = t->accept(ctx, read_string(sv[1]), &answer, {sv[1]});
+    if (!r.ok()) die(r.status().to_string().c_str());
+    write_string(sv[1], answer);
+    ep.reset(r.value());
+  } else {
+    close(sv[1]);
+    Result<PendingConnect*> pc = t->start_connect(ctx);
+    if (!pc.ok()) die(pc.status().to_string().c_str());
+    std::unique_ptr<PendingConnect> pending(pc.value());
+    write_string(sv[0], pending->offer());
+    Result<Endpoint*> r = pending->finish(read_string(sv[0]), {sv[0]});
+    if (!r.ok()) die(r.status().to_string().c_str());
+    ep.reset(r.value());
+  }
+  Peer p{ep.get(), child != 0};
+  barrier(p);  // both sides have finished setup: CMA verdicts are known
+  if (p.parent) std::printf("endpoint: %s\n", ep->describe().c_str());
+  suite(p, cma, reps, scope);
+  barrier(p);
+  ep.reset();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  std::printf("ring %zu, piece %zu, cma chunk %zu, cma bounce %zu, cma min %zu\n", args.opt.ring_bytes,
+              args.opt.piece_bytes, args.opt.cma_chunk_bytes, args.opt.cma_bounce_bytes, args.opt.cma_min_bytes);
+  if (args.kind != "cma") run(false, args);
+  if (args.kind != "ring") run(true, args);
+  return 0;
+}

@@ -1,0 +1,219 @@
+// Hierarchical all_gather, reduce_scatter and all_reduce over the topology's grid.
+//
+// Rail-only style: the grid has dims s_0 (ranks per host), s_1 (hosts per cluster), s_2
+// (clusters), see topology.h. A ring along dim k runs among the ranks that differ only in
+// coordinate k, i.e. it crosses level k along a rail. Reduce-scatter goes from the innermost
+// (fastest) dim outwards, so that each outer level only carries what is left after the
+// inner ones reduced; all-gather mirrors it from the outermost dim inwards. Per rank, the
+// ring along dim k moves (s_k - 1) * D / (s_0 * ... * s_k) bytes: the slowest (outermost)
+// level carries (y-1) D / (x y), the rail-only paper's AGtime first term, instead of the flat
+// ring's (n-1) D / n. all_reduce = reduce_scatter + all_gather.
+//
+// Blocks: all_gather(v) and reduce_scatter(v) have one block per rank in the caller's layout,
+// so a chunk (the blocks a ring step moves, Topology::chunk) may be scattered: it is sent as
+// one message per contiguous run. all_reduce chooses its own internal layout: block of rank r
+// at Topology::nested_index(r), which makes every chunk one contiguous range (one message).
+//
+// Results are identical on every rank: each block is reduced by one rank in a fixed order and
+// then distributed. (They differ from the flat ring's in the last bits for floats, because
+// the summation order differs; integer-valued data gives identical results.)
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "algorithms/collectives.h"
+#include "core/log.h"
+#include "topology/cost_model.h"
+#include "topology/topology.h"
+
+namespace uccl {
+namespace {
+
+using Ranges = std::vector<std::pair<size_t, size_t>>;  // (byte offset, bytes)
+
+struct Grid {
+  const Topology& t;
+  int me;
+  const Blocks& b;
+  std::vector<int> block_of;  // rank -> block index in b
+  size_t es;
+
+  // The byte ranges of chunk(me, dim, v), sorted and coalesced, empty runs dropped. Both ends
+  // of a ring step compute the same list, so messages match one to one.
+  Ranges ranges(int dim, int v) const {
+    std::vector<std::pair<size_t, size_t>> el;  // (element offset, count)
+    for (int q : t.chunk(me, dim, v)) {
+      const int blk = block_of[q];
+      if (b.cnt[blk]) el.emplace_back(b.off[blk], b.cnt[blk]);
+    }
+    std::sort(el.begin(), el.end());
+    Ranges out;
+    for (auto& [off, cnt] : el) {
+      if (!out.empty() && out.back().first + out.back().second == off * es) out.back().second += cnt * es;
+      else out.emplace_back(off * es, cnt * es);
+    }
+    return out;
+  }
+  int next(int dim) const { return t.neighbor(me, dim, (t.coord(me, dim) + 1) % t.dims()[dim]); }
+  int prev(int dim) const { return t.neighbor(me, dim, (t.coord(me, dim) - 1 + t.dims()[dim]) % t.dims()[dim]); }
+};
+
+char* at(const void* base, size_t off) { return static_cast<char*>(const_cast<void*>(base)) + off; }
+
+// Ring reduce-scatter along `dim`: afterwards work holds, for chunk(me, dim, coord(me, dim)),
+// the reduction over the ring. `in` is the level's input (the caller's data at dim 0, `work`
+// itself above, where it holds the inner levels' partial sums).
+void reduce_scatter_dim(const Grid& g, int dim, const void* in, char* work, Schedule* s) {
+  const int n = g.t.dims()[dim], c = g.t.coord(g.me, dim), next = g.next(dim), prev = g.prev(dim);
+  // Step k sends chunk c-k-1 and folds chunk c-k-2 into the incoming one; after n-1 steps the
+  // last chunk received is c itself, fully reduced.
+  for (int k = 0; k < n - 1; ++k) {
+    const int sb = (c - k - 1 + 2 * n) % n, rb = (c - k - 2 + 2 * n) % n;
+    s->new_phase();
+    for (auto& [off, len] : g.ranges(dim, sb)) s->send(next, k == 0 ? at(in, off) : work + off, len);
+    for (auto& [off, len] : g.ranges(dim, rb)) s->recv_reduce(prev, work + off, at(in, off), len);
+  }
+}
+
+// Ring all-gather along `dim`, in place in `work`.
+void all_gather_dim(const Grid& g, int dim, char* work, Schedule* s) {
+  const int n = g.t.dims()[dim], c = g.t.coord(g.me, dim), next = g.next(dim), prev = g.prev(dim);
+  for (int k = 0; k < n - 1; ++k) {
+    const int sb = (c - k + n) % n, rb = (c - k - 1 + n) % n;
+    s->new_phase();
+    for (auto& [off, len] : g.ranges(dim, sb)) s->send(next, work + off, len);
+    for (auto& [off, len] : g.ranges(dim, rb)) s->recv(prev, work + off, len);
+  }
+}
+
+void reduce_scatter_all_dims(const Grid& g, const void* in, char* work, Schedule* s) {
+  const int ndims = static_cast<int>(g.t.dims().size());
+  for (int d = 0; d < ndims; ++d) reduce_scatter_dim(g, d, d == 0 ? in : work, work, s);
+}
+
+void all_gather_all_dims(const Grid& g, char* work, Schedule* s) {
+  for (int d = static_cast<int>(g.t.dims().size()) - 1; d >= 0; --d) all_gather_dim(g, d, work, s);
+}
+
+void set_algo(const OpEnv& env) {
+  if (env.stats) env.stats->algorithm = "hier";
+}
+
+std::string mib(double bytes) {
+  char b[32];
+  snprintf(b, sizeof b, "%.3g MiB", bytes / (1 << 20));
+  return b;
+}
+
+// INFO log of a decision, once per (topology, collective) and again whenever it flips.
+void log_decision(const Topology* t, Collective coll, const std::string& choice, const std::string& why) {
+  if (!log_enabled(LogLevel::kInfo)) return;
+  static std::mutex mu;
+  static std::map<std::pair<const Topology*, int>, std::string> last;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& prev = last[{t, static_cast<int>(coll)}];
+  if (prev == choice) return;
+  prev = choice;
+  UCCL_INFO("%s: %s (%s)", collective_name(coll), choice.c_str(), why.c_str());
+}
+
+CostOp cost_op(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return CostOp::kAllReduce;
+    case Collective::kReduceScatter:
+    case Collective::kReduceScatterV: return CostOp::kReduceScatter;
+    default: return CostOp::kAllGather;
+  }
+}
+
+}  // namespace
+
+bool use_hierarchical(const OpEnv& env, Collective coll, size_t total_bytes) {
+  if (!env.topo || env.size < 2) return false;
+  const std::string& o = env.algo_override;
+  const bool forced = o == "hier" || o == "hierarchical";
+  if (!forced && o != "auto" && !o.empty()) return false;  // ring/direct forced
+  const Topology& t = *env.topo;
+  if (!t.hierarchical()) {
+    if (forced) log_decision(&t, coll, "ring", "UCCL_ALGO=hier but the hierarchy is flat: " + t.flat_reason());
+    return false;
+  }
+  if (forced) {
+    log_decision(&t, coll, "hier", "forced by UCCL_ALGO/algorithm option");
+    return true;
+  }
+  if (total_bytes <= env.small_msg_bytes) return false;  // latency-bound: the direct algorithm
+  const double ring = predict_flat_ring(t, cost_op(coll), static_cast<double>(total_bytes));
+  const double hier = predict_hierarchical(t, cost_op(coll), static_cast<double>(total_bytes));
+  const bool pick = hier < ring;
+  char why[256];
+  snprintf(why, sizeof why, "%s: cost model predicts hier %.3g ms vs ring %.3g ms; links host %.3g, nic %.3g, uplink %.3g Gbit/s",
+           mib(static_cast<double>(total_bytes)).c_str(), hier * 1e3, ring * 1e3, t.rate(0) * 8e-9, t.rate(1) * 8e-9,
+           t.rate(2) * 8e-9);
+  log_decision(&t, coll, pick ? "hier" : "ring", why);
+  return pick;
+}
+
+Status build_hier_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
+  const Topology& t = *env.topo;
+  const size_t es = dtype_size(a.dtype), bytes = a.count * es;
+  const Blocks b = even_blocks(a.count, env.size);
+  Grid g{t, env.rank, b, {}, es};
+  for (int r = 0; r < env.size; ++r) g.block_of.push_back(t.nested_index(r));
+  set_algo(env);
+  s->new_phase();
+  const void* in = a.send;
+  if (a.op == RedOp::kPremulSum) {
+    s->scale(a.recv, a.send, bytes, a.scalar);  // scale once, then reduce in place
+    in = a.recv;
+  }
+  char* work = static_cast<char*>(a.recv);
+  reduce_scatter_all_dims(g, in, work, s);
+  const int mine = g.block_of[env.rank];
+  s->new_phase();
+  if (a.op == RedOp::kAvg)
+    s->divide(work + b.off[mine] * es, work + b.off[mine] * es, b.cnt[mine] * es, env.size);
+  all_gather_all_dims(g, work, s);
+  return Status::Ok();
+}
+
+Status build_hier_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env,
+                               Schedule* s) {
+  const size_t es = dtype_size(dt);
+  Grid g{*env.topo, env.rank, b, {}, es};
+  for (int r = 0; r < env.size; ++r) g.block_of.push_back(r);
+  set_algo(env);
+  s->new_phase();
+  s->copy(at(recv, b.off[env.rank] * es), send, b.cnt[env.rank] * es);  // no-op in place
+  all_gather_all_dims(g, static_cast<char*>(recv), s);
+  return Status::Ok();
+}
+
+Status build_hier_reduce_scatter_v(const void* send, void* recv, const Blocks& b, const ReduceScatterArgs& a,
+                                   const OpEnv& env, Schedule* s) {
+  const size_t es = dtype_size(a.dtype);
+  size_t extent = 0;  // the input's extent (blocks are packed, but be safe)
+  for (size_t i = 0; i < b.off.size(); ++i) extent = std::max(extent, (b.off[i] + b.cnt[i]) * es);
+  Grid g{*env.topo, env.rank, b, {}, es};
+  for (int r = 0; r < env.size; ++r) g.block_of.push_back(r);
+  set_algo(env);
+  // Scratch: [premul-scaled input][work: the input's layout, holding partial sums]. The work
+  // area keeps the caller's input untouched and lets recv alias the input (in place).
+  const size_t scaled = a.op == RedOp::kPremulSum ? extent : 0;
+  char* scratch = static_cast<char*>(env.scratch->get(scaled + extent + 64));
+  s->new_phase();
+  if (a.op == RedOp::kPremulSum) {
+    s->scale(scratch, send, extent, a.scalar);
+    send = scratch;
+  }
+  char* work = scratch + scaled;
+  reduce_scatter_all_dims(g, send, work, s);
+  s->new_phase();
+  const size_t mine = b.cnt[env.rank] * es;
+  s->copy(recv, work + b.off[env.rank] * es, mine);
+  if (a.op == RedOp::kAvg) s->divide(recv, recv, mine, env.size);
+  return Status::Ok();
+}
+
+}  // namespace uccl

@@ -1,0 +1,45 @@
+// What this rank says about its own host before publishing its PeerInfo: RDMA NICs found in
+// sysfs, and what the topology file (UCCL_TOPO_FILE) or UCCL_CLUSTER declares (cluster,
+// fabrics, NIC and link rates).
+//
+// Topology file (JSON, or the YAML subset of topo_value.h), every key optional:
+//   host_gbps: 40              # between ranks of one host (shared memory)
+//   inter_cluster_gbps: 0.5    # default uplink of a cluster to the others
+//   fabrics: [{name: ib0, kind: ib, gbps: 200}]
+//   clusters:
+//     - name: c0
+//       fabric: ib0            # fabric of this cluster's NICs unless a NIC says otherwise
+//       nic_gbps: 4            # a host's link into the cluster fabric
+//       uplink_gbps: 0.5       # the cluster's link to other clusters (shared by all of it)
+//       hosts:
+//         - name: node1                      # hostname or UCCL_HOST_ID, or:
+//           addresses: [10.210.1.1]          # any of its interface addresses
+//           nics: [{name: eth0, kind: tcp, fabric: c0-eth, gbps: 4}]
+// A host is matched by name (hostname or UCCL_HOST_ID) or by one of its addresses, so one
+// file serves every rank. UCCL_CLUSTER, when set, wins over the file's cluster name.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "topology/peer_info.h"
+#include "topology/topo_value.h"
+
+namespace uccl {
+
+// RDMA ports from /sys/class/infiniband (ACTIVE ones): kind ib or roce from the link layer,
+// rated bandwidth from the port rate. Hook: once the verbs transport's list_verbs_nics()
+// exists, it is the better source (it knows GIDs and usable ports) and should replace this.
+std::vector<NicInfo> discover_rdma_nics(const std::string& sysfs_root = "/sys/class/infiniband");
+
+// Applies a parsed topology document to `me` (cluster, NIC fabric/rates, link rates). Returns
+// whether a host entry matched. Separate from the file reading so that tests can feed text.
+Result<bool> apply_topology_doc(const TopoValue& doc, const std::string& host_id, PeerInfo* me);
+
+// Fills in me->nics (adds RDMA ports), me->cluster and me->rates from sysfs, UCCL_TOPO_FILE
+// and UCCL_CLUSTER. A topology file that cannot be read or parsed is an error (a silently
+// ignored typo would quietly change which algorithms run).
+Status describe_local_host(PeerInfo* me);
+
+}  // namespace uccl

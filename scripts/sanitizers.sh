@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the C++ core and its tests with sanitizers and runs them.
+#   scripts/sanitizers.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer (CI runs this)
+#   scripts/sanitizers.sh tsan   ThreadSanitizer over the progress engine (ranks as threads)
+# The whole-stack test (tests/cpp/communicator_test.cc) runs ranks as threads on purpose, so
+# that the progress thread, waiters and abort() race under the sanitizer's eyes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:-asan}
+case "$kind" in
+  asan) flags="-DUCCL_SANITIZE=ON"; export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
+  tsan) flags="-DUCCL_TSAN=ON"; export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ;;
+  *) echo "usage: $0 asan|tsan" >&2; exit 2 ;;
+esac
+build=build/$kind
+cmake -S . -B "$build" -G Ninja -DUCCL_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Debug $flags >/dev/null
+cmake --build "$build" -j2
+if [ "$kind" = tsan ]; then
+  # TSan: the threaded whole-stack test is what exercises the engine's locking.
+  "$build/tests/cpp/communicator_test"
+else
+  ctest --test-dir "$build" --output-on-failure
+fi
+echo "$kind: clean"

@@ -1,0 +1,57 @@
+// Hostile bytes on a rank's listening port: every input is sent by a fresh TCP client to a
+// real ConnectionManager, which must refuse it (the secret cannot be guessed), never crash,
+// and drop the connection as soon as the client stops sending (no hang, no leak).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "bootstrap/tcp_store.h"
+#include "core/config.h"
+#include "core/connection_manager.h"
+#include "core/net.h"
+
+using namespace uccl;
+
+namespace {
+struct World {
+  std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<ConnectionManager> cm;
+  SockAddr addr;
+};
+
+World& world() {
+  static World* w = [] {
+    setenv("UCCL_SOCKET_IFNAME", "lo", 1);
+    setenv("UCCL_DEBUG", "NONE", 1);
+    auto* w = new World;
+    w->server = TcpStoreServer::start("127.0.0.1", 0).take();
+    auto store = connect_tcp_store("127.0.0.1", w->server->port(), 10).take();
+    store->set("uccl/secret", std::string(24, '\x5a'));  // what rank 0 would publish
+    w->cm = std::make_unique<ConnectionManager>(1, 2, store, CommOptions{}, 10);  // rank 1 accepts from rank 0
+    if (!w->cm->init().ok()) std::abort();
+    const std::string& l = w->cm->my_info().listen.at(0);
+    w->addr = parse_address(l.substr(0, l.rfind(':')), std::atoi(l.c_str() + l.rfind(':') + 1)).take();
+    return w;
+  }();
+  return *w;
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  World& w = world();
+  auto fd = connect_to(w.addr, now_s() + 5);
+  if (!fd.ok()) std::abort();
+  send_all(fd.value(), data, size, now_s() + 5);  // may fail once the server refused: fine
+  ::shutdown(fd.value(), SHUT_WR);
+  const double deadline = now_s() + 5;
+  do {
+    w.cm->progress();
+  } while (w.cm->pending_handshakes() > 0 && now_s() < deadline);
+  if (w.cm->pending_handshakes() > 0) __builtin_trap();  // a client that stopped sending must be dropped
+  if (w.cm->endpoints()[0]) __builtin_trap();            // nobody may get in without the secret
+  ::close(fd.value());
+  return 0;
+}

@@ -1,0 +1,219 @@
+// TcpEndpoint: setup, posting, the progress loop, readiness (epoll) and failure handling.
+// The byte-moving halves live in tcp_endpoint_send.cc and tcp_endpoint_recv.cc.
+#include "transports/tcp/tcp_endpoint.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/net.h"
+
+namespace uccl {
+namespace tcp {
+
+Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds) {
+  auto close_all = [&] {
+    for (int fd : fds) close(fd);
+  };
+  if (fds.empty()) return InvalidArgument("tcp endpoint to " + peer.describe() + ": no sockets");
+  for (int fd : fds) {
+    Status s = set_nonblocking(fd, true);
+    if (!s.ok()) {
+      close_all();
+      return s.with_context("tcp endpoint to " + peer.describe());
+    }
+    set_socket_options(fd);
+  }
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd < 0) {
+    int err = errno;
+    close_all();
+    return SystemError("epoll_create1", err);
+  }
+  auto* ep = new TcpEndpoint(peer, epfd, fds);
+  for (auto& s : ep->socks_) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<uint32_t>(s.index);
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, s.fd, &ev) != 0) {
+      int err = errno;
+      delete ep;  // closes fds and epfd
+      return SystemError("epoll_ctl(ADD)", err);
+    }
+    s.in_epoll = true;
+    s.epoll_mask = EPOLLIN;
+  }
+  UCCL_INFO("tcp endpoint to %s: %s", peer.describe().c_str(), ep->describe().c_str());
+  return static_cast<Endpoint*>(ep);
+}
+
+TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds)
+    : peer_(peer), epfd_(epfd), socks_(fds.size()), stripe_min_(config().tcp_stripe_min_bytes) {
+  for (size_t i = 0; i < fds.size(); ++i) {
+    socks_[i].fd = fds[i];
+    socks_[i].index = static_cast<int>(i);
+    socks_[i].stage.reset(new uint8_t[kStageBytes]);
+  }
+  SockAddr a;
+  a.len = sizeof a.ss;
+  if (getpeername(fds[0], reinterpret_cast<sockaddr*>(&a.ss), &a.len) == 0) peer_address_ = a.to_string();
+  else peer_address_ = peer.peer_address.empty() ? "?" : peer.peer_address;
+}
+
+TcpEndpoint::~TcpEndpoint() {
+  // Requests still pending are alive by contract (their owner keeps them until they finish):
+  // fail them rather than leave someone waiting on an endpoint that no longer exists.
+  if (has_pending()) fatal(Status(Code::kAborted, "tcp endpoint to " + peer_.describe() + " destroyed", peer_.peer_rank));
+  for (auto& s : socks_) close(s.fd);
+  close(epfd_);
+}
+
+std::string TcpEndpoint::describe() const {
+  return "tcp " + peer_address_ + " (" + std::to_string(socks_.size()) + (socks_.size() == 1 ? " socket)" : " sockets)");
+}
+
+void TcpEndpoint::post_send(SendRequest* r) {
+  r->state = ReqState::kPending;
+  r->error = Status::Ok();
+  if (any_eof_ && dead_.ok()) fatal(peer_closed_error(peer_, "before a send was posted"));
+  if (!dead_.ok()) {
+    fail(r, dead_);
+    return;
+  }
+  const uint64_t seq = next_send_seq_++;
+  const size_t n = socks_.size(), bytes = r->bytes;
+  size_t chunk = bytes, nparts = 1;
+  if (n > 1 && bytes >= stripe_min_ && bytes > kStripeAlign) {
+    chunk = (bytes + n - 1) / n;
+    chunk = (chunk + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
+    nparts = (bytes + chunk - 1) / chunk;
+  }
+  sends_.push_back(SendOp{r, static_cast<uint32_t>(nparts)});
+  SendOp* op = &sends_.back();
+  for (size_t i = 0; i < nparts; ++i) {
+    TxPart p;
+    p.op = op;
+    p.hdr.part_count = static_cast<uint16_t>(nparts);
+    p.hdr.msg_seq = seq;
+    p.hdr.env = r->env;
+    p.hdr.total_bytes = bytes;
+    p.hdr.part_offset = i * chunk;
+    p.hdr.part_bytes = std::min(chunk, bytes - i * chunk);
+    p.data = static_cast<const uint8_t*>(r->data) + p.hdr.part_offset;
+    p.done = 0;
+    socks_[(seq + i) % n].txq.push_back(p);
+  }
+}
+
+void TcpEndpoint::post_recv(RecvRequest* r) {
+  r->state = ReqState::kPending;
+  r->error = Status::Ok();
+  if (!dead_.ok()) {
+    fail(r, dead_);
+    return;
+  }
+  recvs_.push_back(RecvOp{r});
+  if (r->reduce && (!dtype_valid(static_cast<int>(r->dtype)) || !redop_valid(static_cast<int>(r->op)) ||
+                    r->bytes % dtype_size(r->dtype) != 0)) {
+    // The sequence of receives is now unusable: failing only this one would pair the next
+    // message with the wrong request.
+    fatal(InvalidArgument("tcp reduce receive from " + peer_.describe() + ": " + std::to_string(r->bytes) +
+                          " bytes is not a whole number of elements (or bad dtype/op)"));
+  }
+}
+
+void TcpEndpoint::update_epoll(Socket& s) {
+  if (!s.in_epoll) return;
+  uint32_t want = (s.stalled ? 0u : static_cast<uint32_t>(EPOLLIN)) | (s.tx_blocked ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+  if (want == s.epoll_mask) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u32 = static_cast<uint32_t>(s.index);
+  if (epoll_ctl(epfd_, EPOLL_CTL_MOD, s.fd, &ev) == 0) s.epoll_mask = want;
+}
+
+void TcpEndpoint::poll_readiness() {
+  epoll_event evs[16];
+  for (auto& s : socks_) s.readable = s.writable = false;
+  for (;;) {
+    int n = epoll_wait(epfd_, evs, 16, 0);
+    if (n < 0 && errno == EINTR) continue;
+    for (int i = 0; i < n; ++i) {
+      Socket& s = socks_[evs[i].data.u32];
+      uint32_t e = evs[i].events;
+      s.readable |= (e & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
+      s.writable |= (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0;
+      if ((e & (EPOLLHUP | EPOLLERR)) && s.stalled) {
+        // Reset by the peer while we were not reading this socket: it is gone.
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        fatal(peer_closed_error(peer_, "socket " + std::to_string(s.index) + ": " +
+                                           (err ? std::strerror(err) : "hang-up")));
+        return;
+      }
+    }
+    if (n < 16) return;
+  }
+}
+
+bool TcpEndpoint::progress() {
+  if (!dead_.ok()) return false;
+  bool moved = false;
+  // A receive posted since the last call may un-stall a socket.
+  for (auto& s : socks_) {
+    if (s.stalled && s.hdr.msg_seq < recv_base_seq_ + recvs_.size()) {
+      s.stalled = false;
+      update_epoll(s);
+    }
+  }
+  poll_readiness();
+  for (auto& s : socks_) {
+    if (!dead_.ok()) return true;
+    if (!s.txq.empty() && (!s.tx_blocked || s.writable)) moved |= send_on(s);
+  }
+  for (auto& s : socks_) {
+    if (!dead_.ok()) return true;
+    // Work that needs no new bytes: staged data, or a header waiting to be matched/finished.
+    bool buffered = !s.stalled && (s.staged() > 0 || (s.have_hdr && (!s.op || s.part_done == s.hdr.part_bytes)));
+    if (!s.eof && (s.readable || buffered)) moved |= recv_on(s);
+  }
+  if (!dead_.ok()) return true;
+  moved |= complete_sends();
+  moved |= complete_recvs();
+  if (any_eof_) check_peer_gone();
+  return moved;
+}
+
+Status TcpEndpoint::garbage(const Socket& s, const std::string& what) const {
+  return Status(Code::kRemoteError, peer_.describe() + " sent garbage on tcp socket " + std::to_string(s.index) + " (" + what + ")",
+                peer_.peer_rank);
+}
+
+void TcpEndpoint::fatal(const Status& why) {
+  if (!dead_.ok()) return;
+  dead_ = why;
+  UCCL_INFO("tcp endpoint %s to %s failed: %s", describe().c_str(), peer_.describe().c_str(), why.to_string().c_str());
+  for (auto& op : sends_) fail(op.req, why);
+  for (auto& op : recvs_) fail(op.req, why);
+  sends_.clear();
+  recvs_.clear();
+  for (auto& s : socks_) {
+    s.txq.clear();
+    s.have_hdr = s.stalled = false;
+    s.op = nullptr;
+    s.stage_begin = s.stage_end = 0;
+    if (s.in_epoll) epoll_ctl(epfd_, EPOLL_CTL_DEL, s.fd, nullptr);  // keep wait_fd quiet from now on
+    s.in_epoll = false;
+    shutdown(s.fd, SHUT_RDWR);
+  }
+}
+
+}  // namespace tcp
+}  // namespace uccl

@@ -1,0 +1,155 @@
+// TcpEndpoint: the non-blocking data path of the tcp transport (internal header).
+//
+// Wire: every message travels as 1..N parts; each part is a PartHeader followed by its bytes.
+// The header carries the message's sequence number (per direction), so the receiver maps a
+// part to the posted request without any agreement on how the sender split the message:
+// striping policy (UCCL_TCP_STRIPE_MIN_BYTES) may even differ between the two processes.
+// Small messages go whole on socket (seq % nsocks); large ones are cut into nsocks parts
+// aligned to 4096 bytes, part i on socket (seq + i) % nsocks.
+//
+// Receiving: each socket has a small staging buffer; headers and small payloads arrive there
+// in one recv (many small messages per syscall). Large plain payloads are read straight into
+// the destination, with the staging buffer as a second iovec to catch the next header.
+// Reduce receives go through a cache-resident, per-thread bounce buffer and are reduced into
+// dst chunk by chunk (a partial element at a chunk edge is carried to the next chunk).
+// A part whose request is not posted yet stalls its socket: no more reading (the kernel
+// buffer is the backpressure) and EPOLLIN is masked so that an idle engine does not spin.
+//
+// Completion is in post order per direction even when parts finish out of order.
+//
+// wait_fd() is an epoll fd over the sockets; poll() it for POLLIN. It turns readable when a
+// socket has bytes that progress() can consume (EPOLLIN, masked while the socket is stalled),
+// when a send that hit a full kernel buffer can continue (EPOLLOUT, registered only while
+// blocked, so small sends cost no epoll_ctl), or on error/hang-up. A freshly posted request
+// is not visible to it: the engine calls progress() after posting and sleeps only once
+// progress() returned false. After a fatal error the sockets leave the epoll set, so a dead
+// endpoint never keeps the engine awake.
+//
+// Failure: peer close / reset, garbage, and envelope or size mismatches are fatal for the
+// endpoint (the stream cannot be resynchronized): every pending request fails with the reason,
+// later posts fail at once, and the sockets are shut down so the peer learns immediately.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transports/transport.h"
+
+namespace uccl {
+namespace tcp {
+
+constexpr uint32_t kPartMagic = 0x31544355;  // "UCT1" as little-endian bytes
+constexpr size_t kStripeAlign = 4096;
+constexpr size_t kStageBytes = 8192;        // per socket: headers and small payloads
+constexpr size_t kBounceBytes = 256 << 10;  // per thread: reduce receives (fits in L2)
+
+// 72 bytes in front of every part; host byte order (all supported hosts are little-endian).
+struct PartHeader {
+  uint32_t magic = kPartMagic;
+  uint16_t flags = 0;         // reserved, 0
+  uint16_t part_count = 1;    // parts of this message (all carry the same value)
+  uint64_t msg_seq = 0;       // message number in this direction, from 0
+  Envelope env;
+  uint64_t total_bytes = 0;   // message size
+  uint64_t part_offset = 0;   // where this part goes inside the message
+  uint64_t part_bytes = 0;
+};
+static_assert(sizeof(PartHeader) == 72, "wire layout");
+
+class TcpEndpoint final : public Endpoint {
+ public:
+  // Takes ownership of fds (closes them on failure).
+  static Result<Endpoint*> create(const PeerContext& peer, const std::vector<int>& fds);
+  ~TcpEndpoint() override;
+
+  void post_send(SendRequest* r) override;
+  void post_recv(RecvRequest* r) override;
+  bool progress() override;
+  int wait_fd() const override { return epfd_; }
+  bool has_pending() const override { return !sends_.empty() || !recvs_.empty(); }
+  void fail_all(const Status& why) override { fatal(why); }
+  TransportKind kind() const override { return TransportKind::kTcp; }
+  std::string describe() const override;
+
+ private:
+  struct SendOp {
+    SendRequest* req;
+    uint32_t parts_left;
+  };
+  struct RecvOp {
+    RecvRequest* req;
+    uint64_t bytes_done = 0;
+    uint32_t parts_done = 0;
+    uint32_t part_count = 0;  // 0 until the first part's header arrives
+  };
+  struct TxPart {
+    SendOp* op;
+    PartHeader hdr;
+    const uint8_t* data;
+    size_t done;  // bytes of header + payload written
+  };
+  struct Socket {
+    int fd = -1;
+    int index = 0;
+    uint32_t epoll_mask = 0;  // events currently registered; 0 and !in_epoll after eof
+    bool in_epoll = false;
+    bool readable = false, writable = false;  // from the last epoll_wait
+    // send side
+    std::deque<TxPart> txq;
+    bool tx_blocked = false;  // last write hit a full buffer: wait for EPOLLOUT
+    // receive side
+    std::unique_ptr<uint8_t[]> stage;
+    size_t stage_begin = 0, stage_end = 0;
+    bool have_hdr = false;
+    bool stalled = false;  // have_hdr, but the matching receive is not posted yet
+    bool eof = false;
+    PartHeader hdr;
+    RecvOp* op = nullptr;  // request of the current part (nullptr until matched)
+    uint64_t part_done = 0;
+    uint8_t carry[16];     // partial element between reduce chunks
+    size_t carry_len = 0;
+    size_t staged() const { return stage_end - stage_begin; }
+  };
+
+  TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds);
+
+  // Fails every pending request with `why`, refuses new ones and shuts the sockets down so the
+  // peer learns at once instead of waiting for its own timeout.
+  void fatal(const Status& why);
+  Status garbage(const Socket& s, const std::string& what) const;
+  void update_epoll(Socket& s);
+  void poll_readiness();
+
+  // tcp_endpoint_send.cc
+  bool send_on(Socket& s);
+  bool complete_sends();
+
+  // tcp_endpoint_recv.cc
+  bool recv_on(Socket& s);
+  Status parse_header(Socket& s);
+  Status match(Socket& s);  // sets s.op or s.stalled
+  void deliver(Socket& s, const uint8_t* src, size_t n);
+  void reduce_chunk(Socket& s, const uint8_t* src, size_t n);
+  Status finish_part(Socket& s);
+  Status on_eof(Socket& s);
+  bool complete_recvs();
+  void check_peer_gone();
+
+  PeerContext peer_;
+  std::string peer_address_;
+  int epfd_ = -1;
+  std::vector<Socket> socks_;
+  size_t stripe_min_;
+  Status dead_;  // !ok once the endpoint failed
+  bool any_eof_ = false;
+  std::deque<SendOp> sends_;
+  uint64_t next_send_seq_ = 0;
+  std::deque<RecvOp> recvs_;
+  uint64_t recv_base_seq_ = 0;  // sequence number of recvs_.front()
+};
+
+}  // namespace tcp
+}  // namespace uccl

@@ -1,0 +1,77 @@
+// TcpTransport: connection setup for the tcp transport.
+//
+// The core has already connected and authenticated the sockets, so all that is left is a
+// version check: offer and answer are "tcp1". Nothing here blocks. The socket count is
+// whatever the core handed over (both sides see the same sockets in the same order); the
+// receiver is driven by part headers, so the two sides need not even agree on striping.
+#include "transports/tcp/tcp_transport.h"
+
+#include <unistd.h>
+
+#include "transports/tcp/tcp_endpoint.h"
+
+namespace uccl {
+namespace {
+
+constexpr const char* kVersion = "tcp1";
+
+Status check_version(const PeerContext& peer, const std::string& what, const std::string& got) {
+  if (got == kVersion) return Status::Ok();
+  return Status(Code::kNotSupported,
+                peer.describe() + " speaks tcp transport protocol '" + got + "' in its " + what + ", we speak '" +
+                    kVersion + "' (mixed uccl versions?)",
+                peer.peer_rank);
+}
+
+void close_fds(const std::vector<int>& fds) {
+  for (int fd : fds) close(fd);
+}
+
+class TcpPendingConnect : public PendingConnect {
+ public:
+  explicit TcpPendingConnect(const PeerContext& peer) : peer_(peer) {}
+  std::string offer() override { return kVersion; }
+  Result<Endpoint*> finish(const std::string& answer, const std::vector<int>& fds) override {
+    Status s = check_version(peer_, "answer", answer);
+    if (!s.ok()) {
+      close_fds(fds);
+      return s;
+    }
+    return tcp::TcpEndpoint::create(peer_, fds);
+  }
+
+ private:
+  PeerContext peer_;
+};
+
+class TcpTransport : public Transport {
+ public:
+  // More than 64 sockets per peer buys nothing and part_count is 16 bits on the wire.
+  explicit TcpTransport(int nsocks) : nsocks_(nsocks < 1 ? 1 : nsocks > 64 ? 64 : nsocks) {}
+  TransportKind kind() const override { return TransportKind::kTcp; }
+  int sockets_per_connection() const override { return nsocks_; }
+  Result<PendingConnect*> start_connect(const PeerContext& peer) override {
+    return static_cast<PendingConnect*>(new TcpPendingConnect(peer));
+  }
+  Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer, std::string* answer,
+                           const std::vector<int>& fds) override {
+    Status s = check_version(peer, "offer", offer);
+    if (!s.ok()) {
+      close_fds(fds);
+      return s;
+    }
+    *answer = kVersion;
+    return tcp::TcpEndpoint::create(peer, fds);
+  }
+
+ private:
+  int nsocks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_tcp_transport(int nsocks_per_peer) {
+  return std::unique_ptr<Transport>(new TcpTransport(nsocks_per_peer));
+}
+
+}  // namespace uccl

@@ -1,0 +1,25 @@
+// The TCP transport: works between any two hosts that can open a TCP connection.
+//
+// Each connection uses `nsocks_per_peer` already-authenticated sockets handed over by the core
+// (Transport::sockets_per_connection()). Why several sockets: one TCP stream is limited by one
+// congestion window and one receiving core's softirq work; striping large messages over a few
+// streams is how NCCL and Gloo fill fast or long links.
+//
+//   auto t = make_tcp_transport(config().nsocks_per_peer);
+//   active : auto c = t->start_connect(peer); send c->offer(); ep = c->finish(answer, fds)
+//   passive: ep = t->accept(peer, offer, &answer, fds)
+//
+// The offer/answer only carry a protocol version ("tcp1"); the sockets themselves are the
+// connection. accept()/finish() do not block.
+#pragma once
+
+#include <memory>
+
+#include "transports/transport.h"
+
+namespace uccl {
+
+// nsocks_per_peer is clamped to [1, 64].
+std::unique_ptr<Transport> make_tcp_transport(int nsocks_per_peer);
+
+}  // namespace uccl
