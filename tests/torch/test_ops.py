@@ -123,6 +123,13 @@ def check_all_gather(rank, world, u, g):
     dist.all_gather(outs, U.make_input(rank, 12, torch.float32).reshape(3, 4), group=u)
     for r in range(world):
         U.assert_same(outs[r], U.make_input(r, 12, torch.float32).reshape(3, 4), f"all_gather non-contig rank={rank}")
+    # Deprecated list-of-lists form (still reachable): each input gathered into its own list.
+    ins = [U.make_input(rank, n, torch.float32, salt=n) for n in (2, 5)]
+    outs = [[torch.empty(n) for _ in range(world)] for n in (2, 5)]
+    dist.all_gather_coalesced(outs, ins, group=u)
+    for lst, n in zip(outs, (2, 5)):
+        for r in range(world):
+            U.assert_same(lst[r], U.make_input(r, n, torch.float32, salt=n), f"all_gather_coalesced n={n} from {r}")
     # all_gather_object rides on uccl all_gather with uneven pickles.
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank, "pad": "x" * rank}, group=u)
@@ -327,6 +334,9 @@ def ops_worker(rank, world, port):
     import uccl
 
     U.init_uccl(rank, world, port)
+    from uccl import _torch_backend
+
+    assert _torch_backend.describe(), "describe() of the default group is empty"
     groups = [(dist.group.WORLD, dist.new_group(backend="gloo"), f"world {world}")]
     for k in range(1, world):
         # Every rank creates every group (torch's rule); only members get a group back.
