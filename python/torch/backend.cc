@@ -55,8 +55,9 @@ c10::intrusive_ptr<UcclWork> UcclBackend::make_work(c10d::OpType type, const cha
   double timeout_s = timeout == c10d::kUnsetTimeout ? opts_.timeout_s : timeout.count() / 1000.0;
   uint64_t seq = seq_++;
   std::string title = std::string("uccl:") + name;
-  std::string what = std::string(name) + " #" + std::to_string(seq) + " (rank " + std::to_string(rank_) + " of " +
-                     std::to_string(size_) + (opts_.name.empty() ? "" : ", group " + opts_.name) + ")";
+  // No sequence number here: uccl's message names the op with its own ("all_reduce #12").
+  std::string what = std::string(name) + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                     (opts_.name.empty() ? "" : ", group " + opts_.name) + ")";
   return c10::make_intrusive<UcclWork>(rank_, type, title.c_str(), seq, std::move(what), std::move(outputs),
                                        timeout_s, cq_);
 }
