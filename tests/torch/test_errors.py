@@ -39,6 +39,20 @@ def timeout_and_abort_worker(rank, world, port):
             dist.all_reduce(t)
     dist.barrier(group=g)
 
+    # Nobody calls work.wait(), only the Future is waited on (DDP comm hooks): uccl's progress
+    # side enforces the timeout too (here the group's own, from ProcessGroupOptions).
+    import uccl
+
+    u3 = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(timeout=3))
+    dist.all_reduce(t, group=u3)
+    if rank == 0:
+        fut = dist.all_reduce(t, group=u3, async_op=True).get_future()
+        start = time.monotonic()
+        with pytest.raises(dist.DistBackendError, match="timeout"):
+            fut.wait()
+        assert time.monotonic() - start < 30
+    dist.barrier(group=g)
+
     # A fresh uccl group, then abort() with a receive pending: the wait fails, nothing hangs.
     u = dist.new_group(backend="uccl", timeout=datetime.timedelta(seconds=60))
     x = torch.ones(2)
