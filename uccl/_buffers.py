@@ -70,6 +70,8 @@ def as_buffer(obj, what="buffer", writable=False, dtype=None):
                 raise InvalidArgument(f"{what}: {type(obj).__name__} is not an array or buffer") from e
             # Keep the element type of typed buffers (array.array('f'), cast memoryviews);
             # plain bytes-like objects are uint8.
+            if not view.c_contiguous:
+                raise InvalidArgument(f"{what}: buffer is not C-contiguous")
             obj = np.asarray(view) if view.format not in ("B", "b", "c") else np.frombuffer(view, dtype=np.uint8)
             if dtype is not None:
                 obj = obj.view(dtype)

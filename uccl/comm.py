@@ -92,6 +92,13 @@ class Communicator:
         if a.dtype != b.dtype:
             raise InvalidArgument(f"{what}: input and output dtypes differ")
 
+    def _check_out(self, what, out, inp, count):
+        """The output must have the input's dtype and exactly `count` elements: uccl writes
+        count elements there, so a smaller buffer would be overrun."""
+        self._same_dtype(what, inp, out)
+        if out.count != count:
+            raise InvalidArgument(f"{what}: output needs {count} elements, has {out.count}")
+
     # -- collectives -------------------------------------------------------------------------
     def all_reduce(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over all ranks; in place unless out is given. op: sum prod min max avg premul_sum."""
@@ -107,6 +114,8 @@ class Communicator:
         """Reduces to `root` (in place there unless out is given); other ranks' x is unchanged."""
         s = as_buffer(x, "reduce input", writable=out is None and self.rank == root)
         r = s if out is None else as_buffer(out, "reduce output", writable=True)
+        if self.rank == root:
+            self._check_out("reduce", r, s, s.count)
         w = self._c.reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), int(root))
         return self._finish(w, (s, r), r.owner, async_op)
 
@@ -114,8 +123,7 @@ class Communicator:
         """Copies root's x to every rank (into x itself unless out is given)."""
         s = as_buffer(x, "broadcast buffer", writable=out is None)
         r = s if out is None else as_buffer(out, "broadcast output", writable=True)
-        if r.count != s.count:
-            raise InvalidArgument(f"broadcast: output has {r.count} elements, input {s.count}")
+        self._check_out("broadcast", r, s, s.count)
         w = self._c.broadcast(s.addr, r.addr, s.count, s.dtype, int(root))
         return self._finish(w, (s, r), r.owner, async_op)
 
@@ -139,6 +147,10 @@ class Communicator:
                                   f"must equal the input's {s.count} elements")
         out = _alloc_like(s.owner, sum(counts)) if out is None else out
         r = as_buffer(out, "all_gather_v output", writable=True)
+        extent = max((int(d) + c for d, c in zip(displs, counts)), default=0) if displs else sum(counts)
+        self._same_dtype("all_gather_v", s, r)
+        if r.count < extent:
+            raise InvalidArgument(f"all_gather_v: output needs {extent} elements, has {r.count}")
         w = self._c.all_gather_v(s.addr, r.addr, counts, [int(d) for d in (displs or [])], s.dtype)
         return self._finish(w, (s, r), r.owner, async_op)
 
@@ -165,6 +177,7 @@ class Communicator:
             raise InvalidArgument(f"reduce_scatter_v: counts must have {self.size} entries summing to {s.count}")
         out = _alloc_like(s.owner, counts[self.rank]) if out is None else out
         r = as_buffer(out, "reduce_scatter_v output", writable=True)
+        self._check_out("reduce_scatter_v", r, s, counts[self.rank])
         w = self._c.reduce_scatter_v(s.addr, r.addr, counts, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
         return self._finish(w, (s, r), r.owner, async_op)
 
@@ -175,8 +188,7 @@ class Communicator:
             raise InvalidArgument(f"all_to_all: {s.count} elements are not divisible by {self.size} ranks")
         out = _alloc_like(s.owner, s.count) if out is None else out
         r = as_buffer(out, "all_to_all output", writable=True)
-        if r.count != s.count:
-            raise InvalidArgument(f"all_to_all: output has {r.count} elements, input {s.count}")
+        self._check_out("all_to_all", r, s, s.count)
         w = self._c.all_to_all(s.addr, r.addr, s.count // self.size, s.dtype)
         return self._finish(w, (s, r), r.owner, async_op)
 
@@ -189,6 +201,9 @@ class Communicator:
         rd = [int(d) for d in recv_displs] if recv_displs is not None else list(np.cumsum([0] + rc[:-1]))
         out = _alloc_like(s.owner, sum(rc)) if out is None else out
         r = as_buffer(out, "all_to_all_v output", writable=True)
+        self._same_dtype("all_to_all_v", s, r)
+        if len(sc) != self.size or len(rc) != self.size:
+            raise InvalidArgument(f"all_to_all_v: send_counts and recv_counts need {self.size} entries")
         if max((d + c for d, c in zip(sd, sc)), default=0) > s.count:
             raise InvalidArgument("all_to_all_v: send counts/displacements run past the input")
         if max((d + c for d, c in zip(rd, rc)), default=0) > r.count:
@@ -203,13 +218,13 @@ class Communicator:
         if self.rank == root:
             out = _alloc_like(s.owner, s.count * self.size) if out is None else out
             r = as_buffer(out, "gather output", writable=True)
-            if r.count != s.count * self.size:
-                raise InvalidArgument(f"gather: output needs {s.count * self.size} elements, has {r.count}")
+            self._check_out("gather", r, s, s.count * self.size)
         w = self._c.gather(s.addr, r.addr if r else 0, s.count, s.dtype, int(root))
         return self._finish(w, (s, r), r.owner if r else None, async_op)
 
-    def scatter(self, x, out=None, root=0, count=None, async_op=False):
-        """Block i of root's x goes to rank i. Non-roots pass x=None and out (or count)."""
+    def scatter(self, x, out=None, root=0, count=None, dtype="float32", async_op=False):
+        """Block i of root's x goes to rank i. Non-roots pass x=None and out (or count and dtype;
+        a dtype that differs from the root's raises MismatchError)."""
         if self.rank == root:
             s = as_buffer(x, "scatter input")
             if s.count % self.size:
@@ -219,8 +234,12 @@ class Communicator:
         else:
             s = None
             if out is None:
-                raise InvalidArgument("scatter: non-root ranks must pass out")
+                if count is None:
+                    raise InvalidArgument("scatter: non-root ranks must pass out, or count and dtype")
+                out = np.empty(int(count), dtype=np.dtype(dtype))
         r = as_buffer(out, "scatter output", writable=True)
+        if s is not None:
+            self._check_out("scatter", r, s, s.count // self.size)
         w = self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root))
         return self._finish(w, (s, r), r.owner, async_op)
 

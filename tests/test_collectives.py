@@ -1,0 +1,111 @@
+"""Every collective x dtype x reduction op against a numpy reference, on real processes.
+
+World sizes 1, 2, 3, 4, 5, 8; transports tcp only, shm only, auto, and mixed (ranks get
+different UCCL_HOST_ID, so same-"host" pairs use shm and the others tcp); algorithms forced
+with UCCL_ALGO=ring / direct in some scenarios. Each scenario starts its ranks once and runs
+the whole sweep inside them (tests/sweeps.py); all_reduce results must be bitwise identical on
+every rank.
+"""
+import pytest
+
+from harness import mixed_hosts, run_world
+
+ALL_PARTS = ["reduce", "broadcast", "all_gather", "gather_scatter", "reduce_scatter", "all_to_all", "p2p",
+             "barrier_async", "groups"]
+
+# (id, world, transport, host groups for "mixed" (None: one host), extra environment,
+#  large counts: 0 none, 1 one large all_reduce, 2 every large case (see sweeps.py))
+SCENARIOS = [
+    ("w1-auto", 1, "auto", None, {}, 1),
+    ("w2-shm", 2, "shm", None, {}, 2),
+    ("w2-tcp", 2, "tcp", None, {}, 2),
+    ("w3-tcp-direct-kwarg", 3, "tcp", None, {"comm:algorithm": "direct"}, 0),
+    ("w3-shm-ring", 3, "shm", None, {"UCCL_ALGO": "ring"}, 0),
+    ("w4-auto", 4, "auto", None, {}, 1),
+    ("w4-mixed", 4, "auto", 2, {}, 2),
+    ("w4-tcp-direct", 4, "tcp", None, {"UCCL_ALGO": "direct"}, 0),
+    ("w5-mixed-ring", 5, "auto", 2, {"UCCL_ALGO": "ring"}, 0),
+    ("w5-shm-direct", 5, "shm", None, {"UCCL_ALGO": "direct"}, 2),
+    ("w8-shm", 8, "shm", None, {}, 0),
+    ("w8-mixed", 8, "auto", 3, {}, 1),
+    ("w8-tcp-ring", 8, "tcp", None, {"UCCL_ALGO": "ring"}, 0),
+    # transport knobs: tiny shm rings without CMA (pipelining and wrap-around), CMA for
+    # everything, many striped sockets, no progress thread
+    ("w3-shm-smallring-nocma", 3, "shm", None, {"UCCL_SHM_RING_BYTES": "64K", "UCCL_SHM_CMA": "0"}, 2),
+    ("w2-shm-cma-all", 2, "shm", None, {"UCCL_SHM_CMA_MIN_BYTES": "1"}, 2),
+    ("w3-tcp-4socks", 3, "tcp", None, {"UCCL_NSOCKS_PERPEER": "4", "UCCL_TCP_STRIPE_MIN_BYTES": "1K"}, 2),
+    ("w3-mixed-noprogress", 3, "auto", 2, {"UCCL_PROGRESS_THREAD": "0"}, 0),
+]
+
+
+@pytest.mark.parametrize("sid,world,transport,groups,env,big", SCENARIOS, ids=[s[0] for s in SCENARIOS])
+def test_collectives(sid, world, transport, groups, env, big):
+    hosts = mixed_hosts(world, groups) if groups else None
+    kwargs = {k[5:]: v for k, v in env.items() if k.startswith("comm:")}  # Communicator(...) options
+    env = {k: v for k, v in env.items() if not k.startswith("comm:")}
+    results = run_world(world, "sweeps:scenario", (ALL_PARTS, big), env=env, host_ids=hosts, transport=transport,
+                        timeout=240, **kwargs)
+    assert sum(r["checks"] for r in results) >= 300 * world, "the sweep ran suspiciously few checks"
+    hashes = {r["hash"] for r in results}
+    assert len(hashes) == 1, f"all_reduce results differ between ranks: {[r['hash'][:12] for r in results]}"
+    # the algorithm: forced by UCCL_ALGO / algorithm=, else direct for small and ring for large
+    forced = env.get("UCCL_ALGO") or kwargs.get("algorithm")
+    for me, r in enumerate(results):
+        small, large = r["algos"][16], r["algos"][1 << 18]
+        if world == 1:
+            want = ("local", "local")
+        elif forced:
+            want = (forced, forced)
+        else:
+            want = ("direct", "ring")
+        assert (small, large) == want, f"rank {me}: algorithms {small}/{large}, expected {want[0]}/{want[1]}"
+    # the transport chosen per peer pair follows the (forced) transport / host grouping
+    for me, r in enumerate(results):
+        for peer, kind in r["transports"].items():
+            if transport != "auto":
+                want = transport
+            else:
+                want = "shm" if hosts is None or hosts[me] == hosts[peer] else "tcp"
+            assert kind == want, f"rank {me} -> peer {peer}: {kind}, expected {want} ({r['transports']})"
+
+
+def body_nan(ctx):
+    """max/min/sum with NaNs on different ranks, under each algorithm (sub-communicators made
+    with split(..., algorithm=...))."""
+    import numpy as np
+    me, n = ctx.rank, ctx.world
+    out = {}
+    for algo in ("direct", "ring"):
+        sub = ctx.comm.split(0, algorithm=algo)
+        for dtype in ("float32", "float64", "float16"):
+            for op in ("max", "min", "sum"):
+                x = np.arange(2 * n, dtype=dtype) + me
+                x[me] = np.nan              # element j is NaN on rank j only
+                x[n + (me + 1) % n] = np.nan  # and element n + j on rank j - 1
+                sub.all_reduce(x, op=op)
+                out[f"{algo} {dtype} {op}"] = x.tolist()
+    return out
+
+
+def test_min_max_propagate_nan_like_numpy():
+    """Open bug (cpp/core/reduce.cc): min/max are `v < u ? v : u` / `v > u ? v : u`, so a NaN
+    survives only when it is the first operand of a step: the result depends on which rank
+    holds the NaN and on the algorithm (direct and ring disagree), and matches neither numpy's
+    propagating np.maximum nor np.fmax. sum already propagates NaN."""
+    import numpy as np
+    world = 3
+    results = run_world(world, "test_collectives:body_nan", transport="shm")
+    problems = []
+    for key, got in results[0].items():
+        algo, dtype, op = key.split()
+        inputs = []
+        for p in range(world):
+            x = np.arange(2 * world, dtype=np.float64) + p
+            x[p] = np.nan
+            x[world + (p + 1) % world] = np.nan
+            inputs.append(x)
+        fn = {"max": np.maximum, "min": np.minimum, "sum": np.add}[op]
+        want = fn.reduce(np.stack(inputs), axis=0)
+        if not np.array_equal(np.isnan(got), np.isnan(want)):
+            problems.append(f"{key}: got {got}, numpy gives {want.tolist()}")
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,54 @@
+"""The harness itself: failures inside ranks reach the test, and nothing can hang it."""
+import os
+import time
+
+import pytest
+
+from harness import run_world
+
+
+def body_hang(ctx):
+    if ctx.rank == 1:
+        time.sleep(3600)
+    return ctx.rank
+
+
+def body_raise(ctx):
+    if ctx.rank == 0:
+        raise ValueError("boom from rank 0")
+    ctx.comm.barrier()  # stuck: rank 0 never arrives
+
+
+def body_die(ctx):
+    if ctx.rank == 1:
+        os._exit(3)
+    time.sleep(3600)
+
+
+def body_checks(ctx):
+    ctx.check.equal([1, 2], [1, 3], "deliberate mismatch")
+    return "done"
+
+
+def test_hanging_rank_is_killed_and_fails_the_test():
+    t0 = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match=r"ranks \[1\] did not finish within 3 s"):
+        run_world(2, "test_harness:body_hang", timeout=3, make_comm=False)
+    assert time.monotonic() - t0 < 15
+
+
+def test_exception_in_a_rank_is_reported_with_its_traceback():
+    t0 = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)rank 0 raised.*ValueError: boom from rank 0.*body_raise"):
+        run_world(2, "test_harness:body_raise", timeout=60, grace=1)
+    assert time.monotonic() - t0 < 20, "the stuck peer was not killed after the grace period"
+
+
+def test_rank_that_dies_silently_is_reported():
+    with pytest.raises(pytest.fail.Exception, match=r"rank 1 exited with code 3 without reporting"):
+        run_world(2, "test_harness:body_die", timeout=60, grace=1, make_comm=False)
+
+
+def test_failed_checks_are_listed():
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)1 failed checks.*rank 0: deliberate mismatch"):
+        run_world(1, "test_harness:body_checks", timeout=30, make_comm=False)
