@@ -1,6 +1,12 @@
 """Multi-dimensional parallelism on uccl: split_group, a 2-D DeviceMesh (dp x tp) with tensor
 parallelism and FSDP2 over its dimensions, and torch.distributed.pipelining (GPipe, 1F1B)
 trained for a few steps against a single-process reference. One 4-rank spawn runs all."""
+import pytest
+import uccl
+
+if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
+    pytest.skip("uccl built without the torch backend", allow_module_level=True)
+
 import copy
 
 import torch

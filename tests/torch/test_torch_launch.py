@@ -1,12 +1,16 @@
 """Launching and registration: torchrun with 4 ranks on a script that never imports uccl
 (torch's "torch.backends" entry point registers the backend), and registration in every
 import order, including with torch's autoload switched off."""
+import pytest
+import uccl
+
+if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
+    pytest.skip("uccl built without the torch backend", allow_module_level=True)
+
 import os
 import subprocess
 import sys
 import textwrap
-
-import pytest
 
 TORCHRUN_SCRIPT = textwrap.dedent(
     """

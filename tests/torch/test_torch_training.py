@@ -2,6 +2,12 @@
 Future) and FSDP2 (fully_shard) give the same losses and parameters as gloo from the same seed.
 
 One 3-rank spawn (3 makes FSDP shards uneven) runs everything side by side in the same processes."""
+import pytest
+import uccl
+
+if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
+    pytest.skip("uccl built without the torch backend", allow_module_level=True)
+
 import copy
 
 import torch

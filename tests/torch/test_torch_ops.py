@@ -4,6 +4,11 @@ world sizes 1-5, counts 0/1/7/13, many dtypes, uneven sizes, non-contiguous tens
 One spawn of 5 ranks runs every check on groups of 5, 1, 2, 3 and 4 ranks (process start-up
 dominates on 2 cores); each assertion names the op, dtype, count, group and rank."""
 import pytest
+import uccl
+
+if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
+    pytest.skip("uccl built without the torch backend", allow_module_level=True)
+
 import torch
 import torch.distributed as dist
 

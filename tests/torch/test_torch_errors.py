@@ -2,12 +2,17 @@
 a peer never joins, a rank that dies fails its peers' ops with DistBackendError naming it,
 abort() fails pending work, mismatched calls are reported, and bad arguments raise at the call.
 A gloo group beside uccl keeps the ranks in step after uccl has failed."""
+import pytest
+import uccl
+
+if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
+    pytest.skip("uccl built without the torch backend", allow_module_level=True)
+
 import datetime
 import os
 import tempfile
 import time
 
-import pytest
 import torch
 import torch.distributed as dist
 
