@@ -1,0 +1,260 @@
+// UcclBackend lifecycle, point-to-point and coalescing. Collectives are in collectives.cc.
+#include "backend.h"
+
+#include <algorithm>
+
+#include "convert.h"
+#include "store_adapter.h"
+
+namespace uccl_torch {
+
+UcclBackend::UcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                         const uccl::CommOptions& opts)
+    : c10d::Backend(rank, size), store_(store), opts_(opts), cq_(std::make_shared<CompletionQueue>()) {
+  TORCH_CHECK_VALUE(size > 0 && rank >= 0 && rank < size, "uccl: invalid rank ", rank, " for group size ", size);
+  auto r = uccl::Communicator::create(rank, size, std::make_shared<C10dStoreAdapter>(store), opts);
+  if (!r.ok()) {
+    throw_status(r.status(), "init_process_group (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")");
+  }
+  comm_ = r.take();
+  init();
+}
+
+UcclBackend::~UcclBackend() {
+  try {
+    shutdown();
+  } catch (...) {
+    // destructors must not throw; shutdown only fails if uccl itself is broken
+  }
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> UcclBackend::getBackendOptions() {
+  auto timeout = opts_.timeout_s < 0 ? kBackendDefaultTimeout
+                                     : std::chrono::milliseconds(static_cast<int64_t>(opts_.timeout_s * 1000));
+  return c10::make_intrusive<Options>("uccl", timeout);
+}
+
+void UcclBackend::setTimeout(std::chrono::milliseconds timeout) {
+  // Applies to works created from now on (their wait() deadline); uccl's own progress-side
+  // timeout was fixed when the communicator was created.
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  opts_.timeout_s = timeout.count() / 1000.0;
+}
+
+uccl::Communicator& UcclBackend::comm(const char* op) {
+  if (closed_ || !comm_) {
+    C10_THROW_ERROR(DistBackendError, c10::str("uccl ", op, ": the process group (rank ", rank_, " of ", size_,
+                                               ") was ", closed_why_, "; create a new group to communicate"));
+  }
+  return *comm_;
+}
+
+c10::intrusive_ptr<UcclWork> UcclBackend::make_work(c10d::OpType type, const char* name,
+                                                    std::vector<at::Tensor> outputs,
+                                                    std::chrono::milliseconds timeout) {
+  double timeout_s = timeout == c10d::kUnsetTimeout ? opts_.timeout_s : timeout.count() / 1000.0;
+  uint64_t seq = seq_++;
+  std::string title = std::string("uccl:") + name;
+  // No sequence number here: uccl's message names the op with its own ("all_reduce #12").
+  std::string what = std::string(name) + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                     (opts_.name.empty() ? "" : ", group " + opts_.name) + ")";
+  return c10::make_intrusive<UcclWork>(rank_, type, title.c_str(), seq, std::move(what), std::move(outputs),
+                                       timeout_s, cq_);
+}
+
+void UcclBackend::add_op(UcclWork& w, uccl::Result<uccl::WorkPtr> r) {
+  if (!r.ok()) {
+    // Ops of this work already in flight keep using its staging buffers: arm it so that they
+    // stay alive until uccl is done with them, then report the failure.
+    if (w.has_ops()) w.start();
+    throw_status(r.status(), w.what());
+  }
+  w.add(r.take());
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::launch(const c10::intrusive_ptr<UcclWork>& w) {
+  w->start();
+  if (coalescing_) co_colls_.push_back(w);
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors, int peer, int tag, bool is_send) {
+  const char* name = is_send ? "send" : "recv";
+  check_single(tensors.size(), name, "tensor");
+  at::Tensor& t = tensors[0];
+  check_tensor(t, name, "tensor");
+  TORCH_CHECK_VALUE(peer >= 0 && peer < size_, "uccl ", name, ": peer rank ", peer, " is outside the group of size ",
+                    size_);
+  // A non-contiguous tensor travels through a contiguous copy (and a recv copies back).
+  at::Tensor buf = t.is_contiguous() ? t : (is_send ? t.contiguous() : at::empty(t.sizes(), t.options()));
+  std::function<void()> copy_back;
+  if (!is_send && !buf.is_same(t)) copy_back = [t, buf]() mutable { t.copy_(buf); };
+  Wire wire = move_wire(t.scalar_type());
+  uccl::P2POp op;
+  op.is_send = is_send;
+  op.buf = buf.data_ptr();
+  op.count = wire.count(t.numel());
+  op.dtype = wire.dtype;
+  op.peer = peer;
+  op.tag = static_cast<uint32_t>(tag);
+
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  auto w = make_work(is_send ? c10d::OpType::SEND : c10d::OpType::RECV, name, {t}, c10d::kUnsetTimeout);
+  if (coalescing_) {
+    // batch_isend_irecv: collected here, issued as one uccl p2p batch by endCoalescing().
+    comm(name);  // fail now, not at the end of the block, if the group is closed
+    co_p2p_.push_back(op);
+    co_keep_.push_back(buf);
+    if (copy_back) co_epilogues_.push_back(std::move(copy_back));
+    co_p2p_works_.push_back(w);
+    return w;
+  }
+  w->keep_alive(buf);
+  if (copy_back) w->add_epilogue(std::move(copy_back));
+  add_op(*w, comm(name).p2p({op}));
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  return p2p(tensors, dst, tag, true);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  return p2p(tensors, src, tag, false);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false,
+                              "uccl recv: receiving from any source is not supported (uccl matches messages per "
+                              "peer); pass src=");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coalescing
+
+void UcclBackend::startCoalescing() {
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  TORCH_CHECK(!coalescing_, "uccl: startCoalescing() inside a coalescing block (blocks do not nest)");
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::endCoalescing() {
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  TORCH_CHECK(coalescing_, "uccl: endCoalescing() without startCoalescing()");
+  coalescing_ = false;
+  auto p2p_ops = std::move(co_p2p_);
+  auto keep = std::move(co_keep_);
+  auto epilogues = std::move(co_epilogues_);
+  auto p2p_works = std::move(co_p2p_works_);
+  auto colls = std::move(co_colls_);
+  co_p2p_.clear();
+  co_keep_.clear();
+  co_epilogues_.clear();
+  co_p2p_works_.clear();
+  co_colls_.clear();
+
+  std::vector<at::Tensor> outputs;
+  for (auto& w : p2p_works) {
+    auto r = w->result();
+    outputs.insert(outputs.end(), r.begin(), r.end());
+  }
+  auto end = make_work(c10d::OpType::COALESCED, "coalesced", std::move(outputs), c10d::kUnsetTimeout);
+  for (auto& c : colls) end->add_dep(c);  // uccl completes in issue order; this adds their errors
+  for (auto& t : keep) end->keep_alive(t);
+  for (auto& fn : epilogues) end->add_epilogue(std::move(fn));
+  if (!p2p_ops.empty()) add_op(*end, comm("batch_isend_irecv").p2p(p2p_ops));
+  end->start();
+  // The works send()/recv() returned inside the block complete with the batch.
+  for (auto& w : p2p_works) {
+    w->add_dep(end);
+    w->start();
+  }
+  return end;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle
+
+c10::intrusive_ptr<c10d::Backend> UcclBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     const std::vector<int>& ranks,
+                                                     const c10::intrusive_ptr<Options>& opts) {
+  // torch calls this only on the members, each with its own group's ranks and a store prefixed
+  // for that group, so a fresh communicator over that store is the split (uccl's split() would
+  // need every parent rank to call it with one color each).
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;
+  std::string key = (opts && !opts->group_name.empty() ? opts->group_name : c10::str("store@", store.get())) + ":" +
+                    c10::Join(",", ranks);
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  if (key == last_split_key_) {
+    if (auto child = last_split_.lock()) return child;
+  }
+  uccl::CommOptions o = opts_;
+  if (opts) {
+    if (opts->timeout.count() > 0) o.timeout_s = opts->timeout.count() / 1000.0;
+    if (!opts->group_name.empty()) o.name = opts->group_name;
+  }
+  int new_rank = static_cast<int>(it - ranks.begin());
+  c10::intrusive_ptr<c10d::Backend> child =
+      c10::make_intrusive<UcclBackend>(store, new_rank, static_cast<int>(ranks.size()), o);
+  last_split_key_ = key;
+  last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(child);
+  return child;
+}
+
+c10d::ErrorType UcclBackend::getError() {
+  std::shared_ptr<uccl::Communicator> c;
+  {
+    std::lock_guard<std::recursive_mutex> lk(mu_);
+    c = comm_;
+  }
+  if (!c) return c10d::ErrorType::SUCCESS;
+  uccl::Status s = c->error();
+  switch (s.code()) {
+    case uccl::Code::kOk: return c10d::ErrorType::SUCCESS;
+    case uccl::Code::kTimeout: return c10d::ErrorType::TIMEOUT;
+    case uccl::Code::kRemoteError: return c10d::ErrorType::REMOTE_ERROR;
+    default: return c10d::ErrorType::COMM_ERROR;
+  }
+}
+
+void UcclBackend::abort() {
+  std::shared_ptr<uccl::Communicator> c;
+  {
+    std::lock_guard<std::recursive_mutex> lk(mu_);
+    if (!closed_) {
+      closed_ = true;
+      closed_why_ = "aborted";
+    }
+    c = comm_;
+  }
+  // Fails every pending op with kAborted; their futures settle with DistBackendError.
+  if (c) c->abort("torch.distributed abort() on rank " + std::to_string(rank_));
+}
+
+void UcclBackend::shutdown() {
+  std::shared_ptr<uccl::Communicator> c;
+  {
+    std::lock_guard<std::recursive_mutex> lk(mu_);
+    if (!closed_) {
+      closed_ = true;
+      closed_why_ = "shut down";
+    }
+    c = std::move(comm_);
+    comm_.reset();
+  }
+  // Settle what already completed, then let go of the communicator: uccl closes its
+  // connections once the last reference (ours, or in-flight works') is gone.
+  cq_->stop();
+  c.reset();
+}
+
+std::string UcclBackend::describe() {
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  return comm("describe").describe();
+}
+
+}  // namespace uccl_torch

@@ -1,0 +1,131 @@
+// UcclBackend: the c10d::Backend behind torch.distributed's "uccl" backend.
+//
+// Each op checks its tensors (CPU, dense, dtypes and sizes agree), stages non-contiguous
+// tensors through contiguous copies, issues one or more uccl operations and returns a UcclWork
+// whose Future completes with the output tensors. Lifecycle (construction over torch's store,
+// abort/shutdown, coalescing, p2p, split) lives in backend.cc; collectives in collectives.cc.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "work.h"
+
+namespace uccl_torch {
+
+class UcclBackend : public c10d::Backend {
+ public:
+  // Collective over `store` (the group's prefixed store): every rank of the group calls it.
+  UcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const uccl::CommOptions& opts);
+  ~UcclBackend() override;
+
+  const std::string getBackendName() const override { return "uccl"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  bool supportsSplitting() const override { return true; }
+  bool supportsCoalescing() const override { return true; }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+
+  // Collectives (collectives.cc).
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = {}) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
+
+  // Point-to-point and coalescing (backend.cc).
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // Lifecycle (backend.cc).
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  c10d::ErrorType getError() override;
+  void abort() override;
+  void shutdown() override;
+  void setSequenceNumberForGroup() override {}  // uccl numbers ops itself, from 0 on every rank
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  // Extras for Python (uccl._torch).
+  std::string describe();
+  const uccl::CommOptions& comm_options() const { return opts_; }
+
+  // Building blocks of every op (used by backend.cc and collectives.cc). Callers hold mu_.
+  std::recursive_mutex& issue_mutex() { return mu_; }
+  // The communicator, or a DistBackendError if the group was shut down or aborted.
+  uccl::Communicator& comm(const char* op);
+  // A new work for one op; the caller adds uccl works and epilogues, then calls launch().
+  c10::intrusive_ptr<UcclWork> make_work(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+                                         std::chrono::milliseconds timeout);
+  // Adds the issued uccl op to w, or throws its error.
+  void add_op(UcclWork& w, uccl::Result<uccl::WorkPtr> r);
+  // Starts w; inside a coalescing block also records it so that endCoalescing() waits for it.
+  c10::intrusive_ptr<c10d::Work> launch(const c10::intrusive_ptr<UcclWork>& w);
+
+ private:
+  c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, int tag, bool is_send);
+
+  std::shared_ptr<uccl::Communicator> comm_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  uccl::CommOptions opts_;
+  std::shared_ptr<CompletionQueue> cq_;
+  // Serializes op issue: uccl's per-communicator ordering is the caller's issue order, and the
+  // coalescing state below is shared.
+  std::recursive_mutex mu_;
+  uint64_t seq_ = 0;
+  bool closed_ = false;
+  std::string closed_why_;
+
+  // torch's splitGroup calls split() once per device type the parent serves ("cpu" and "cuda"
+  // map to this one backend): the second call must get the same child, not a second
+  // communicator rendezvousing on the same store keys.
+  std::string last_split_key_;
+  c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
+
+  bool coalescing_ = false;
+  std::vector<uccl::P2POp> co_p2p_;
+  std::vector<at::Tensor> co_keep_;                     // staged p2p buffers of the block
+  std::vector<std::function<void()>> co_epilogues_;     // copy-backs of staged recvs
+  std::vector<c10::intrusive_ptr<UcclWork>> co_p2p_works_;  // returned by send/recv in the block
+  std::vector<c10::intrusive_ptr<UcclWork>> co_colls_;      // collectives issued in the block
+};
+
+}  // namespace uccl_torch

@@ -1,0 +1,527 @@
+// Collectives of UcclBackend: check the tensors, stage them, issue uccl ops, return the work.
+//
+// Staging rule: uccl wants one contiguous buffer per side. A contiguous caller tensor is used
+// as is; otherwise (or for lists of tensors) a contiguous buffer is used and outputs are copied
+// back by an epilogue that runs only on success.
+#include <numeric>
+
+#include "backend.h"
+#include "convert.h"
+
+namespace uccl_torch {
+namespace {
+
+using c10d::OpType;
+
+// A buffer uccl may read: the tensor itself when contiguous, else a contiguous copy.
+at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
+  at::Tensor b = t.is_contiguous() ? t : t.contiguous();
+  w.keep_alive(b);
+  return b;
+}
+
+// A buffer uccl may write into t through. copy_in: the op also reads t (in-place ops).
+at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
+  if (t.is_contiguous()) {
+    w.keep_alive(t);
+    return t;
+  }
+  at::Tensor b = copy_in ? t.contiguous() : at::empty(t.sizes(), t.options());
+  w.keep_alive(b);
+  w.add_epilogue([t, b]() mutable { t.copy_(b); });
+  return b;
+}
+
+// One flat buffer holding `parts` back to back; with copy_in their contents are copied in.
+at::Tensor pack(UcclWork& w, const std::vector<at::Tensor>& parts, const at::Tensor& like, bool copy_in) {
+  int64_t total = 0;
+  for (auto& p : parts) total += p.numel();
+  at::Tensor flat = at::empty({total}, like.options());
+  if (copy_in) {
+    int64_t off = 0;
+    for (auto& p : parts) {
+      flat.narrow(0, off, p.numel()).copy_(p.reshape({-1}));
+      off += p.numel();
+    }
+  }
+  w.keep_alive(flat);
+  return flat;
+}
+
+// Epilogue: copy consecutive slices of flat back into parts.
+void unpack_after(UcclWork& w, const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
+  w.add_epilogue([flat, parts]() mutable {
+    int64_t off = 0;
+    for (auto& p : parts) {
+      p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+      off += p.numel();
+    }
+  });
+}
+
+bool same_numel(const std::vector<at::Tensor>& ts) {
+  for (auto& t : ts) {
+    if (t.numel() != ts.front().numel()) return false;
+  }
+  return true;
+}
+
+std::vector<size_t> wire_counts(const Wire& wire, const std::vector<at::Tensor>& ts) {
+  std::vector<size_t> c;
+  for (auto& t : ts) c.push_back(wire.count(t.numel()));
+  return c;
+}
+
+std::vector<size_t> packed_displs(const std::vector<size_t>& counts) {
+  std::vector<size_t> d(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+// Checks a per-rank list (all_gather's output list, scatter's input list, ...).
+void check_list(const std::vector<at::Tensor>& ts, int size, at::ScalarType dtype, const char* op, const char* name,
+                const char* ref) {
+  TORCH_CHECK_VALUE(static_cast<int>(ts.size()) == size, "uccl ", op, ": ", name, " has ", ts.size(),
+                    " tensors but the group has ", size, " ranks");
+  for (size_t i = 0; i < ts.size(); ++i) {
+    std::string what = std::string(name) + "[" + std::to_string(i) + "]";
+    check_tensor(ts[i], op, what);
+    check_same_dtype(ts[i], dtype, op, what, ref);
+  }
+}
+
+void check_root(int64_t root, int size, const char* op) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, "uccl ", op, ": root rank ", root, " is outside the group of size ",
+                    size);
+}
+
+// True when `part` is exactly slot `index` (of part.numel() elements) of contiguous `whole`:
+// torch's in-place all_gather_into_tensor / reduce_scatter_tensor pass such views.
+bool is_slot_of(const at::Tensor& part, const at::Tensor& whole, int index) {
+  return part.is_contiguous() && whole.is_contiguous() && part.numel() > 0 &&
+         static_cast<const char*>(part.data_ptr()) ==
+             static_cast<const char*>(whole.data_ptr()) + index * part.numel() * part.element_size();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Reductions
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                      const c10d::AllreduceOptions& opts) {
+  check_single(tensors.size(), "all_reduce", "tensor");
+  c10d::AllreduceCoalescedOptions co;
+  co.reduceOp = opts.reduceOp;
+  co.timeout = opts.timeout;
+  return allreduce_coalesced(tensors, co);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                const c10d::AllreduceCoalescedOptions& opts) {
+  const char* op = tensors.size() == 1 ? "all_reduce" : "all_reduce_coalesced";
+  std::vector<ReduceWire> rws;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_tensor(tensors[i], op, "tensor " + std::to_string(i));
+    rws.push_back(reduce_wire(tensors[i].scalar_type(), opts.reduceOp, op));
+  }
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(tensors.size() == 1 ? OpType::ALLREDUCE : OpType::ALLREDUCE_COALESCED, op, tensors, opts.timeout);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    at::Tensor buf = out_buf(*w, tensors[i], true);
+    uccl::AllReduceArgs a;
+    a.send = a.recv = buf.data_ptr();
+    a.count = rws[i].wire.count(buf.numel());
+    a.dtype = rws[i].wire.dtype;
+    a.op = rws[i].op;
+    a.scalar = rws[i].scalar;
+    add_op(*w, comm(op).all_reduce(a));
+  }
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  check_single(tensors.size(), "reduce", "tensor");
+  check_root(opts.rootRank, size_, "reduce");
+  at::Tensor& t = tensors[0];
+  check_tensor(t, "reduce", "tensor");
+  ReduceWire rw = reduce_wire(t.scalar_type(), opts.reduceOp, "reduce");
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::REDUCE, "reduce", tensors, opts.timeout);
+  bool root = opts.rootRank == rank_;
+  // Off the root the tensor is only read: no copy back, and uccl gets no recv buffer.
+  at::Tensor buf = root ? out_buf(*w, t, true) : in_buf(*w, t);
+  uccl::ReduceArgs a;
+  a.send = buf.data_ptr();
+  a.recv = root ? buf.data_ptr() : nullptr;
+  a.count = rw.wire.count(t.numel());
+  a.dtype = rw.wire.dtype;
+  a.op = rw.op;
+  a.scalar = rw.scalar;
+  a.root = static_cast<int>(opts.rootRank);
+  add_op(*w, comm("reduce").reduce(a));
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                                           const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter";
+  check_single(outputs.size(), op, "output tensor");
+  check_single(inputs.size(), op, "input list");
+  at::Tensor& out = outputs[0];
+  check_tensor(out, op, "output");
+  check_list(inputs[0], size_, out.scalar_type(), op, "input_list", "the output");
+  const auto& ins = inputs[0];
+  TORCH_CHECK_VALUE(ins[rank_].numel() == out.numel(), "uccl ", op, ": input_list[", rank_, "] has ",
+                    ins[rank_].numel(), " elements but the output has ", out.numel(),
+                    " (this rank receives the reduction of input_list[rank])");
+  ReduceWire rw = reduce_wire(out.scalar_type(), opts.reduceOp, op);
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::REDUCE_SCATTER, op, outputs, opts.timeout);
+  at::Tensor flat = pack(*w, ins, out, true);
+  at::Tensor buf = out_buf(*w, out, false);
+  if (same_numel(ins)) {
+    uccl::ReduceScatterArgs a;
+    a.send = flat.data_ptr();
+    a.recv = buf.data_ptr();
+    a.count = rw.wire.count(out.numel());
+    a.dtype = rw.wire.dtype;
+    a.op = rw.op;
+    a.scalar = rw.scalar;
+    add_op(*w, comm(op).reduce_scatter(a));
+  } else {
+    uccl::ReduceScatterVArgs a;
+    a.send = flat.data_ptr();
+    a.recv = buf.data_ptr();
+    a.recv_counts = wire_counts(rw.wire, ins);
+    a.dtype = rw.wire.dtype;
+    a.op = rw.op;
+    a.scalar = rw.scalar;
+    add_op(*w, comm(op).reduce_scatter_v(a));
+  }
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                 const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outs{output}, ins{input};
+  return reduce_scatter_tensor_coalesced(outs, ins, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                            std::vector<at::Tensor>& inputs,
+                                                                            const c10d::ReduceScatterOptions& opts) {
+  const char* op = outputs.size() == 1 ? "reduce_scatter_tensor" : "reduce_scatter_tensor_coalesced";
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "uccl ", op, ": ", outputs.size(), " outputs but ",
+                    inputs.size(), " inputs");
+  std::vector<ReduceWire> rws;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_tensor(outputs[i], op, "output " + std::to_string(i));
+    check_tensor(inputs[i], op, "input " + std::to_string(i));
+    check_same_dtype(inputs[i], outputs[i].scalar_type(), op, "input " + std::to_string(i), "the output");
+    TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_, "uccl ", op, ": input ", i, " has ",
+                      inputs[i].numel(), " elements; expected output numel (", outputs[i].numel(),
+                      ") x group size (", size_, ")");
+    rws.push_back(reduce_wire(outputs[i].scalar_type(), opts.reduceOp, op));
+  }
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(outputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::REDUCE_SCATTER_TENSOR_COALESCED, op,
+                     outputs, opts.timeout);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    at::Tensor send = in_buf(*w, inputs[i]);
+    // In place when the output is this rank's slot of the input (uccl allows recv == send + rank*count).
+    at::Tensor recv = is_slot_of(outputs[i], send, rank_) ? outputs[i] : out_buf(*w, outputs[i], false);
+    uccl::ReduceScatterArgs a;
+    a.send = send.data_ptr();
+    a.recv = recv.data_ptr();
+    a.count = rws[i].wire.count(outputs[i].numel());
+    a.dtype = rws[i].wire.dtype;
+    a.op = rws[i].op;
+    a.scalar = rws[i].scalar;
+    add_op(*w, comm(op).reduce_scatter(a));
+  }
+  return launch(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data movement
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                      const c10d::BroadcastOptions& opts) {
+  check_single(tensors.size(), "broadcast", "tensor");
+  check_root(opts.rootRank, size_, "broadcast");
+  at::Tensor& t = tensors[0];
+  check_tensor(t, "broadcast", "tensor");
+  Wire wire = move_wire(t.scalar_type());
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::BROADCAST, "broadcast", tensors, opts.timeout);
+  at::Tensor buf = out_buf(*w, t, opts.rootRank == rank_);
+  uccl::BroadcastArgs a;
+  a.send = a.recv = buf.data_ptr();
+  a.count = wire.count(t.numel());
+  a.dtype = wire.dtype;
+  a.root = static_cast<int>(opts.rootRank);
+  add_op(*w, comm("broadcast").broadcast(a));
+  return launch(w);
+}
+
+// all_gather into a list: one flat receive buffer, copied out per rank. Uneven sizes (allowed
+// by NCCL, refused by gloo) use uccl's all_gather_v.
+static void issue_allgather_list(UcclBackend& b, UcclWork& w, std::vector<at::Tensor>& outs, const at::Tensor& in,
+                                 const char* op) {
+  const int rank = b.getRank();
+  check_tensor(in, op, "input");
+  check_list(outs, b.getSize(), in.scalar_type(), op, "output_tensor_list", "the input");
+  TORCH_CHECK_VALUE(outs[rank].numel() == in.numel(), "uccl ", op, ": output_tensor_list[", rank, "] has ",
+                    outs[rank].numel(), " elements but the input has ", in.numel());
+  Wire wire = move_wire(in.scalar_type());
+  at::Tensor send = in_buf(w, in);
+  at::Tensor flat = pack(w, outs, in, false);
+  unpack_after(w, flat, outs);
+  if (same_numel(outs)) {
+    uccl::AllGatherArgs a;
+    a.send = send.data_ptr();
+    a.recv = flat.data_ptr();
+    a.count = wire.count(in.numel());
+    a.dtype = wire.dtype;
+    b.add_op(w, b.comm(op).all_gather(a));
+  } else {
+    uccl::AllGatherVArgs a;
+    a.send = send.data_ptr();
+    a.recv = flat.data_ptr();
+    a.recv_counts = wire_counts(wire, outs);
+    a.recv_displs = packed_displs(a.recv_counts);
+    a.dtype = wire.dtype;
+    b.add_op(w, b.comm(op).all_gather_v(a));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                      std::vector<at::Tensor>& inputs,
+                                                      const c10d::AllgatherOptions& opts) {
+  check_single(inputs.size(), "all_gather", "input tensor");
+  check_single(outputs.size(), "all_gather", "output list");
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::ALLGATHER, "all_gather", outputs[0], opts.timeout);
+  issue_allgather_list(*this, *w, outputs[0], inputs[0], "all_gather");
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                std::vector<at::Tensor>& inputs,
+                                                                const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "uccl all_gather_coalesced: ", outputs.size(),
+                    " output lists but ", inputs.size(), " inputs");
+  std::vector<at::Tensor> flat_outputs;
+  for (auto& l : outputs) flat_outputs.insert(flat_outputs.end(), l.begin(), l.end());
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::ALLGATHER_COALESCED, "all_gather_coalesced", flat_outputs, opts.timeout);
+  for (size_t i = 0; i < inputs.size(); ++i) issue_allgather_list(*this, *w, outputs[i], inputs[i], "all_gather_coalesced");
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                            const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> outs{output}, ins{input};
+  return allgather_into_tensor_coalesced(outs, ins, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                            std::vector<at::Tensor>& inputs,
+                                                                            const c10d::AllgatherOptions& opts) {
+  const char* op = outputs.size() == 1 ? "all_gather_into_tensor" : "all_gather_into_tensor_coalesced";
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "uccl ", op, ": ", outputs.size(), " outputs but ",
+                    inputs.size(), " inputs");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    check_tensor(outputs[i], op, "output " + std::to_string(i));
+    check_tensor(inputs[i], op, "input " + std::to_string(i));
+    check_same_dtype(outputs[i], inputs[i].scalar_type(), op, "output " + std::to_string(i), "the input");
+    TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "uccl ", op, ": output ", i, " has ",
+                      outputs[i].numel(), " elements; expected input numel (", inputs[i].numel(),
+                      ") x group size (", size_, ")");
+  }
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(outputs.size() == 1 ? OpType::_ALLGATHER_BASE : OpType::COALESCED, op, outputs, opts.timeout);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Wire wire = move_wire(inputs[i].scalar_type());
+    at::Tensor recv = out_buf(*w, outputs[i], false);
+    // In place when the input is this rank's slot of the output.
+    at::Tensor send = is_slot_of(inputs[i], recv, rank_) ? inputs[i] : in_buf(*w, inputs[i]);
+    uccl::AllGatherArgs a;
+    a.send = send.data_ptr();
+    a.recv = recv.data_ptr();
+    a.count = wire.count(inputs[i].numel());
+    a.dtype = wire.dtype;
+    add_op(*w, comm(op).all_gather(a));
+  }
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                   std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  const char* op = "gather";
+  check_single(inputs.size(), op, "input tensor");
+  check_root(opts.rootRank, size_, op);
+  at::Tensor& in = inputs[0];
+  check_tensor(in, op, "input");
+  bool root = opts.rootRank == rank_;
+  std::vector<at::Tensor> outs;
+  if (root) {
+    check_single(outputs.size(), op, "gather_list");
+    outs = outputs[0];
+    check_list(outs, size_, in.scalar_type(), op, "gather_list", "the input");
+    for (size_t i = 0; i < outs.size(); ++i) {
+      TORCH_CHECK_VALUE(outs[i].numel() == in.numel(), "uccl gather: gather_list[", i, "] has ", outs[i].numel(),
+                        " elements but the input has ", in.numel(), " (all ranks must send the same size)");
+    }
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(), "uccl gather: gather_list given on rank ", rank_,
+                      " but only the root (rank ", opts.rootRank, ") receives");
+  }
+  Wire wire = move_wire(in.scalar_type());
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::GATHER, op, outs, opts.timeout);
+  uccl::GatherArgs a;
+  a.send = in_buf(*w, in).data_ptr();
+  if (root) {
+    at::Tensor flat = pack(*w, outs, in, false);
+    unpack_after(*w, flat, outs);
+    a.recv = flat.data_ptr();
+  }
+  a.count = wire.count(in.numel());
+  a.dtype = wire.dtype;
+  a.root = static_cast<int>(opts.rootRank);
+  add_op(*w, comm(op).gather(a));
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                                    const c10d::ScatterOptions& opts) {
+  const char* op = "scatter";
+  check_single(outputs.size(), op, "output tensor");
+  check_root(opts.rootRank, size_, op);
+  at::Tensor& out = outputs[0];
+  check_tensor(out, op, "output");
+  bool root = opts.rootRank == rank_;
+  if (root) {
+    check_single(inputs.size(), op, "scatter_list");
+    check_list(inputs[0], size_, out.scalar_type(), op, "scatter_list", "the output");
+    for (size_t i = 0; i < inputs[0].size(); ++i) {
+      TORCH_CHECK_VALUE(inputs[0][i].numel() == out.numel(), "uccl scatter: scatter_list[", i, "] has ",
+                        inputs[0][i].numel(), " elements but the output has ", out.numel());
+    }
+  } else {
+    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "uccl scatter: scatter_list given on rank ", rank_,
+                      " but only the root (rank ", opts.rootRank, ") sends");
+  }
+  Wire wire = move_wire(out.scalar_type());
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::SCATTER, op, outputs, opts.timeout);
+  uccl::ScatterArgs a;
+  if (root) a.send = pack(*w, inputs[0], out, true).data_ptr();
+  a.recv = out_buf(*w, out, false).data_ptr();
+  a.count = wire.count(out.numel());
+  a.dtype = wire.dtype;
+  a.root = static_cast<int>(opts.rootRank);
+  add_op(*w, comm(op).scatter(a));
+  return launch(w);
+}
+
+// Split sizes of all_to_all_single, in rows of dim 0 (empty = equal split), as element counts.
+static std::vector<size_t> split_counts(const at::Tensor& t, const std::vector<int64_t>& splits, int size,
+                                        const Wire& wire, const char* side) {
+  int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  int64_t row_elems = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) row_elems *= t.size(d);
+  std::vector<size_t> counts;
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(rows % size == 0, "uccl all_to_all_single: ", side, " dim 0 (", rows,
+                      ") is not divisible by the group size (", size, "); pass ", side, "_split_sizes");
+    counts.assign(size, wire.count((rows / size) * row_elems));
+    return counts;
+  }
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size, "uccl all_to_all_single: ", side, "_split_sizes has ",
+                    splits.size(), " entries but the group has ", size, " ranks");
+  int64_t sum = 0;
+  for (auto s : splits) {
+    TORCH_CHECK_VALUE(s >= 0, "uccl all_to_all_single: negative entry in ", side, "_split_sizes");
+    sum += s;
+    counts.push_back(wire.count(s * row_elems));
+  }
+  TORCH_CHECK_VALUE(sum == rows, "uccl all_to_all_single: ", side, "_split_sizes sum to ", sum, " but the ", side,
+                    " has ", rows, " rows in dim 0");
+  return counts;
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                          std::vector<int64_t>& output_splits,
+                                                          std::vector<int64_t>& input_splits,
+                                                          const c10d::AllToAllOptions& opts) {
+  const char* op = "all_to_all_single";
+  check_tensor(output, op, "output");
+  check_tensor(input, op, "input");
+  check_same_dtype(output, input.scalar_type(), op, "output", "the input");
+  Wire wire = move_wire(input.scalar_type());
+  auto send_counts = split_counts(input, input_splits, size_, wire, "input");
+  auto recv_counts = split_counts(output, output_splits, size_, wire, "output");
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::ALLTOALL_BASE, op, {output}, opts.timeout);
+  at::Tensor send = in_buf(*w, input);
+  at::Tensor recv = out_buf(*w, output, false);
+  bool even = input_splits.empty() && output_splits.empty() && send_counts == recv_counts;
+  if (even) {
+    uccl::AllToAllArgs a;
+    a.send = send.data_ptr();
+    a.recv = recv.data_ptr();
+    a.count = send_counts.empty() ? 0 : send_counts[0];
+    a.dtype = wire.dtype;
+    add_op(*w, comm(op).all_to_all(a));
+  } else {
+    uccl::AllToAllVArgs a;
+    a.send = send.data_ptr();
+    a.recv = recv.data_ptr();
+    a.send_displs = packed_displs(send_counts);
+    a.recv_displs = packed_displs(recv_counts);
+    a.send_counts = std::move(send_counts);
+    a.recv_counts = std::move(recv_counts);
+    a.dtype = wire.dtype;
+    add_op(*w, comm(op).all_to_all_v(a));
+  }
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllToAllOptions& opts) {
+  const char* op = "all_to_all";
+  TORCH_CHECK_VALUE(!inputs.empty(), "uccl all_to_all: empty input_tensor_list");
+  at::ScalarType dtype = inputs[0].scalar_type();
+  check_list(inputs, size_, dtype, op, "input_tensor_list", "input_tensor_list[0]");
+  check_list(outputs, size_, dtype, op, "output_tensor_list", "input_tensor_list[0]");
+  Wire wire = move_wire(dtype);
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::ALLTOALL, op, outputs, opts.timeout);
+  at::Tensor send = pack(*w, inputs, inputs[0], true);
+  at::Tensor recv = pack(*w, outputs, inputs[0], false);
+  unpack_after(*w, recv, outputs);
+  uccl::AllToAllVArgs a;
+  a.send = send.data_ptr();
+  a.recv = recv.data_ptr();
+  a.send_counts = wire_counts(wire, inputs);
+  a.recv_counts = wire_counts(wire, outputs);
+  a.send_displs = packed_displs(a.send_counts);
+  a.recv_displs = packed_displs(a.recv_counts);
+  a.dtype = wire.dtype;
+  add_op(*w, comm(op).all_to_all_v(a));
+  return launch(w);
+}
+
+c10::intrusive_ptr<c10d::Work> UcclBackend::barrier(const c10d::BarrierOptions& opts) {
+  std::lock_guard<std::recursive_mutex> lk(issue_mutex());
+  auto w = make_work(OpType::BARRIER, "barrier", {}, opts.timeout);
+  add_op(*w, comm("barrier").barrier());
+  return launch(w);
+}
+
+}  // namespace uccl_torch

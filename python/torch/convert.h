@@ -1,0 +1,154 @@
+// Conversions at the torch <-> uccl boundary: dtypes, reduce ops, Status -> exception, and the
+// checks every op runs on its tensors. Inline so each op file sees the same rules.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+
+namespace uccl_torch {
+
+// uccl's own element type for a torch dtype, if it has one.
+inline std::optional<uccl::DataType> native_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kChar: return uccl::DataType::kInt8;
+    case at::kByte: return uccl::DataType::kUint8;
+    case at::kInt: return uccl::DataType::kInt32;
+    case at::kLong: return uccl::DataType::kInt64;
+    case at::kHalf: return uccl::DataType::kFloat16;
+    case at::kBFloat16: return uccl::DataType::kBFloat16;
+    case at::kFloat: return uccl::DataType::kFloat32;
+    case at::kDouble: return uccl::DataType::kFloat64;
+    default: return std::nullopt;
+  }
+}
+
+// How one torch element travels: as `per_elem` uccl elements of `dtype`.
+struct Wire {
+  uccl::DataType dtype = uccl::DataType::kUint8;
+  size_t per_elem = 1;
+  size_t count(int64_t numel) const { return static_cast<size_t>(numel) * per_elem; }
+};
+
+// Ops that only move data (broadcast, gathers, scatter, all-to-all, p2p) work for every dtype:
+// types uccl has no name for (bool, int16, complex, float8, ...) travel as raw bytes. Known
+// types keep their name so the Envelope's dtype check still catches mismatched calls.
+inline Wire move_wire(at::ScalarType t) {
+  if (auto d = native_dtype(t)) return {*d, 1};
+  return {uccl::DataType::kUint8, c10::elementSize(t)};
+}
+
+struct ReduceWire {
+  Wire wire;
+  uccl::RedOp op = uccl::RedOp::kSum;
+  double scalar = 1.0;
+};
+
+// Reductions need a dtype uccl can do arithmetic on. Two torch types are rewritten instead of
+// refused: bool (or/and are max/min over 0/1 bytes) and complex (sum-like ops work on the real
+// view, torch's own isComplexViewAsRealAllowed rule).
+inline ReduceWire reduce_wire(at::ScalarType t, const c10d::ReduceOp& rop, const char* opname) {
+  using R = c10d::ReduceOp;
+  ReduceWire rw;
+  switch (rop.op_) {
+    case R::SUM: rw.op = uccl::RedOp::kSum; break;
+    case R::AVG: rw.op = uccl::RedOp::kAvg; break;
+    case R::PRODUCT: rw.op = uccl::RedOp::kProd; break;
+    case R::MIN: rw.op = uccl::RedOp::kMin; break;
+    case R::MAX: rw.op = uccl::RedOp::kMax; break;
+    case R::PREMUL_SUM: {
+      rw.op = uccl::RedOp::kPremulSum;
+      // torch only ever attaches a PreMulSumSupplement to PREMUL_SUM (ProcessGroupNCCL casts the same way).
+      auto* sup = static_cast<c10d::PreMulSumSupplement*>(rop.supplement_.get());
+      TORCH_CHECK_VALUE(sup != nullptr, "uccl ", opname, ": PREMUL_SUM without a factor; build the op with ",
+                        "torch.distributed._make_nccl_premul_sum(factor)");
+      // A tensor factor is read once on the host: uccl applies one scalar per operation.
+      rw.scalar = sup->tensor_factor.defined() ? sup->tensor_factor.item<double>() : sup->double_factor;
+      break;
+    }
+    case R::BAND:
+    case R::BOR:
+      TORCH_CHECK_NOT_IMPLEMENTED(t == at::kBool, "uccl ", opname, ": bitwise reduction ",
+                                  rop.op_ == R::BAND ? "BAND" : "BOR", " is supported only for bool tensors (got ",
+                                  t, "); uccl has no bitwise reduce kernels");
+      rw.op = rop.op_ == R::BAND ? uccl::RedOp::kMin : uccl::RedOp::kMax;
+      break;
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "uccl ", opname, ": reduce op ", static_cast<int>(rop.op_),
+                                  " (BXOR or unknown) is not supported");
+  }
+  if (t == at::kBool) {
+    // True+True must stay True: sum/max -> max, prod/min -> min over 0/1 bytes.
+    TORCH_CHECK_NOT_IMPLEMENTED(rw.op != uccl::RedOp::kAvg && rw.op != uccl::RedOp::kPremulSum, "uccl ", opname,
+                                ": AVG/PREMUL_SUM are not defined for bool tensors");
+    if (rw.op == uccl::RedOp::kSum) rw.op = uccl::RedOp::kMax;
+    if (rw.op == uccl::RedOp::kProd) rw.op = uccl::RedOp::kMin;
+    rw.wire = {uccl::DataType::kUint8, 1};
+    return rw;
+  }
+  if (at::isComplexType(t)) {
+    bool sumlike = rw.op == uccl::RedOp::kSum || rw.op == uccl::RedOp::kAvg || rw.op == uccl::RedOp::kPremulSum;
+    TORCH_CHECK_NOT_IMPLEMENTED(sumlike, "uccl ", opname, ": ", uccl::redop_name(rw.op),
+                                " is not defined for complex tensors (only SUM, AVG, PREMUL_SUM)");
+    auto real = native_dtype(c10::toRealValueType(t));
+    TORCH_CHECK_NOT_IMPLEMENTED(real.has_value(), "uccl ", opname, ": cannot reduce dtype ", t);
+    rw.wire = {*real, 2};
+    return rw;
+  }
+  auto d = native_dtype(t);
+  TORCH_CHECK_NOT_IMPLEMENTED(d.has_value(), "uccl ", opname, ": cannot reduce tensors of dtype ", t,
+                              " (uccl reduces int8, uint8, int32, int64, float16, bfloat16, float32, float64, "
+                              "bool and complex)");
+  rw.wire = {*d, 1};
+  return rw;
+}
+
+// A failed Status as the exception torch users expect: bad input -> ValueError, NotSupported ->
+// NotImplementedError, anything about the group (timeout, dead peer, abort, mismatch) ->
+// torch.distributed.DistBackendError, carrying uccl's message (it names op, peer and reason).
+inline std::exception_ptr to_exception(const uccl::Status& s, const std::string& what) {
+  std::string msg = "uccl " + what + " failed: " + s.to_string();
+  if (s.peer() >= 0 && msg.find("rank " + std::to_string(s.peer())) == std::string::npos) {
+    msg += " (peer rank " + std::to_string(s.peer()) + ")";
+  }
+  c10::SourceLocation loc{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+  switch (s.code()) {
+    case uccl::Code::kInvalidArgument: return std::make_exception_ptr(c10::ValueError(loc, msg));
+    case uccl::Code::kNotSupported: return std::make_exception_ptr(c10::NotImplementedError(loc, msg));
+    default: return std::make_exception_ptr(c10::DistBackendError(loc, msg));
+  }
+}
+
+[[noreturn]] inline void throw_status(const uccl::Status& s, const std::string& what) {
+  std::rethrow_exception(to_exception(s, what));
+}
+
+// Every tensor an op touches: CPU only for now. CUDA is refused here, in one place, so that the
+// CUDA path (device buffers + stream-ordered Work) can be added without touching the ops.
+inline void check_tensor(const at::Tensor& t, const char* op, const std::string& what) {
+  TORCH_CHECK_VALUE(t.defined(), "uccl ", op, ": ", what, " is an undefined tensor");
+  TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu(), "uccl ", op, ": ", what, " is on ", t.device(),
+                              "; the uccl torch backend supports CPU tensors only for now");
+  TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, "uccl ", op, ": ", what, " has layout ", t.layout(),
+                              "; only dense (strided) tensors are supported");
+}
+
+inline void check_same_dtype(const at::Tensor& t, at::ScalarType want, const char* op, const std::string& what,
+                             const char* ref) {
+  TORCH_CHECK_TYPE(t.scalar_type() == want, "uccl ", op, ": ", what, " has dtype ", t.scalar_type(), " but ", ref,
+                   " has dtype ", want, "; all tensors of one op must have the same dtype");
+}
+
+inline void check_single(size_t n, const char* op, const char* what) {
+  TORCH_CHECK_VALUE(n == 1, "uccl ", op, ": expects exactly one ", what, " per process (got ", n,
+                    "); multi-tensor-per-process lists are not supported");
+}
+
+}  // namespace uccl_torch

@@ -1,0 +1,45 @@
+// uccl._torch: the Python face of UcclBackend. uccl/_torch_backend.py registers a creator with
+// torch.distributed that constructs ProcessGroupUCCL from torch's per-group store and options.
+//
+// Built against torch's bundled pybind11 (see torch_backend.cmake) so that c10d.Store arguments
+// and the c10d.Backend base class are the very types torch registered.
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend.h"
+
+namespace py = pybind11;
+using uccl_torch::UcclBackend;
+
+PYBIND11_MODULE(_torch, m) {
+  m.doc() = "uccl's torch.distributed backend (c10d::Backend subclass). Use it through "
+            "torch.distributed.init_process_group(backend='uccl').";
+  // The base class and Store type must be registered before we refer to them.
+  py::module_::import("torch.distributed");
+
+  py::class_<UcclBackend, c10d::Backend, c10::intrusive_ptr<UcclBackend>>(m, "ProcessGroupUCCL")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
+                       const std::string& transport, const std::string& algorithm, const std::string& socket_ifname,
+                       const std::string& name) {
+             uccl::CommOptions o;
+             o.timeout_s = timeout_s;
+             o.transport = transport;
+             o.algorithm = algorithm;
+             o.socket_ifname = socket_ifname;
+             o.name = name;
+             return c10::make_intrusive<UcclBackend>(store, rank, size, o);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s") = -1.0,
+           py::arg("transport") = "", py::arg("algorithm") = "", py::arg("socket_ifname") = "",
+           py::arg("name") = "",
+           // Rendezvous blocks on the store until every rank arrived: let other Python threads run.
+           py::call_guard<py::gil_scoped_release>())
+      .def("describe", &UcclBackend::describe, "Levels, peers and the transport chosen per peer.",
+           py::call_guard<py::gil_scoped_release>())
+      // c10d binds get_error() only on NCCL's class; ours returns the same dist.ErrorType enum.
+      .def("get_error", &UcclBackend::getError, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("timeout_s", [](UcclBackend& b) { return b.comm_options().timeout_s; })
+      .def_property_readonly("transport", [](UcclBackend& b) { return b.comm_options().transport; })
+      .def_property_readonly("algorithm", [](UcclBackend& b) { return b.comm_options().algorithm; })
+      .def_property_readonly("socket_ifname", [](UcclBackend& b) { return b.comm_options().socket_ifname; })
+      .def_property_readonly("name", [](UcclBackend& b) { return b.comm_options().name; });
+}

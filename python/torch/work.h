@@ -1,0 +1,117 @@
+// The c10d::Work that torch sees for one uccl operation (or a coalesced batch of them).
+//
+// Completion has two phases, on purpose:
+//   1. "done": every uccl Work finished; staged outputs are copied back into the caller's
+//      tensors; c10d::Work::finish() records success or the exception. Cheap, runs no user code,
+//      so whichever thread gets there first does it (a waiting caller, or the completion thread).
+//   2. "future": the c10::ivalue::Future is marked, which runs user callbacks inline (DDP comm
+//      hooks, fut.then(...)). Only the per-backend CompletionQueue's threads do this, because
+//      uccl's on_complete runs on its progress thread and must not block or re-enter the
+//      communicator - and a comm hook typically launches the next collective.
+// Futures are handed to the queue in issue order (uccl completes in issue order).
+//
+// CUDA later: phase 1 would record an event on the op's stream instead of copying on the host,
+// and the Future would be created with the device list; the two-phase shape stays.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/communicator.h"
+
+namespace uccl_torch {
+
+// Runs posted functions (future completions) on its own threads, never on uccl's progress thread.
+// A Future callback may block on another work's Future (PowerSGD's hook issues an all_reduce in
+// a callback and waits on it), so a busy thread must never keep later completions waiting: when
+// every thread is busy or spoken for, post() starts another (up to kMaxThreads). Threads start
+// on demand, so a group that is never used costs none. After stop(), post() runs fn inline so
+// that late completions (e.g. failures delivered by abort) still settle their futures.
+class CompletionQueue {
+ public:
+  static constexpr size_t kMaxThreads = 16;
+  CompletionQueue() = default;
+  ~CompletionQueue();
+  void post(std::function<void()> fn);
+  void stop();  // runs what is queued, then joins (a thread calling it from inside is detached)
+
+ private:
+  // Shared with the threads, so that one detached by stop() never touches a freed queue.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> q;
+    size_t busy = 0;  // threads running a function
+    bool stop = false;
+  };
+  static void loop(std::shared_ptr<State> st);
+  std::shared_ptr<State> st_ = std::make_shared<State>();
+  std::vector<std::thread> threads_;  // guarded by st_->mu
+};
+
+class UcclWork : public c10d::Work {
+ public:
+  UcclWork(int rank, c10d::OpType type, const char* profiling_title, uint64_t seq, std::string what,
+           std::vector<at::Tensor> outputs, double timeout_s, std::shared_ptr<CompletionQueue> cq);
+  ~UcclWork() override;
+
+  // Building (before start()).
+  void add(uccl::WorkPtr w) { works_.push_back(std::move(w)); }
+  void add_dep(c10::intrusive_ptr<UcclWork> w) { deps_.push_back(std::move(w)); }
+  void add_epilogue(std::function<void()> fn) { epilogues_.push_back(std::move(fn)); }
+  void keep_alive(at::Tensor t) { keep_.push_back(std::move(t)); }
+  // Arms completion: from here on the work completes by itself.
+  void start();
+  bool started() const { return started_.load(); }
+  bool has_ops() const { return !works_.empty() || !deps_.empty(); }
+
+  // c10d::Work.
+  bool isCompleted() override { return done_.load(); }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  void synchronize() override {}  // CPU: the data is in place once isCompleted() is true
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+  float getDuration() const override;
+
+  const std::string& what() const { return what_; }
+
+ private:
+  void arrive(const uccl::Status& s);    // one uccl work or dependency finished
+  void finish_once(uccl::Status s);      // phase 1
+  void settle_future();                  // phase 2 (a CompletionQueue thread)
+  void on_done(std::function<void()> fn);  // for dependents
+
+  const uint64_t seq_;
+  const std::string what_;  // "all_reduce #12" for error messages
+  std::vector<at::Tensor> outputs_;
+  const double timeout_s_;
+  std::shared_ptr<CompletionQueue> cq_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+
+  std::vector<uccl::WorkPtr> works_;
+  std::vector<c10::intrusive_ptr<UcclWork>> deps_;
+  std::vector<std::function<void()>> epilogues_;
+  std::vector<at::Tensor> keep_;
+
+  std::atomic<bool> started_{false};
+  std::atomic<int> pending_{0};
+  std::mutex status_mu_;
+  uccl::Status first_error_;
+  std::once_flag finish_once_;
+  std::atomic<bool> done_{false};
+  std::vector<std::function<void()>> done_listeners_;
+  std::chrono::steady_clock::time_point t_start_, t_end_;
+};
+
+}  // namespace uccl_torch

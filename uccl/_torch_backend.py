@@ -1,0 +1,195 @@
+"""torch.distributed backend "uccl": registration, options, and the process-group creator.
+
+How registration happens (any one suffices; register() is idempotent):
+  1. torch's own import runs every ``torch.backends`` entry point (pyproject.toml maps ``uccl``
+     to ``uccl._torch_autoload:autoload``), so ``init_process_group(backend="uccl")`` works
+     without ``import uccl``. torch does this after ``torch.distributed`` is imported
+     (torch/__init__.py, ``_import_device_backends``); TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns it off.
+  2. ``import uccl`` calls register(): at once if torch is already imported, otherwise it only
+     arms a tiny import hook that registers right after torch.distributed loads. ``import uccl``
+     therefore never pays for importing torch.
+  3. Calling ``uccl._torch_backend.register()`` explicitly.
+
+This module must import without torch: uccl/__init__.py imports it on every ``import uccl``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+from typing import Any, Optional, Union
+
+BACKEND_NAME = "uccl"
+_C10D_MODULE = "torch.distributed.distributed_c10d"
+
+_lock = threading.RLock()
+_registered = False
+
+
+@dataclasses.dataclass
+class ProcessGroupOptions:
+    """Per-group options for the uccl backend (exported as ``uccl.ProcessGroupOptions``).
+
+    Pass as ``pg_options`` to ``init_process_group`` / ``new_group``. ``None`` fields fall back
+    to uccl's environment configuration (UCCL_TRANSPORT, UCCL_ALGO, UCCL_SOCKET_IFNAME).
+
+    transport:     "auto", "tcp", "shm", ... (overrides UCCL_TRANSPORT for this group)
+    algorithm:     "auto", "ring", "direct", ... (overrides UCCL_ALGO for this group)
+    socket_ifname: network interface(s) for TCP (overrides UCCL_SOCKET_IFNAME)
+    timeout:       seconds or timedelta; overrides init_process_group(timeout=) for this group
+    """
+
+    transport: Optional[str] = None
+    algorithm: Optional[str] = None
+    socket_ifname: Optional[str] = None
+    timeout: Optional[Union[float, datetime.timedelta]] = None
+
+
+def _seconds(t: Any) -> float:
+    if t is None:
+        return -1.0
+    if isinstance(t, datetime.timedelta):
+        return t.total_seconds()
+    return float(t)
+
+
+def _create_process_group(dist_backend_opts: Any, pg_options: Any) -> Any:
+    """The creator torch calls for every group using "uccl" (extended_api=True)."""
+    if pg_options is None:
+        pg_options = ProcessGroupOptions()
+    if not isinstance(pg_options, ProcessGroupOptions):
+        raise TypeError(
+            f"uccl: pg_options must be a uccl.ProcessGroupOptions, got {type(pg_options).__name__}"
+        )
+    try:
+        from uccl import _torch as ext  # loads libtorch-linked code: only once a group is made
+    except ImportError as e:
+        raise ImportError(
+            "uccl: the torch backend extension uccl._torch could not be loaded; uccl was built "
+            "without torch support or against a different torch version (rebuild uccl with this "
+            f"torch installed): {e}"
+        ) from e
+    timeout = pg_options.timeout if pg_options.timeout is not None else dist_backend_opts.timeout
+    return ext.ProcessGroupUCCL(
+        dist_backend_opts.store,
+        dist_backend_opts.group_rank,
+        dist_backend_opts.group_size,
+        timeout_s=_seconds(timeout),
+        transport=pg_options.transport or "",
+        algorithm=pg_options.algorithm or "",
+        socket_ifname=pg_options.socket_ifname or "",
+        name=str(dist_backend_opts.group_id or ""),
+    )
+
+
+def _extension_built() -> bool:
+    try:
+        return importlib.util.find_spec("uccl._torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _register_with(c10d: Any) -> bool:
+    global _registered
+    with _lock:
+        if _registered:
+            return True
+        backend = c10d.Backend
+        if BACKEND_NAME.upper() not in backend._plugins:
+            backend.register_backend(
+                BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu", "cuda"]
+            )
+        _registered = True
+        return True
+
+
+def register() -> bool:
+    """Registers "uccl" with torch.distributed. Idempotent and cheap; never imports torch.
+
+    Returns True once registered, False when it cannot (yet): torch not imported (an import
+    hook then finishes the job), torch built without distributed, or uccl built without torch.
+    """
+    if _registered:
+        return True
+    if not _extension_built():
+        return False
+    c10d = sys.modules.get(_C10D_MODULE)
+    if c10d is None or not hasattr(c10d, "Backend"):
+        _arm_import_hook()
+        return False
+    return _register_with(c10d)
+
+
+class _RegisterAfterC10d(importlib.abc.MetaPathFinder):
+    """Registers the backend as soon as torch.distributed.distributed_c10d finishes loading.
+
+    Covers ``import uccl`` before ``import torch`` with torch's entry-point autoload disabled.
+    It only wraps that one module's loader, then removes itself.
+    """
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != _C10D_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _RegisteringLoader(spec.loader)
+        _disarm_import_hook()
+        return spec
+
+
+class _RegisteringLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: Any) -> Any:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._inner.exec_module(module)
+        try:
+            if _extension_built() and hasattr(module, "Backend"):
+                _register_with(module)
+        except Exception as e:  # never break torch's import over our registration
+            import warnings
+
+            warnings.warn(f"uccl: could not register torch.distributed backend 'uccl': {e}")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+_hook: Optional[_RegisterAfterC10d] = None
+
+
+def _arm_import_hook() -> None:
+    global _hook
+    with _lock:
+        if _hook is None and _C10D_MODULE not in sys.modules:
+            _hook = _RegisterAfterC10d()
+            sys.meta_path.insert(0, _hook)
+
+
+def _disarm_import_hook() -> None:
+    global _hook
+    with _lock:
+        if _hook is not None:
+            try:
+                sys.meta_path.remove(_hook)
+            except ValueError:
+                pass
+            _hook = None
+
+
+def describe(group: Any = None) -> str:
+    """uccl's description of a group's communicator (levels, peers, transport per peer)."""
+    import torch
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return pg._get_backend(torch.device("cpu")).describe()
