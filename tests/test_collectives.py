@@ -58,7 +58,12 @@ def test_collectives(sid, world, transport, groups, env, big):
             want = (forced, forced)
         else:
             want = ("direct", "ring")
-        assert (small, large) == want, f"rank {me}: algorithms {small}/{large}, expected {want[0]}/{want[1]}"
+        # Several hosts with several ranks each: the cost model may pick the hierarchical
+        # schedule (host level first) for large messages, which is the point of it.
+        multi_level = hosts is not None and len(set(hosts)) > 1 and len(set(hosts)) < world
+        ok_large = {want[1], "hier"} if multi_level and not forced and world > 1 else {want[1]}
+        assert small == want[0] and large in ok_large, \
+            f"rank {me}: algorithms {small}/{large}, expected {want[0]}/{'|'.join(sorted(ok_large))}"
     # the transport chosen per peer pair follows the (forced) transport / host grouping
     for me, r in enumerate(results):
         for peer, kind in r["transports"].items():
