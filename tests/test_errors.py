@@ -14,23 +14,7 @@ import pytest
 from harness import run_world
 
 
-class Prefixed:
-    """A store view under a key prefix: several communicators bootstrapped from one store."""
-
-    def __init__(self, store, prefix):
-        self.store, self.prefix = store, prefix
-
-    def set(self, key, value):
-        self.store.set(self.prefix + key, value)
-
-    def get(self, key, timeout):
-        return self.store.get(self.prefix + key, timeout)
-
-    def wait(self, keys, timeout):
-        self.store.wait([self.prefix + k for k in keys], timeout)
-
-    def add(self, key, delta):
-        return self.store.add(self.prefix + key, delta)
+from uccl.store import PrefixStore as Prefixed  # noqa: E402  (a view under a key prefix)
 
 
 def _expect(check, exc_type, words, fn, what):

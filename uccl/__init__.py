@@ -11,7 +11,7 @@ from .comm import Communicator
 from .errors import (AbortedError, InvalidArgument, MismatchError, NotSupported, RemoteError, TimeoutError,
                      UcclError)
 from .launch import init
-from .store import TcpStore
+from .store import PrefixStore, TcpStore
 from .work import Work
 
 __version__ = _core.build_info()["version"]
@@ -43,5 +43,5 @@ def _register_torch_backend():
 
 _register_torch_backend()
 
-__all__ = ["Communicator", "Work", "TcpStore", "init", "build_info", "config", "UcclError", "InvalidArgument",
+__all__ = ["Communicator", "Work", "TcpStore", "PrefixStore", "init", "build_info", "config", "UcclError", "InvalidArgument",
            "NotSupported", "TimeoutError", "RemoteError", "MismatchError", "AbortedError"]

@@ -15,7 +15,7 @@ import socket
 
 from .comm import Communicator
 from .errors import InvalidArgument
-from .store import TcpStore
+from .store import PrefixStore, TcpStore
 
 _init_count = 0
 
@@ -91,27 +91,9 @@ def init(rank=None, world_size=None, store=None, timeout=None, **options):
             store = TcpStore(addr, port, is_server=(rank == 0), timeout=t)
     # A fresh key space per init() call, so one store can bootstrap several worlds in a row.
     from .store import as_core_store
-    from . import _core
     base = as_core_store(store)
-    prefixed = _PrefixedStore(base, f"uccl-init{_init_count}/")
+    prefixed = PrefixStore(base, f"uccl-init{_init_count}/")
     _init_count += 1
     comm = Communicator(rank, world_size, prefixed, timeout=t, **options)
     comm._store_owner = store  # keeps a served store alive as long as the communicator
     return comm
-
-
-class _PrefixedStore:
-    def __init__(self, store, prefix):
-        self.store, self.prefix = store, prefix
-
-    def set(self, key, value):
-        self.store.set(self.prefix + key, value)
-
-    def get(self, key, timeout):
-        return self.store.get(self.prefix + key, timeout)
-
-    def wait(self, keys, timeout):
-        self.store.wait([self.prefix + k for k in keys], timeout)
-
-    def add(self, key, delta):
-        return self.store.add(self.prefix + key, delta)

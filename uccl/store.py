@@ -44,6 +44,25 @@ def _connect_host(host):
     return "127.0.0.1" if host in ("", "*", "0.0.0.0") else host
 
 
+class PrefixStore:
+    """A view of a store under a key prefix, so one store can bootstrap several communicators."""
+
+    def __init__(self, store, prefix):
+        self.store, self.prefix = store, prefix
+
+    def set(self, key, value):
+        self.store.set(self.prefix + key, value)
+
+    def get(self, key, timeout):
+        return self.store.get(self.prefix + key, timeout)
+
+    def wait(self, keys, timeout):
+        self.store.wait([self.prefix + k for k in keys], timeout)
+
+    def add(self, key, delta):
+        return self.store.add(self.prefix + key, delta)
+
+
 class _TorchStoreAdapter:
     """torch.distributed.Store -> the (set, get(timeout), wait(timeout), add) shape."""
 

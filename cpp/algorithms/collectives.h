@@ -18,6 +18,15 @@ struct Blocks {
 Blocks even_blocks(size_t count, int n);
 Blocks blocks_from(const std::vector<size_t>& counts, const std::vector<size_t>& displs);
 
+// Address of element `elem` of a buffer (builders take const inputs and mutable outputs alike).
+inline char* at(const void* base, size_t elem, size_t esize) {
+  return static_cast<char*>(const_cast<void*>(base)) + elem * esize;
+}
+// Records the algorithm in the operation's stats (Work.stats(), INFO logs).
+inline void set_algo(const OpEnv& env, const char* name) {
+  if (env.stats) env.stats->algorithm = name;
+}
+
 // "ring" or "direct" for an operation moving `bytes` per rank (UCCL_ALGO may force one).
 const char* pick_algorithm(const OpEnv& env, size_t bytes);
 

@@ -5,16 +5,6 @@
 #include "algorithms/collectives.h"
 
 namespace uccl {
-namespace {
-
-char* at(const void* base, size_t elem, size_t esize) {
-  return static_cast<char*>(const_cast<void*>(base)) + elem * esize;
-}
-void set_algo(const OpEnv& env, const char* name) {
-  if (env.stats) env.stats->algorithm = name;
-}
-
-}  // namespace
 
 void root_check(int root, const OpEnv& env, Schedule* s, bool towards_root) {
   // Rooted collectives move data in one direction only, so ranks that disagree on the root

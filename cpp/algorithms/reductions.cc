@@ -10,12 +10,6 @@
 namespace uccl {
 namespace {
 
-char* at(const void* base, size_t elem, size_t esize) {
-  return static_cast<char*>(const_cast<void*>(base)) + elem * esize;
-}
-void set_algo(const OpEnv& env, const char* name) {
-  if (env.stats) env.stats->algorithm = name;
-}
 size_t max_block(const Blocks& b) { return b.cnt.empty() ? 0 : *std::max_element(b.cnt.begin(), b.cnt.end()); }
 
 // Reduces the n equally sized slots of `slots` into dst in rank order: dst = s0 op s1 op ...
