@@ -29,7 +29,7 @@ Result<std::unique_ptr<VerbsChannel>> VerbsChannel::create(std::shared_ptr<Verbs
                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!ch->mr_) return verbs_error(*dev, "ibv_reg_mr (control area)", errno);
 
-  int cqe = nqp * kMaxSendWr + static_cast<int>(kCtrlSlots) + 16;
+  int cqe = nqp * (kMaxSendWr + static_cast<int>(kDataWqes)) + static_cast<int>(kCtrlSlots) + 16;
   ch->cq_ = api->create_cq(dev->context(), cqe, nullptr, nullptr, 0);
   if (!ch->cq_) return verbs_error(*dev, "ibv_create_cq", errno);
 
@@ -41,7 +41,7 @@ Result<std::unique_ptr<VerbsChannel>> VerbsChannel::create(std::shared_ptr<Verbs
     qa.qp_type = IBV_QPT_RC;
     qa.sq_sig_all = 0;
     qa.cap.max_send_wr = kMaxSendWr;
-    qa.cap.max_recv_wr = i == 0 ? kCtrlSlots : 1;
+    qa.cap.max_recv_wr = i == 0 ? kCtrlSlots : kDataWqes;
     qa.cap.max_send_sge = 1;
     qa.cap.max_recv_sge = 1;
     ibv_qp* qp = api->create_qp(dev->pd(), &qa);
@@ -58,6 +58,8 @@ Result<std::unique_ptr<VerbsChannel>> VerbsChannel::create(std::shared_ptr<Verbs
     if (rc) return verbs_error(*dev, "ibv_modify_qp(INIT)", rc);
   }
   for (uint32_t s = 0; s < kCtrlSlots; ++s) UCCL_RETURN_IF_ERROR(ch->post_ctrl_recv(s));
+  for (int q = 1; q < nqp; ++q)
+    for (uint32_t k = 0; k < kDataWqes; ++k) UCCL_RETURN_IF_ERROR(ch->post_data_recv(q));
   return ch;
 }
 
@@ -164,6 +166,17 @@ Status VerbsChannel::post_ctrl_recv(uint32_t slot) {
   ibv_recv_wr* bad = nullptr;
   int rc = ibv_post_recv(qps_[0], &wr, &bad);
   if (rc) return verbs_error(*dev_, "ibv_post_recv", rc);
+  return Status::Ok();
+}
+
+Status VerbsChannel::post_data_recv(size_t qp) {
+  ibv_recv_wr wr{};
+  wr.wr_id = make_wr_id(WrKind::kDataRecv, qp, 0);
+  wr.sg_list = nullptr;
+  wr.num_sge = 0;  // a write with immediate places no bytes in the receive buffer
+  ibv_recv_wr* bad = nullptr;
+  int rc = ibv_post_recv(qps_[qp], &wr, &bad);
+  if (rc) return verbs_error(*dev_, "ibv_post_recv (data)", rc);
   return Status::Ok();
 }
 

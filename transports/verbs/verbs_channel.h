@@ -3,7 +3,8 @@
 // Why one CQ for all QPs of a connection (send and receive): progress() drains a single queue,
 // no thread per QP, and the order of completions of one QP is preserved in it.
 // Why QP 0 is special: it carries the ordered control stream and owns the pre-posted receive
-// buffers; the other QPs carry only RDMA writes (no receive WQEs needed).
+// buffers; the other QPs carry only RDMA writes, whose last piece per message is a write with
+// immediate that consumes one of their zero-length receives (kDataWqes each).
 //
 // Life cycle: create() makes the QPs in INIT and posts the control receives (legal in INIT),
 // so the peer can send as soon as we move to RTR; connect() moves every QP to RTR then RTS with
@@ -27,9 +28,10 @@ constexpr uint32_t kCtrlSendSlots = 64;    // control send buffers per connectio
 constexpr uint32_t kEagerLimit = 8192;     // payload bytes carried inside a control message
 constexpr uint32_t kCtrlSlotBytes = sizeof(CtrlMsg) + kEagerLimit;
 constexpr int kMaxSendWr = 256;            // send queue depth per QP
+constexpr uint32_t kDataWqes = 128;        // zero-length receives on QPs 1.. (for write-with-imm)
 
 // Work request ids: what completed, on which QP, and which slot / message it belongs to.
-enum class WrKind : uint8_t { kCtrlRecv = 1, kCtrlSend = 2, kData = 3, kMailbox = 4 };
+enum class WrKind : uint8_t { kCtrlRecv = 1, kCtrlSend = 2, kData = 3, kMailbox = 4, kDataRecv = 5 };
 inline uint64_t make_wr_id(WrKind kind, size_t qp, uint64_t index) {
   return (uint64_t(kind) << 56) | (uint64_t(qp & 0xff) << 48) | (index & ((uint64_t(1) << 48) - 1));
 }
@@ -49,6 +51,7 @@ class VerbsChannel {
   void to_error();
 
   Status post_ctrl_recv(uint32_t slot);
+  Status post_data_recv(size_t qp);  // a zero-length receive on QP >= 1
   char* recv_slot(uint32_t i) const { return area_ + kRecvOffset + size_t(i) * kCtrlSlotBytes; }
   char* send_slot(uint32_t i) const { return area_ + kSendOffset + size_t(i) * kCtrlSlotBytes; }
   // The peer RDMA-writes its credit counter here; we write ours to the peer from mbox_src().

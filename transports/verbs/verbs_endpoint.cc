@@ -2,6 +2,7 @@
 // The protocol state machines are in verbs_endpoint_proto.cc.
 #include "transports/verbs/verbs_endpoint.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,7 +16,7 @@
 namespace uccl {
 namespace {
 
-constexpr uint64_t kCreditReserve = 4;     // buffers eager messages leave to CTS/RTS/DONE
+constexpr uint64_t kCreditReserve = 4;     // buffers eager messages leave to CTS/RTS/DONE/immediates
 constexpr double kLivenessPeriodS = 0.001;
 constexpr double kGoneGraceS = 0.1;        // after HUP: completions that already arrived still count
 
@@ -29,6 +30,7 @@ const char* wr_what(WrKind k) {
     case WrKind::kCtrlSend: return "control send";
     case WrKind::kData: return "RDMA write";
     case WrKind::kMailbox: return "credit write";
+    case WrKind::kDataRecv: return "data receive";
   }
   return "work request";
 }
@@ -60,6 +62,7 @@ VerbsEndpoint::VerbsEndpoint(std::unique_ptr<VerbsChannel> channel, const VerbsC
                              const PeerContext& peer, int liveness_fd, bool active)
     : ch_(std::move(channel)), remote_(remote), peer_(peer), fd_(liveness_fd), peer_ready_(active) {
   sq_used_.assign(ch_->nqp(), 0);
+  data_credits_.assign(ch_->nqp(), kDataWqes);
   for (uint32_t s = kCtrlSendSlots; s > 0; --s) free_send_slots_.push_back(s - 1);
   slot_final_of_.assign(kCtrlSendSlots, -1);
   UCCL_INFO("verbs: endpoint %s to %s (peer port %s)", describe().c_str(), peer_.describe().c_str(),
@@ -174,7 +177,8 @@ void VerbsEndpoint::poll_completions(bool* moved) {
       WrKind kind = wr_kind(c.wr_id);
       size_t qp = wr_qp(c.wr_id);
       uint64_t idx = wr_index(c.wr_id);
-      if (kind != WrKind::kCtrlRecv && qp < sq_used_.size()) --sq_used_[qp];
+      const bool is_recv = kind == WrKind::kCtrlRecv || kind == WrKind::kDataRecv;
+      if (!is_recv && qp < sq_used_.size()) --sq_used_[qp];
       if (kind == WrKind::kCtrlSend) {
         uint32_t slot = static_cast<uint32_t>(idx);
         if (c.status == IBV_WC_SUCCESS && slot_final_of_[slot] >= 0) {
@@ -184,8 +188,8 @@ void VerbsEndpoint::poll_completions(bool* moved) {
         free_send_slots_.push_back(slot);
       } else if (kind == WrKind::kData) {
         if (SendOp* op = send_op(idx)) {
-          --op->writes_inflight;
-          if (qp != 0) --op->writes_inflight_other;
+          // The last write's acknowledgement completes a rendezvous send.
+          if (--op->writes_inflight == 0 && op->final_posted && c.status == IBV_WC_SUCCESS) op->finished = true;
         }
       } else if (kind == WrKind::kMailbox) {
         mbox_inflight_ = false;
@@ -194,7 +198,19 @@ void VerbsEndpoint::poll_completions(bool* moved) {
         if (!dead_) on_completion_error(c);
         continue;
       }
-      if (kind == WrKind::kCtrlRecv) on_ctrl(static_cast<uint32_t>(idx), c.byte_len);
+      if (kind == WrKind::kCtrlRecv) {
+        if (c.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {  // consumed a control buffer, wrote none
+          on_imm(0, ntohl(c.imm_data));
+          if (!dead_) repost(static_cast<uint32_t>(idx));
+        } else {
+          on_ctrl(static_cast<uint32_t>(idx), c.byte_len);
+        }
+      } else if (kind == WrKind::kDataRecv) {
+        on_imm(qp, ntohl(c.imm_data));
+        Status s = dead_ ? Status::Ok() : ch_->post_data_recv(qp);
+        if (!s.ok()) return fatal(s);
+        ++data_credits_[qp];
+      }
       if (dead_) return;
     }
     if (n < 32) break;
@@ -283,6 +299,7 @@ void VerbsEndpoint::finalize(bool* moved) {
   }
   while (!recvs_.empty() && recvs_.front().done) {
     RecvOp& op = recvs_.front();
+    release_data_credits(op);
     cache.release(&op.mr);
     if (op.scratch) op.scratch->busy = false;
     if (op.error.ok()) {
@@ -341,7 +358,7 @@ Status VerbsEndpoint::post_ctrl(CtrlMsg m, const void* payload, size_t len, int6
   return Status::Ok();
 }
 
-Status VerbsEndpoint::post_write(SendOp& op, size_t qp, size_t off, size_t len) {
+Status VerbsEndpoint::post_write(SendOp& op, size_t qp, size_t off, size_t len, bool with_imm) {
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uint64_t>(static_cast<const char*>(op.req->data) + off);
   sge.length = static_cast<uint32_t>(len);
@@ -350,7 +367,8 @@ Status VerbsEndpoint::post_write(SendOp& op, size_t qp, size_t off, size_t len) 
   wr.wr_id = make_wr_id(WrKind::kData, qp, op.seq);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.imm_data = htonl(static_cast<uint32_t>(op.seq));
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = op.cts.addr + off;
   wr.wr.rdma.rkey = op.cts.rkey;
@@ -361,7 +379,7 @@ Status VerbsEndpoint::post_write(SendOp& op, size_t qp, size_t off, size_t len) 
                   peer_.peer_rank);
   ++sq_used_[qp];
   ++op.writes_inflight;
-  if (qp != 0) ++op.writes_inflight_other;
+  if (with_imm && qp == 0) ++ctrl_sent_;  // it consumes one of the peer's control buffers
   ++activity_;
   return Status::Ok();
 }

@@ -12,13 +12,26 @@ namespace uccl {
 namespace {
 
 constexpr size_t kMinStripe = 64 << 10;          // smaller messages stay on one QP
-constexpr size_t kMaxWrite = size_t(1) << 30;    // bytes per RDMA write work request
+constexpr size_t kMaxWrite = size_t(1) << 30;    // bytes per RDMA write (IB allows 2 GiB)
 constexpr size_t kMaxScratchBytes = size_t(1) << 30;
 constexpr int kSqReserveForCtrl = 8;             // QP 0 send slots data writes leave to control
 
 bool matches(const RecvRequest* r, const CtrlMsg& m) { return r->expect.same_call(m.env) && r->bytes == m.bytes; }
 
 }  // namespace
+
+StripePlan StripePlan::make(size_t bytes, size_t nqp) {
+  StripePlan p;
+  p.stripe = bytes;
+  if (nqp > 1) {
+    p.stripe = std::max(kMinStripe, (bytes + nqp - 1) / nqp);
+    p.stripe = (p.stripe + 4095) / 4096 * 4096;
+  }
+  p.stripe = std::max<size_t>(1, std::min(p.stripe, kMaxWrite));
+  p.pieces = (bytes + p.stripe - 1) / p.stripe;
+  p.qps_used = std::min(nqp, p.pieces);
+  return p;
+}
 
 VerbsEndpoint::RecvOp* VerbsEndpoint::recv_op(uint64_t seq) {
   if (recvs_.empty() || seq < recvs_.front().seq) return nullptr;
@@ -87,6 +100,35 @@ void VerbsEndpoint::on_ctrl(uint32_t slot, uint32_t byte_len) {
   unexpected_[m.seq] = s;
 }
 
+// The last write of a rendezvous stripe landed on `qp`; imm = low 32 bits of the sequence.
+void VerbsEndpoint::on_imm(size_t qp, uint32_t imm) {
+  ++activity_;
+  RecvOp* op = nullptr;
+  if (!recvs_.empty()) {
+    uint64_t base = recvs_.front().seq;
+    op = recv_op(base + static_cast<uint32_t>(imm - static_cast<uint32_t>(base)));
+  }
+  if (!op || !(op->imm_wait & (1u << qp))) {
+    return fatal(Status(Code::kRemoteError, describe() + ": " + peer_.describe() +
+                                                " wrote data it was not cleared for (QP " + std::to_string(qp) +
+                                                ", message " + std::to_string(imm) + ")", peer_.peer_rank));
+  }
+  op->imm_wait &= ~(1u << qp);  // its receive is reposted by the caller: the reservation ends
+  if (op->imm_wait || op->done) return;
+  RecvRequest* r = op->req;
+  if (r->reduce)
+    reduce(r->dst, r->acc ? r->acc : r->dst, op->scratch->ptr, r->bytes / dtype_size(r->dtype), r->dtype, r->op);
+  op->done = true;
+}
+
+// A receive that ends without its data (failed after its CTS) gives back the receives it had
+// reserved on QPs 1.. .
+void VerbsEndpoint::release_data_credits(RecvOp& op) {
+  for (size_t q = 1; q < data_credits_.size(); ++q)
+    if (op.imm_wait & (1u << q)) ++data_credits_[q];
+  op.imm_wait = 0;
+}
+
 void VerbsEndpoint::deliver(RecvOp& op, const CtrlMsg& m, const char* payload) {
   if (op.done || op.invalid) return;  // already failed: the message is dropped
   RecvRequest* r = op.req;
@@ -122,11 +164,8 @@ void VerbsEndpoint::deliver(RecvOp& op, const CtrlMsg& m, const char* payload) {
         return fatal(Status(Code::kRemoteError, describe() + ": " + peer_.describe() +
                                                     " finished a transfer it was not cleared for", peer_.peer_rank));
       }
-      if ((m.flags & kFlagMismatch) || !ok) {
-        op.error = mismatch_error(peer_, r->expect, r->bytes, m.env, m.bytes);
-      } else if (r->reduce) {
-        reduce(r->dst, r->acc ? r->acc : r->dst, op.scratch->ptr, r->bytes / dtype_size(r->dtype), r->dtype, r->op);
-      }
+      // Only sent when the sender refused our CTS: data completes by immediates instead.
+      op.error = mismatch_error(peer_, r->expect, r->bytes, m.env, m.bytes);
       op.done = true;
       return;
     default:
@@ -167,6 +206,9 @@ void VerbsEndpoint::advance_recv(RecvOp& op) {
   }
   if (!op.rndv || op.cts_sent || !ctrl_ok(false)) return;
   RecvRequest* r = op.req;
+  const StripePlan plan = StripePlan::make(r->bytes, ch_->nqp());
+  for (size_t q = 1; q < plan.qps_used; ++q)
+    if (data_credits_[q] == 0) return;  // too many clear-to-sends out on this QP: later
   uint64_t addr;
   uint32_t rkey;
   if (r->reduce) {
@@ -192,6 +234,10 @@ void VerbsEndpoint::advance_recv(RecvOp& op) {
   Status s = post_ctrl(c, nullptr, 0, -1);
   if (!s.ok()) return fatal(s);
   op.cts_sent = true;
+  for (size_t q = 0; q < plan.qps_used; ++q) {
+    op.imm_wait |= 1u << q;
+    if (q) --data_credits_[q];
+  }
 }
 
 VerbsEndpoint::Scratch* VerbsEndpoint::get_scratch(size_t bytes) {
@@ -303,32 +349,22 @@ Status VerbsEndpoint::send_rendezvous(SendOp& op) {
     if (!m.ok()) return m.status().with_context("send to " + peer_.describe());
     op.mr = m.value();
   }
-  // Stripes: one contiguous piece per QP (at least kMinStripe), written in parallel.
+  // Stripes: one contiguous piece per QP (at least kMinStripe), written in parallel; the last
+  // piece on each QP carries the immediate that tells the receiver it has landed.
   const size_t nqp = ch_->nqp();
-  size_t stripe = r->bytes;
-  if (nqp > 1) {
-    stripe = std::max(kMinStripe, (r->bytes + nqp - 1) / nqp);
-    stripe = (stripe + 4095) / 4096 * 4096;
-  }
-  stripe = std::min({stripe, kMaxWrite, size_t(ch_->device().port().max_msg_sz ? ch_->device().port().max_msg_sz
-                                                                                : kMaxWrite)});
+  const StripePlan plan = StripePlan::make(r->bytes, nqp);
   while (op.next_off < r->bytes) {
-    size_t qp = (op.next_off / stripe) % nqp;
+    size_t piece = op.next_off / plan.stripe;
+    size_t qp = piece % nqp;
+    bool with_imm = piece + nqp >= plan.pieces;
     int limit = qp == 0 ? kMaxSendWr - kSqReserveForCtrl : kMaxSendWr;
     if (sq_used_[qp] >= limit) return Status::Ok();  // send queue full: continue next time
-    size_t len = std::min(stripe, r->bytes - op.next_off);
-    UCCL_RETURN_IF_ERROR(post_write(op, qp, op.next_off, len));
+    if (with_imm && qp == 0 && !ctrl_ok(false)) return Status::Ok();  // needs a control buffer
+    size_t len = std::min(plan.stripe, r->bytes - op.next_off);
+    UCCL_RETURN_IF_ERROR(post_write(op, qp, op.next_off, len, with_imm));
     op.next_off += len;
   }
-  // Writes on QP 0 are ordered before DONE; those on other QPs must be acknowledged first.
-  if (op.writes_inflight_other > 0 || !ctrl_ok(false)) return Status::Ok();
-  CtrlMsg m;
-  m.type = static_cast<uint8_t>(CtrlType::kDone);
-  m.seq = op.seq;
-  m.env = r->env;
-  m.bytes = r->bytes;
-  UCCL_RETURN_IF_ERROR(post_ctrl(m, nullptr, 0, static_cast<int64_t>(op.seq)));
-  op.final_posted = true;
+  op.final_posted = true;  // finished when the last acknowledgement arrives
   return Status::Ok();
 }
 

@@ -15,7 +15,8 @@
 //    eager limit travel inside a control message (Envelope + bytes + payload).
 //  * Larger messages use a receiver-driven rendezvous: the receiver registers dst (cached) and
 //    sends a clear-to-send with address/rkey; the sender RDMA-WRITEs, striped across the QPs,
-//    then sends DONE. Reduce receives target a registered scratch region, then reduce into dst.
+//    the last write per QP with an immediate. Reduce receives target a registered scratch
+//    region, then reduce into dst.
 #pragma once
 
 #include <cstddef>

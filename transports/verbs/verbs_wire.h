@@ -9,8 +9,10 @@
 //   CTS   seq env bytes addr rkey  receiver: "write message seq here" (its expected envelope and
 //                                  size ride along so the sender can refuse a mismatch before
 //                                  writing a byte); flag REJECT: "do not send, I failed it"
-//   DONE  seq env bytes            sender: all RDMA writes for seq are placed; flag MISMATCH
-//                                  (nothing was written) or INVALID (the send itself was bad)
+//   DONE  seq env bytes            sender refuses a CTS (flag MISMATCH): nothing was written
+// The data of a rendezvous needs no control message: the last RDMA write on each QP carries
+// the immediate (uint32) low 32 bits of seq; on QP 0 it consumes a control buffer (a credit).
+// An EAGER with flag INVALID tells the receiver the sender's request was bad (no payload).
 // Every message carries `credits`: the cumulative number of control buffers its sender has
 // reposted, so credits flow back for free whenever traffic goes both ways; otherwise the
 // receiver RDMA-writes the same counter into the sender's mailbox.
@@ -32,7 +34,7 @@ enum class CtrlType : uint8_t { kEager = 1, kRts = 2, kCts = 3, kDone = 4 };
 enum CtrlFlag : uint8_t {
   kFlagMismatch = 1,  // DONE: the sender found the CTS did not match; no data was written
   kFlagReject = 2,    // CTS: the receiver failed this message; the sender must not write
-  kFlagInvalid = 4,   // EAGER/DONE: the sender's request was invalid; CTS: the receive was
+  kFlagInvalid = 4,   // EAGER: the sender's request was invalid; CTS (with REJECT): the receive was
 };
 
 struct CtrlMsg {
