@@ -194,22 +194,27 @@ int main(int argc, char** argv) {
       VerbsOptions o = base;
       o.qps_per_connection = qps;
       std::string tag = std::string(p.name) + ", " + std::to_string(qps) + " QP" + (qps > 1 ? "s" : "");
-      run(("sizes 0..16 MiB both ways, " + tag).c_str(), vmtest::run_pair(p.a, p.b, o, sizes));
-      run(("FIFO, 240 in flight, " + tag).c_str(), vmtest::run_pair(p.a, p.b, o, fifo));
+      run(("sizes 0..16 MiB both ways, " + tag).c_str(), run_pair(p.a, p.b, o, sizes));
+      run(("FIFO, 240 in flight, " + tag).c_str(), run_pair(p.a, p.b, o, fifo));
       if (qps == 1) {
-        run(("reduce receive float32 sum, " + tag).c_str(), vmtest::run_pair(p.a, p.b, o, reduce_sum));
-        run(("mismatched envelope -> kMismatch, " + tag).c_str(), vmtest::run_pair(p.a, p.b, o, mismatch));
+        run(("reduce receive float32 sum, " + tag).c_str(), run_pair(p.a, p.b, o, reduce_sum));
+        run(("mismatched envelope -> kMismatch, " + tag).c_str(), run_pair(p.a, p.b, o, mismatch));
       }
     }
   }
   VerbsOptions o = base;
   o.qps_per_connection = 2;
-  run("registration cache reuse + invalidation on free/realloc", vmtest::run_pair("=rxe0", "=rxe1", o, mr_cache));
+  run("registration cache reuse + invalidation on free/realloc", run_pair("=rxe0", "=rxe1", o, mr_cache));
   run("peer (receiver) killed mid-transfer -> kRemoteError",
-      vmtest::run_pair("=rxe0", "=rxe1", o, killed_receiver, 120, /*killed=*/1));
+      run_pair("=rxe0", "=rxe1", o, killed_receiver, 120, /*killed=*/1));
   run("peer (sender) killed mid-transfer -> kRemoteError",
-      vmtest::run_pair("=rxe0", "=rxe1", o, killed_sender, 120, /*killed=*/0));
-  run("fail_all aborts locally, peer sees kRemoteError", vmtest::run_pair("=rxe0", "=rxe1", o, abort_one));
+      run_pair("=rxe0", "=rxe1", o, killed_sender, 120, /*killed=*/0));
+  run("fail_all aborts locally, peer sees kRemoteError", run_pair("=rxe0", "=rxe1", o, abort_one));
+  VerbsOptions quick = o;  // 4.096us * 2^12 = 17 ms ack timeout, 2 retries
+  quick.timeout = 12;
+  quick.retry_cnt = 2;
+  run("path drops everything -> retry exhaustion -> kRemoteError",
+      run_pair("=rxe0", "=rxe1", quick, retry_exhausted));
   std::printf("%d passed, %d failed\n", passed, failed);
   (void)argc, (void)argv;
   return failed ? 1 : 0;

@@ -40,5 +40,6 @@ int mr_cache(Rank& r);
 int killed_receiver(Rank& r);
 int killed_sender(Rank& r);
 int abort_one(Rank& r);
+int retry_exhausted(Rank& r);
 
 }  // namespace vmtest

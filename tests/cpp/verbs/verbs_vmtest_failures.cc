@@ -132,45 +132,57 @@ int mr_cache(Rank& r) {
   return 0;
 }
 
-// The receiver (rank 1) or the sender (rank 0) dies with SIGKILL after the first of several
-// large messages; the survivor's pending requests must fail with kRemoteError in seconds.
-static int killed(Rank& r, int victim) {
-  const int kMsgs = 8;
-  const size_t kBytes = 4 << 20;
-  std::vector<std::vector<uint8_t>> bufs(kMsgs, std::vector<uint8_t>(kBytes, 7));
-  std::vector<SendRequest> s(kMsgs);
-  std::vector<RecvRequest> q(kMsgs);
+// Posts message i of a stream (rank 0 sends, rank 1 receives).
+static void post_msg(Rank& r, int i, std::vector<std::vector<uint8_t>>& bufs, std::vector<SendRequest>& s,
+                     std::vector<RecvRequest>& q) {
+  if (r.rank == 0) {
+    s[i].data = bufs[i].data(), s[i].bytes = bufs[i].size(), s[i].env = env(1, i);
+    r.ep->post_send(&s[i]);
+  } else {
+    q[i].dst = bufs[i].data(), q[i].bytes = bufs[i].size(), q[i].expect = env(1, i);
+    r.ep->post_recv(&q[i]);
+  }
+}
+
+// Silent packet loss on one veth (netem, 100%): the port stays up, packets vanish.
+static const char* kDropOn0 = "tc qdisc add dev veth0 root netem loss 100%";
+static const char* kDropOn1 = "tc qdisc add dev veth1 root netem loss 100%";
+static const char* kRestore0 = "tc qdisc del dev veth0 root";
+static const char* kRestore1 = "tc qdisc del dev veth1 root";
+
+// Message 0 goes through; then the `victim` posts the rest and its end goes away: SIGKILL
+// (victim dies), or everything it sends is dropped (cut_link: both live, the path dies). The survivor's
+// pending requests must fail with kRemoteError naming device, port and peer, in seconds.
+static int broken(Rank& r, int victim, bool cut_link, int msgs, size_t bytes) {
+  std::vector<std::vector<uint8_t>> bufs(msgs, std::vector<uint8_t>(bytes, 7));
+  std::vector<SendRequest> s(msgs);
+  std::vector<RecvRequest> q(msgs);
   std::vector<Request*> reqs;
-  for (int i = 0; i < kMsgs; ++i) {
-    if (r.rank == 0) {
-      s[i].data = bufs[i].data(), s[i].bytes = kBytes, s[i].env = env(1, i);
-      r.ep->post_send(&s[i]);
-      reqs.push_back(&s[i]);
-    } else {
-      q[i].dst = bufs[i].data(), q[i].bytes = kBytes, q[i].expect = env(1, i);
-      r.ep->post_recv(&q[i]);
-      reqs.push_back(&q[i]);
-    }
+  for (int i = 0; i < msgs; ++i) reqs.push_back(r.rank == 0 ? static_cast<Request*>(&s[i]) : &q[i]);
+  const bool is_victim = r.rank == victim;
+  for (int i = 0; i < (is_victim ? 1 : msgs); ++i) post_msg(r, i, bufs, s, q);
+  EXPECT(wait_all(r.ep.get(), {reqs[0]}) && reqs[0]->state == ReqState::kDone);
+  double t_first = now_s();
+  if (is_victim) {
+    if (cut_link) EXPECT(system(r.rank == 1 ? kDropOn1 : kDropOn0) == 0);
+    for (int i = 1; i < msgs; ++i) post_msg(r, i, bufs, s, q);
+    for (int k = 0; k < 50; ++k) r.ep->progress();  // CTS / writes on the wire
+    if (!cut_link) raise(SIGKILL);
   }
-  double deadline = now_s() + 60, first_done = 0;
-  while (reqs[kMsgs - 1]->pending()) {
-    r.ep->progress();
-    if (!first_done && !reqs[0]->pending()) {
-      first_done = now_s();
-      if (r.rank == victim) raise(SIGKILL);  // mid-transfer: 7 messages still in flight
-    }
-    EXPECT(now_s() < deadline);
+  EXPECT(wait_all(r.ep.get(), {reqs[msgs - 1]}, 60));
+  double t_fail = now_s();
+  const Status& err = reqs[msgs - 1]->error;
+  std::printf("  [rank %d] failed %.2f s after message 0: %s\n", r.rank, t_fail - t_first, err.to_string().c_str());
+  if (cut_link && is_victim) {
+    EXPECT(system(r.rank == 1 ? kRestore1 : kRestore0) == 0);
+    // Its clear-to-sends could not get through: retries exhausted.
+    EXPECT(err.message().find("retry") != std::string::npos);
   }
-  double failed_at = now_s();
-  EXPECT(reqs[0]->state == ReqState::kDone);
-  const Status& err = reqs[kMsgs - 1]->error;
-  std::printf("  [rank %d] failed %.2f s after the peer died: %s\n", r.rank, failed_at - first_done,
-              err.to_string().c_str());
-  EXPECT(reqs[kMsgs - 1]->state == ReqState::kFailed && err.code() == Code::kRemoteError);
+  EXPECT(reqs[msgs - 1]->state == ReqState::kFailed && err.code() == Code::kRemoteError);
   EXPECT(err.peer() == 1 - r.rank);
   EXPECT(err.message().find("rxe") != std::string::npos && err.message().find(":1") != std::string::npos);
   EXPECT(err.message().find("rank " + std::to_string(1 - r.rank)) != std::string::npos);
-  EXPECT(failed_at - first_done < 5.0);
+  EXPECT(t_fail - t_first < 5.0);
   // Later posts fail at once.
   SendRequest late;
   late.data = bufs[0].data(), late.bytes = 16, late.env = env(2);
@@ -178,8 +190,9 @@ static int killed(Rank& r, int victim) {
   EXPECT(late.state == ReqState::kFailed && late.error.code() == Code::kRemoteError);
   return 0;
 }
-int killed_receiver(Rank& r) { return killed(r, 1); }
-int killed_sender(Rank& r) { return killed(r, 0); }
+int killed_receiver(Rank& r) { return broken(r, 1, false, 8, 4 << 20); }
+int killed_sender(Rank& r) { return broken(r, 0, false, 8, 4 << 20); }
+int retry_exhausted(Rank& r) { return broken(r, 1, true, 6, 1 << 20); }
 
 // fail_all() on one side: its requests fail with the given status; the peer, which stays
 // connected, learns through the liveness socket.

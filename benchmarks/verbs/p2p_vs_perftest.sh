@@ -1,0 +1,81 @@
+#!/bin/bash
+# uccl verbs point-to-point vs perftest (ib_write_bw / ib_write_lat), rxe0 -> rxe1, in ONE vm-run.
+#
+#   benchmarks/verbs/p2p_vs_perftest.sh [--qps N] [--secs S]     from the worktree root
+#
+# Builds verbs_p2p_bench on the host against build/dev/libuccl.so, boots the VM once, and runs,
+# for each size, ib_write_bw then the uccl endpoint (interleaved, so host noise hits both alike),
+# then ib_write_lat and the uccl ping-pong at 8 bytes. Prints a table with uccl / perftest.
+# Goal: >= 80% of ib_write_bw at >= 1 MiB. MB = 2^20 bytes (perftest's unit).
+# Extra environment for the VM (e.g. VM_RUN_MTU=9000, VM_RUN_CPU=Nehalem) passes through.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SIZES=${SIZES:-65536,1048576,4194304}
+QPS=1 SECS=3
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --qps) QPS=$2; shift 2 ;;
+    --secs) SECS=$2; shift 2 ;;
+    --inner) INNER=1; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+if [[ ${INNER:-0} != 1 ]]; then
+  cd "$ROOT"
+  BUILD=$ROOT/build/dev OUT=$ROOT/build/vmtest
+  mkdir -p "$OUT"
+  [[ -f $BUILD/libuccl.so ]] || cmake -S . -B "$BUILD" -G Ninja -DUCCL_BUILD_TESTS=ON >/dev/null
+  cmake --build "$BUILD" -j2 >/dev/null
+  g++ -std=c++17 -O2 -Wall -Icpp -I. -Itests/cpp/verbs -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
+    benchmarks/verbs/verbs_p2p_bench.cc -L"$BUILD" -luccl -Wl,-rpath,"$BUILD" -o "$OUT/verbs_p2p_bench"
+  exec "${VM_RUN:-$ROOT/../shared/rxe/vm-run}" --timeout 1200 -- \
+    "$ROOT/benchmarks/verbs/p2p_vs_perftest.sh" --inner --qps "$QPS" --secs "$SECS"
+fi
+
+# ---- inside the VM ---------------------------------------------------------------------------
+BENCH=$ROOT/build/vmtest/verbs_p2p_bench
+T=$(mktemp -d /dev/shm/p2p.XXXXXX)
+# perftest pair (as in ../shared/rxe/examples/selftest.sh): server on rxe1, client on rxe0.
+pt() {
+  local tool=$1; shift
+  local port=$((18515 + RANDOM % 1000)) s rc=1
+  "$tool" -d rxe1 -x 1 -p $port -F "$@" >"$T/srv.log" 2>&1 & s=$!
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 1
+    timeout 120 "$tool" -d rxe0 -x 1 -p $port -F "$@" 10.77.0.2 >"$T/cli.log" 2>&1; rc=$?
+    grep -q "Couldn't connect\|Unable to open file descriptor" "$T/cli.log" || break
+  done
+  wait $s || true
+  [[ $rc == 0 ]] || { cat "$T/cli.log" "$T/srv.log" >&2; return 1; }
+  grep -E '^ *[0-9]+ +[0-9]+ ' "$T/cli.log" | tail -1
+}
+
+declare -A PT_BW UC_BW
+echo "# rxe0 -> rxe1, $(cat /sys/class/net/veth0/mtu)-byte veth MTU, uccl QPs per connection: $QPS"
+for s in ${SIZES//,/ }; do
+  line=$(pt ib_write_bw -s "$s" -D "$SECS") && PT_BW[$s]=$(awk '{print $4}' <<<"$line") || PT_BW[$s]=nan
+  echo "ib_write_bw  $s: ${PT_BW[$s]} MB/s"
+  line=$("$BENCH" bw "$s" --hca0 =rxe0 --hca1 =rxe1 --qps "$QPS" --secs "$SECS" | grep '^RESULT') &&
+    UC_BW[$s]=$(awk '{print $4}' <<<"$line") || UC_BW[$s]=nan
+  echo "uccl verbs   $s: ${UC_BW[$s]} MB/s"
+done
+line=$(pt ib_write_lat -s 8 -n 2000) || line=""
+# ib_write_lat columns: #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+PT_LAT_TYP=$(awk '{print $5}' <<<"$line"); PT_LAT_AVG=$(awk '{print $6}' <<<"$line")
+line=$("$BENCH" lat 8 --hca0 =rxe0 --hca1 =rxe1 --qps "$QPS" --iters 2000 | grep '^RESULT') || line=""
+UC_LAT_TYP=$(awk '{print $4}' <<<"$line"); UC_LAT_AVG=$(awk '{print $5}' <<<"$line")
+
+echo
+echo "| size | ib_write_bw MB/s | uccl verbs MB/s | uccl / perftest |"
+echo "| ---: | ---: | ---: | ---: |"
+for s in ${SIZES//,/ }; do
+  r=$(awk -v a="${UC_BW[$s]}" -v b="${PT_BW[$s]}" 'BEGIN{ if (b+0 > 0) printf "%.0f%%", 100*a/b; else print "n/a" }')
+  echo "| $s | ${PT_BW[$s]} | ${UC_BW[$s]} | $r |"
+done
+echo
+echo "| 8 B one-way latency | ib_write_lat | uccl verbs ping-pong / 2 |"
+echo "| --- | ---: | ---: |"
+echo "| typical (median), us | ${PT_LAT_TYP:-n/a} | ${UC_LAT_TYP:-n/a} |"
+echo "| average, us | ${PT_LAT_AVG:-n/a} | ${UC_LAT_AVG:-n/a} |"
+rm -rf "$T"
