@@ -4,6 +4,8 @@
 #
 #   tests/verbs/run_vm_tests.sh            from the worktree root (builds build/dev if needed)
 #   VM_RUN=/path/to/vm-run tests/verbs/run_vm_tests.sh
+#   BUILD=build/asan tests/verbs/run_vm_tests.sh   a build configured with -DUCCL_SANITIZE=ON:
+#                                                  the test is then built with the sanitizers too
 #
 # The binary is built on the host (the VM compiles ~10x slower), without -march=native (the
 # VM's emulated CPU lacks AVX-512). It also checks that libuccl.so links no ibv_* symbol:
@@ -12,13 +14,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 VM_RUN=${VM_RUN:-$ROOT/../shared/rxe/vm-run}
-BUILD=$ROOT/build/dev
-OUT=$ROOT/build/vmtest
+BUILD=$(cd "$ROOT" && mkdir -p "${BUILD:-build/dev}" && cd "${BUILD:-build/dev}" && pwd)
+OUT=$BUILD/vmtest
 mkdir -p "$OUT"
 
-if [[ ! -f $BUILD/libuccl.so ]]; then
+if [[ ! -f $BUILD/CMakeCache.txt ]]; then
   cmake -S . -B "$BUILD" -G Ninja -DUCCL_BUILD_TESTS=ON >/dev/null
 fi
+SAN=()
+grep -q '^UCCL_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" && SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer)
 cmake --build "$BUILD" -j2 >/dev/null
 
 if nm -D --undefined-only "$BUILD/libuccl.so" | grep -q ' ibv_'; then
@@ -27,7 +31,7 @@ if nm -D --undefined-only "$BUILD/libuccl.so" | grep -q ' ibv_'; then
 fi
 grep -q 'UCCL_BUILT_VERBS "ON"' "$BUILD/generated/build_info.h" || { echo "SKIP: built without verbs"; exit 0; }
 
-g++ -std=c++17 -O2 -g -Wall -Wextra -Icpp -I. -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
+g++ -std=c++17 -O2 -g -Wall -Wextra "${SAN[@]}" -Icpp -I. -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
   tests/cpp/verbs/verbs_transport_vmtest.cc tests/cpp/verbs/verbs_vmtest_failures.cc \
   -L"$BUILD" -luccl -Wl,-rpath,"$BUILD" -o "$OUT/verbs_transport_vmtest"
 
