@@ -12,6 +12,7 @@
 // Output lines: "RESULT bw <bytes> <MB/s> <msgs>" and "RESULT lat <bytes> <typ_us> <avg_us>".
 // Built and run by benchmarks/verbs/p2p_vs_perftest.sh inside vm-run.
 #include <sched.h>
+#include <x86intrin.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -35,6 +36,7 @@ struct Args {
   double secs = 3;
   int iters = 2000;
   int idle_yield = 16;  // like the core's engine: yield the CPU after this many idle progress calls
+  int window = 0;       // messages in flight (0: 32 MiB worth, 8..128)
 };
 
 Args g_args;
@@ -69,13 +71,14 @@ bool sync(Rank& r, uint64_t op) {
 }
 
 int bandwidth(Rank& r, size_t bytes, double secs) {
-  const int window = static_cast<int>(std::min<size_t>(128, std::max<size_t>(8, (32u << 20) / bytes)));
+  const int window = g_args.window > 0 ? g_args.window
+                                       : static_cast<int>(std::min<size_t>(128, std::max<size_t>(8, (32u << 20) / bytes)));
   // Messages to move: enough for ~secs at the rate a warm-up measures.
   std::vector<char> buf(bytes, 'x');
   std::vector<SendRequest> s(window);
   std::vector<RecvRequest> q(window);
   auto run = [&](long total, double* elapsed) -> bool {
-    long posted = 0, done = 0;
+    long posted = 0, done = 0, spins = 0;
     int idle = 0;
     double t0 = vmtest::now_s();
     while (done < total) {
@@ -100,7 +103,7 @@ int bandwidth(Rank& r, size_t bytes, double secs) {
         }
         ++done;
       }
-      if (vmtest::now_s() - t0 > 120) return false;
+      if (++spins % 1024 == 0 && vmtest::now_s() - t0 > 120) return false;  // clock reads are slow in the VM
     }
     *elapsed = vmtest::now_s() - t0;
     return true;
@@ -133,36 +136,41 @@ int latency(Rank& r, size_t bytes, int iters) {
   std::vector<char> out(bytes + 1, 'p'), in(bytes + 1);
   std::vector<double> rtt;
   if (!sync(r, 1)) return 1;
-  const int warmup = std::min(100, iters / 10);
+  const int warmup = std::min(100, iters / 10), total = warmup + iters;
+  // Like ib_write_lat, nobody waits for its own send to be acknowledged before going on: two
+  // send requests alternate (the older one is long done when it is reused). The receive for
+  // message i+1 is posted before the send of message i, so it is always ready in time.
+  SendRequest s[2];
   RecvRequest q[2];
-  int cur = 0;
-  if (r.rank == 1) {  // the first ping's receive is posted before anything else
-    q[cur].dst = in.data(), q[cur].bytes = bytes, q[cur].expect = env_for(10);
-    r.ep->post_recv(&q[cur]);
+  auto post_recv = [&](int i) {
+    RecvRequest& x = q[i & 1];
+    x.dst = in.data(), x.bytes = bytes, x.expect = env_for(10 + i);
+    r.ep->post_recv(&x);
+  };
+  auto post_send = [&](int i) -> bool {
+    SendRequest& x = s[i & 1];
+    if (i >= 2 && (!vmtest::wait_all(r.ep.get(), {&x}) || x.state != ReqState::kDone)) return false;
+    x.data = out.data(), x.bytes = bytes, x.env = env_for(10 + i);
+    r.ep->post_send(&x);
+    return true;
+  };
+  post_recv(0);
+  // Round trips are timed with the TSC (as perftest does), calibrated against the clock over the
+  // whole run: the VM's clock source (HPET) costs microseconds per read.
+  const double c0 = vmtest::now_s();
+  const uint64_t k0 = __rdtsc();
+  std::vector<uint64_t> ticks;
+  for (int i = 0; i < total; ++i) {
+    uint64_t t0 = __rdtsc();
+    if (r.rank == 0 && !post_send(i)) return 1;  // ping i
+    if (!vmtest::wait_all(r.ep.get(), {&q[i & 1]}) || q[i & 1].state != ReqState::kDone) return 1;
+    if (i + 1 < total) post_recv(i + 1);
+    if (r.rank == 1 && !post_send(i)) return 1;  // pong i
+    if (r.rank == 0 && i >= warmup) ticks.push_back(__rdtsc() - t0);
   }
-  for (int i = 0; i < warmup + iters; ++i) {
-    SendRequest s;
-    s.data = out.data(), s.bytes = bytes, s.env = env_for(10 + i);
-    if (r.rank == 0) {
-      RecvRequest pong;
-      pong.dst = in.data(), pong.bytes = bytes, pong.expect = env_for(10 + i);
-      double t0 = vmtest::now_s();
-      r.ep->post_recv(&pong);
-      r.ep->post_send(&s);
-      if (!vmtest::wait_all(r.ep.get(), {&pong, &s}) || pong.state != ReqState::kDone) return 1;
-      if (i >= warmup) rtt.push_back(vmtest::now_s() - t0);
-    } else {
-      if (!vmtest::wait_all(r.ep.get(), {&q[cur]}) || q[cur].state != ReqState::kDone) return 1;
-      int next = 1 - cur;  // the next ping's receive goes out before the pong
-      if (i + 1 < warmup + iters) {
-        q[next].dst = in.data(), q[next].bytes = bytes, q[next].expect = env_for(11 + i);
-        r.ep->post_recv(&q[next]);
-      }
-      r.ep->post_send(&s);
-      if (!vmtest::wait_all(r.ep.get(), {&s})) return 1;
-      cur = next;
-    }
-  }
+  const double sec_per_tick = (vmtest::now_s() - c0) / static_cast<double>(__rdtsc() - k0);
+  for (uint64_t t : ticks) rtt.push_back(t * sec_per_tick);
+  if (!vmtest::wait_all(r.ep.get(), {&s[0], &s[1]})) return 1;
   if (r.rank == 0) {
     std::sort(rtt.begin(), rtt.end());
     double sum = 0;
@@ -195,6 +203,7 @@ int main(int argc, char** argv) {
     else if (k == "--secs") a.secs = std::atof(v.c_str());
     else if (k == "--iters") a.iters = std::atoi(v.c_str());
     else if (k == "--idle-yield") a.idle_yield = std::atoi(v.c_str());
+    else if (k == "--window") a.window = std::atoi(v.c_str());
   }
   VerbsOptions o = VerbsOptions::from_config();
   o.qps_per_connection = a.qps;

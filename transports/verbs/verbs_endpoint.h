@@ -152,7 +152,7 @@ class VerbsEndpoint : public Endpoint {
   Status error_;
   bool peer_gone_ = false;      // liveness socket closed: drain what arrived, then fail the rest
   double gone_at_ = 0;
-  double next_liveness_check_ = 0;
+  uint32_t liveness_tick_ = 0;
   uint64_t activity_ = 0;       // bumped whenever something moved (progress()'s return value)
 
   std::deque<SendOp> sends_;
