@@ -8,8 +8,8 @@
 # then ib_write_lat and the uccl ping-pong at 8 bytes. Prints a table with uccl / perftest.
 # Goal: >= 80% of ib_write_bw at >= 1 MiB. MB = 2^20 bytes (perftest's unit).
 # Extra environment for the VM (e.g. VM_RUN_MTU=9000, VM_RUN_CPU=Nehalem) passes through.
-# ROUNDS (default 2) repeats everything, interleaved, and keeps each tool's best number: the
-# host is shared and TCG-emulated, so single runs swing by 2x. The uccl side uses the same ack
+# ROUNDS (default 3) repeats everything, interleaved, and reports each tool's best and median:
+# the host is shared and TCG-emulated, so single runs swing by 2x or more. The uccl side uses the same ack
 # timeout as perftest (UCCL_IB_TIMEOUT=14, perftest's default): with Soft-RoCE over veth a lost
 # packet costs one timeout, and UCCL's default (18, ~1 s) would measure the timer, not the path.
 set -euo pipefail
@@ -56,42 +56,46 @@ pt() {
 }
 
 export UCCL_IB_TIMEOUT=${UCCL_IB_TIMEOUT:-14}
-ROUNDS=${ROUNDS:-2}
-max() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN{ print (a+0 > b+0) ? a : b }'; }
-min() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "") print b; else if (b == "") print a; else print (a+0 < b+0) ? a : b }'; }
+ROUNDS=${ROUNDS:-3}
+# stats "v1 v2 ..." -> "best median" (best = max for bandwidth, min for latency: $2 = max|min)
+stats() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk -v m="$2" '{v[NR]=$1}
+  END { if (!NR) { print "n/a n/a"; exit } b = (m == "max") ? v[NR] : v[1];
+        med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%s %.2f\n", b, med }'; }
 declare -A PT_BW UC_BW
 PT_LAT_TYP="" PT_LAT_AVG="" UC_LAT_TYP="" UC_LAT_AVG=""
 echo "# rxe0 -> rxe1, $(cat /sys/class/net/veth0/mtu)-byte veth MTU, uccl: $QPS QP(s), UCCL_IB_TIMEOUT=$UCCL_IB_TIMEOUT"
 for round in $(seq "$ROUNDS"); do
   for s in ${SIZES//,/ }; do
     line=$(pt ib_write_bw -s "$s" -D "$SECS") || line=""
-    v=$(awk '{print $4}' <<<"$line"); PT_BW[$s]=$(max "${PT_BW[$s]:-0}" "$v")
+    v=$(awk '{print $4}' <<<"$line"); PT_BW[$s]+=" $v"
     echo "round $round ib_write_bw  $s: ${v:-failed} MB/s"
     line=$("$BENCH" bw "$s" --hca0 =rxe0 --hca1 =rxe1 --qps "$QPS" --secs "$SECS" | grep '^RESULT') || line=""
-    v=$(awk '{print $4}' <<<"$line"); UC_BW[$s]=$(max "${UC_BW[$s]:-0}" "$v")
+    v=$(awk '{print $4}' <<<"$line"); UC_BW[$s]+=" $v"
     echo "round $round uccl verbs   $s: ${v:-failed} MB/s"
   done
   # ib_write_lat columns: #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
   line=$(pt ib_write_lat -s 8 -n 2000) || line=""
-  PT_LAT_TYP=$(min "$PT_LAT_TYP" "$(awk '{print $5}' <<<"$line")")
-  PT_LAT_AVG=$(min "$PT_LAT_AVG" "$(awk '{print $6}' <<<"$line")")
+  PT_LAT_TYP+=" $(awk '{print $5}' <<<"$line")"; PT_LAT_AVG+=" $(awk '{print $6}' <<<"$line")"
   echo "round $round ib_write_lat 8: $(awk '{print $5, $6}' <<<"$line") us (typical, avg)"
   line=$("$BENCH" lat 8 --hca0 =rxe0 --hca1 =rxe1 --qps "$QPS" --iters 2000 | grep '^RESULT') || line=""
-  UC_LAT_TYP=$(min "$UC_LAT_TYP" "$(awk '{print $4}' <<<"$line")")
-  UC_LAT_AVG=$(min "$UC_LAT_AVG" "$(awk '{print $5}' <<<"$line")")
+  UC_LAT_TYP+=" $(awk '{print $4}' <<<"$line")"; UC_LAT_AVG+=" $(awk '{print $5}' <<<"$line")"
   echo "round $round uccl lat     8: $(awk '{print $4, $5}' <<<"$line") us (typical, avg)"
 done
 
 echo
-echo "| size | ib_write_bw MB/s (best of $ROUNDS) | uccl verbs MB/s (best of $ROUNDS) | uccl / perftest |"
+echo "| size | ib_write_bw MB/s best / median | uccl verbs MB/s best / median | uccl / perftest (best, median) |"
 echo "| ---: | ---: | ---: | ---: |"
 for s in ${SIZES//,/ }; do
-  r=$(awk -v a="${UC_BW[$s]}" -v b="${PT_BW[$s]}" 'BEGIN{ if (b+0 > 0) printf "%.0f%%", 100*a/b; else print "n/a" }')
-  echo "| $s | ${PT_BW[$s]} | ${UC_BW[$s]} | $r |"
+  read -r pb pm <<<"$(stats "${PT_BW[$s]}" max)"; read -r ub um <<<"$(stats "${UC_BW[$s]}" max)"
+  r=$(awk -v ub="$ub" -v pb="$pb" -v um="$um" -v pm="$pm" \
+      'BEGIN{ if (pb+0 > 0 && pm+0 > 0) printf "%.0f%%, %.0f%%", 100*ub/pb, 100*um/pm; else print "n/a" }')
+  echo "| $s | $pb / $pm | $ub / $um | $r |"
 done
 echo
-echo "| 8 B one-way latency | ib_write_lat | uccl verbs ping-pong / 2 |"
+echo "| 8 B one-way latency, us (best / median of $ROUNDS) | ib_write_lat | uccl verbs ping-pong / 2 |"
 echo "| --- | ---: | ---: |"
-echo "| typical (median), us | ${PT_LAT_TYP:-n/a} | ${UC_LAT_TYP:-n/a} |"
-echo "| average, us | ${PT_LAT_AVG:-n/a} | ${UC_LAT_AVG:-n/a} |"
+read -r a b <<<"$(stats "$PT_LAT_TYP" min)"; read -r c d <<<"$(stats "$UC_LAT_TYP" min)"
+echo "| typical (median of the run) | $a / $b | $c / $d |"
+read -r a b <<<"$(stats "$PT_LAT_AVG" min)"; read -r c d <<<"$(stats "$UC_LAT_AVG" min)"
+echo "| average of the run | $a / $b | $c / $d |"
 rm -rf "$T"
