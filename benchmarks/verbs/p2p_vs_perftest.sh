@@ -57,8 +57,9 @@ pt() {
 
 export UCCL_IB_TIMEOUT=${UCCL_IB_TIMEOUT:-14}
 ROUNDS=${ROUNDS:-3}
-# stats "v1 v2 ..." -> "best median" (best = max for bandwidth, min for latency: $2 = max|min)
-stats() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk -v m="$2" '{v[NR]=$1}
+# stats "v1 v2 ..." -> "best median" (best = max for bandwidth, min for latency: $2 = max|min).
+# Failed runs (empty, 0.00, inf, nan: perftest prints those when a run stalls) are left out.
+stats() { tr ' ' '\n' <<<"$1" | grep -E '^[0-9.]+$' | grep -vE '^0*\.?0*$' | sort -g | awk -v m="$2" '{v[NR]=$1}
   END { if (!NR) { print "n/a n/a"; exit } b = (m == "max") ? v[NR] : v[1];
         med = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%s %.2f\n", b, med }'; }
 declare -A PT_BW UC_BW
