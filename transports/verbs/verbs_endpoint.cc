@@ -67,6 +67,13 @@ VerbsEndpoint::VerbsEndpoint(std::unique_ptr<VerbsChannel> channel, const VerbsC
   data_credits_.assign(ch_->nqp(), kDataWqes);
   for (uint32_t s = kCtrlSendSlots; s > 0; --s) free_send_slots_.push_back(s - 1);
   slot_final_of_.assign(kCtrlSendSlots, -1);
+  if (active) {
+    // Our QPs are in RTS and the passive side's were before it answered: say so, so it may send.
+    CtrlMsg ready;
+    ready.type = static_cast<uint8_t>(CtrlType::kReady);
+    Status s = post_ctrl(ready, nullptr, 0, -1);
+    if (!s.ok()) fatal(s);
+  }
   UCCL_INFO("verbs: endpoint %s to %s (peer port %s)", describe().c_str(), peer_.describe().c_str(),
             remote_.device.c_str());
 }
@@ -238,10 +245,7 @@ void VerbsEndpoint::check_liveness() {
   if (p.revents & POLLIN) {
     char b = 0;
     ssize_t n = ::recv(fd_, &b, 1, MSG_DONTWAIT);
-    if (n == 1 && !peer_ready_ && b == 'R') {
-      peer_ready_ = true;  // the active side's QPs are in RTS: we may send
-      ++activity_;
-    } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
       gone = true;
     } else if (n == 1) {
       UCCL_WARN("%s: ignoring unexpected byte on the liveness socket from %s", describe().c_str(),

@@ -61,9 +61,10 @@ struct StripePlan {
 
 class VerbsEndpoint : public Endpoint {
  public:
-  // `active`: this side sent the offer; it signals readiness on the liveness socket after its
-  // QPs reach RTS. The passive side posts nothing before it saw that byte (its QPs were ready
-  // first), so no packet ever reaches a QP that is not yet in RTR.
+  // `active`: this side sent the offer; its first control message (READY) tells the passive
+  // side that its QPs are in RTS. The passive side posts nothing before that (its own QPs were
+  // ready before it answered), so no packet ever reaches a QP that is not yet in RTR, and the
+  // liveness socket never carries a byte.
   VerbsEndpoint(std::unique_ptr<VerbsChannel> channel, const VerbsConnInfo& remote, const PeerContext& peer,
                 int liveness_fd, bool active);
   ~VerbsEndpoint() override;

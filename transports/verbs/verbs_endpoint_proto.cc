@@ -60,7 +60,7 @@ void VerbsEndpoint::on_ctrl(uint32_t slot, uint32_t byte_len) {
   CtrlMsg m;
   std::memcpy(&m, buf, sizeof m);
   const bool eager_payload = m.type == static_cast<uint8_t>(CtrlType::kEager) && !(m.flags & kFlagInvalid);
-  if (byte_len < sizeof m || m.magic != kCtrlMagic || m.type < 1 || m.type > 4 ||
+  if (byte_len < sizeof m || m.magic != kCtrlMagic || m.type < 1 || m.type > 5 ||
       (eager_payload && byte_len != sizeof m + m.bytes)) {
     return fatal(Status(Code::kRemoteError, describe() + ": malformed control message from " + peer_.describe(),
                         peer_.peer_rank));
@@ -69,6 +69,10 @@ void VerbsEndpoint::on_ctrl(uint32_t slot, uint32_t byte_len) {
   if (m.credits > peer_freed_) peer_freed_ = m.credits;
   const CtrlType type = static_cast<CtrlType>(m.type);
 
+  if (type == CtrlType::kReady) {  // the active side reached RTS: we may send
+    peer_ready_ = true;
+    return repost(slot);
+  }
   if (type == CtrlType::kCts) {  // about one of our sends
     repost(slot);
     if (SendOp* op = send_op(m.seq)) {

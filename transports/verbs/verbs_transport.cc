@@ -2,17 +2,15 @@
 //
 //   active : start_connect() creates QPs (INIT, receives posted) -> offer() describes them
 //   passive: accept(offer) creates its QPs, moves them to RTR/RTS, answers
-//   active : finish(answer) moves its QPs to RTR/RTS and writes one byte 'R' on the liveness
-//            socket: from then on the passive side may send (its first packets would otherwise
-//            hit a QP still in INIT and cost a retry timeout).
-// Nothing here blocks on the peer: the only socket write is that single byte.
+//   active : finish(answer) moves its QPs to RTR/RTS; the endpoint's first control message
+//            (READY, over QP 0) tells the passive side it may send from now on (its packets
+//            would otherwise hit a QP still in INIT and cost a retry timeout).
+// Nothing here blocks on the peer, and nothing is ever written to the liveness socket.
 #include "transports/verbs/verbs_transport.h"
 
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -55,9 +53,6 @@ class VerbsPendingConnect : public PendingConnect {
     ch_->trim(remote.value().qpn.size());
     Status s = ch_->connect(remote.value(), options_);
     if (!s.ok()) return fail(s);
-    const char ready = 'R';
-    if (::send(fd, &ready, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
-      return fail(peer_closed_error(peer_, "verbs: could not signal readiness: " + std::string(strerror(errno))));
     return static_cast<Endpoint*>(new VerbsEndpoint(std::move(ch_), remote.value(), peer_, fd, true));
   }
 

@@ -10,6 +10,9 @@
 //                                  size ride along so the sender can refuse a mismatch before
 //                                  writing a byte); flag REJECT: "do not send, I failed it"
 //   DONE  seq env bytes            sender refuses a CTS (flag MISMATCH): nothing was written
+//   READY                          the active side's first message: its QPs are in RTS, so the
+//                                  passive side may send (before, its packets could reach a QP
+//                                  still in INIT and cost a retry timeout)
 // The data of a rendezvous needs no control message: the last RDMA write on each QP carries
 // the immediate (uint32) low 32 bits of seq; on QP 0 it consumes a control buffer (a credit).
 // An EAGER with flag INVALID tells the receiver the sender's request was bad (no payload).
@@ -30,7 +33,7 @@ namespace uccl {
 constexpr uint32_t kVerbsWireVersion = 1;
 constexpr uint32_t kCtrlMagic = 0x55435642;  // "UCVB"
 
-enum class CtrlType : uint8_t { kEager = 1, kRts = 2, kCts = 3, kDone = 4 };
+enum class CtrlType : uint8_t { kEager = 1, kRts = 2, kCts = 3, kDone = 4, kReady = 5 };
 enum CtrlFlag : uint8_t {
   kFlagMismatch = 1,  // DONE: the sender found the CTS did not match; no data was written
   kFlagReject = 2,    // CTS: the receiver failed this message; the sender must not write
