@@ -1,0 +1,45 @@
+// Shared bits of the verbs VM tests: check macro, data patterns, scenario declarations.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+#include "verbs_pair.h"
+
+namespace vmtest {
+
+#define EXPECT(cond)                                                                        \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "[rank %d] %s:%d: check failed: %s\n", r.rank, __FILE__, __LINE__, #cond); \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (0)
+
+inline uint8_t pattern(size_t i, uint32_t seed) { return static_cast<uint8_t>((i * 2654435761u + seed) >> 7); }
+inline void fill(void* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(p)[i] = pattern(i, seed);
+}
+inline bool check_fill(const void* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i)
+    if (static_cast<const uint8_t*>(p)[i] != pattern(i, seed)) return false;
+  return true;
+}
+inline uccl::Envelope env(uint64_t op, uint32_t step = 0, uint64_t count = 0) {
+  uccl::Envelope e;
+  e.op_seq = op;
+  e.step = step;
+  e.count = count;
+  e.coll = 8;  // send_recv
+  return e;
+}
+
+// verbs_vmtest_failures.cc
+bool availability_checks();
+int mr_cache(Rank& r);
+int killed_receiver(Rank& r);
+int killed_sender(Rank& r);
+int abort_one(Rank& r);
+int retry_exhausted(Rank& r);
+
+}  // namespace vmtest

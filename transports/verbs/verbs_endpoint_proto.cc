@@ -1,0 +1,375 @@
+// VerbsEndpoint protocol state machines: what each control message means, how a send and a
+// receive advance (eager / rendezvous / mismatch / reject). See verbs_endpoint.h for the design.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/log.h"
+#include "core/reduce.h"
+#include "transports/verbs/verbs_endpoint.h"
+
+namespace uccl {
+namespace {
+
+constexpr size_t kMinStripe = 64 << 10;          // smaller messages stay on one QP
+constexpr size_t kMaxWrite = size_t(1) << 30;    // bytes per RDMA write (IB allows 2 GiB)
+constexpr size_t kMaxScratchBytes = size_t(1) << 30;
+constexpr int kSqReserveForCtrl = 8;             // QP 0 send slots data writes leave to control
+
+bool matches(const RecvRequest* r, const CtrlMsg& m) { return r->expect.same_call(m.env) && r->bytes == m.bytes; }
+
+}  // namespace
+
+StripePlan StripePlan::make(size_t bytes, size_t nqp) {
+  StripePlan p;
+  p.stripe = bytes;
+  if (nqp > 1) {
+    p.stripe = std::max(kMinStripe, (bytes + nqp - 1) / nqp);
+    p.stripe = (p.stripe + 4095) / 4096 * 4096;
+  }
+  p.stripe = std::max<size_t>(1, std::min(p.stripe, kMaxWrite));
+  p.pieces = (bytes + p.stripe - 1) / p.stripe;
+  p.qps_used = std::min(nqp, p.pieces);
+  return p;
+}
+
+VerbsEndpoint::RecvOp* VerbsEndpoint::recv_op(uint64_t seq) {
+  if (recvs_.empty() || seq < recvs_.front().seq) return nullptr;
+  uint64_t i = seq - recvs_.front().seq;
+  return i < recvs_.size() ? &recvs_[i] : nullptr;
+}
+
+VerbsEndpoint::SendOp* VerbsEndpoint::send_op(uint64_t seq) {
+  if (sends_.empty() || seq < sends_.front().seq) return nullptr;
+  uint64_t i = seq - sends_.front().seq;
+  return i < sends_.size() ? &sends_[i] : nullptr;
+}
+
+Status VerbsEndpoint::sender_mismatch(const SendOp& op) const {
+  return Status(Code::kMismatch,
+                peer_.describe() + " expected " + envelope_to_string(op.cts.env) + " with " +
+                    std::to_string(op.cts.bytes) + " bytes, but rank " + std::to_string(peer_.my_rank) + " sent " +
+                    envelope_to_string(op.req->env) + " with " + std::to_string(op.req->bytes) + " bytes",
+                peer_.peer_rank);
+}
+
+// ---- incoming control messages -----------------------------------------------------------------
+
+void VerbsEndpoint::on_ctrl(uint32_t slot, uint32_t byte_len) {
+  const char* buf = ch_->recv_slot(slot);
+  CtrlMsg m;
+  std::memcpy(&m, buf, sizeof m);
+  const bool eager_payload = m.type == static_cast<uint8_t>(CtrlType::kEager) && !(m.flags & kFlagInvalid);
+  if (byte_len < sizeof m || m.magic != kCtrlMagic || m.type < 1 || m.type > 5 ||
+      (eager_payload && byte_len != sizeof m + m.bytes)) {
+    return fatal(Status(Code::kRemoteError, describe() + ": malformed control message from " + peer_.describe(),
+                        peer_.peer_rank));
+  }
+  ++activity_;
+  if (m.credits > peer_freed_) peer_freed_ = m.credits;
+  const CtrlType type = static_cast<CtrlType>(m.type);
+
+  if (type == CtrlType::kReady) {  // the active side reached RTS: we may send
+    peer_ready_ = true;
+    return repost(slot);
+  }
+  if (type == CtrlType::kCts) {  // about one of our sends
+    repost(slot);
+    if (SendOp* op = send_op(m.seq)) {
+      if (!op->eager && !op->have_cts) op->cts = m, op->have_cts = true;
+    } else if (m.seq >= next_send_seq_) {
+      cts_stash_[m.seq] = m;
+    }  // else: for a send that went eager (the receiver reports the mismatch) or already failed
+    return;
+  }
+  // EAGER / RTS / DONE: about one of our receives
+  if (RecvOp* op = recv_op(m.seq)) {
+    deliver(*op, m, buf + sizeof m);
+    repost(slot);
+    return;
+  }
+  if (m.seq < next_recv_seq_) return repost(slot);  // its receive already completed or failed
+  if (unexpected_.count(m.seq)) {
+    return fatal(Status(Code::kRemoteError, describe() + ": " + peer_.describe() + " sent two messages for slot " +
+                                                std::to_string(m.seq), peer_.peer_rank));
+  }
+  Stashed s;
+  s.msg = m;
+  if (eager_payload && m.bytes > 0) {
+    s.slot = static_cast<int>(slot);  // keep the bytes where they are until the receive is posted
+    ++held_;
+  } else {
+    repost(slot);
+  }
+  unexpected_[m.seq] = s;
+}
+
+// The last write of a rendezvous stripe landed on `qp`; imm = low 32 bits of the sequence.
+void VerbsEndpoint::on_imm(size_t qp, uint32_t imm) {
+  ++activity_;
+  RecvOp* op = nullptr;
+  if (!recvs_.empty()) {
+    uint64_t base = recvs_.front().seq;
+    op = recv_op(base + static_cast<uint32_t>(imm - static_cast<uint32_t>(base)));
+  }
+  if (!op || !(op->imm_wait & (1u << qp))) {
+    return fatal(Status(Code::kRemoteError, describe() + ": " + peer_.describe() +
+                                                " wrote data it was not cleared for (QP " + std::to_string(qp) +
+                                                ", message " + std::to_string(imm) + ")", peer_.peer_rank));
+  }
+  op->imm_wait &= ~(1u << qp);  // its receive is reposted by the caller: the reservation ends
+  if (op->imm_wait || op->done) return;
+  RecvRequest* r = op->req;
+  if (r->reduce)
+    reduce(r->dst, r->acc ? r->acc : r->dst, op->scratch->ptr, r->bytes / dtype_size(r->dtype), r->dtype, r->op);
+  op->done = true;
+}
+
+// A receive that ends without its data (failed after its CTS) gives back the receives it had
+// reserved on QPs 1.. .
+void VerbsEndpoint::release_data_credits(RecvOp& op) {
+  for (size_t q = 1; q < data_credits_.size(); ++q)
+    if (op.imm_wait & (1u << q)) ++data_credits_[q];
+  op.imm_wait = 0;
+}
+
+void VerbsEndpoint::deliver(RecvOp& op, const CtrlMsg& m, const char* payload) {
+  if (op.done || op.invalid) return;  // already failed: the message is dropped
+  RecvRequest* r = op.req;
+  const CtrlType type = static_cast<CtrlType>(m.type);
+  if (m.flags & kFlagInvalid) {
+    op.error = Status(Code::kRemoteError,
+                      peer_.describe() + " failed its send of " + envelope_to_string(m.env) + " (invalid arguments)",
+                      peer_.peer_rank);
+    op.done = true;
+    return;
+  }
+  const bool ok = matches(r, m);
+  switch (type) {
+    case CtrlType::kEager:
+      if (!ok) {
+        op.error = mismatch_error(peer_, r->expect, r->bytes, m.env, m.bytes);
+      } else if (r->bytes > 0 && r->reduce) {
+        reduce(r->dst, r->acc ? r->acc : r->dst, payload, r->bytes / dtype_size(r->dtype), r->dtype, r->op);
+      } else if (r->bytes > 0) {
+        std::memcpy(r->dst, payload, r->bytes);
+      }
+      op.done = true;
+      return;
+    case CtrlType::kRts:
+      if (op.rndv && ok) return;  // our CTS is out or about to go
+      op.error = mismatch_error(peer_, r->expect, r->bytes, m.env, m.bytes);
+      // The sender waits for a CTS: if ours is not out yet, send a refusal instead.
+      if (op.cts_sent) op.done = true;
+      else op.reject_pending = true;
+      return;
+    case CtrlType::kDone:
+      if (!op.cts_sent) {
+        return fatal(Status(Code::kRemoteError, describe() + ": " + peer_.describe() +
+                                                    " finished a transfer it was not cleared for", peer_.peer_rank));
+      }
+      // Only sent when the sender refused our CTS: data completes by immediates instead.
+      op.error = mismatch_error(peer_, r->expect, r->bytes, m.env, m.bytes);
+      op.done = true;
+      return;
+    default:
+      return;
+  }
+}
+
+// ---- receives ----------------------------------------------------------------------------------
+
+void VerbsEndpoint::advance_recv(RecvOp& op) {
+  if (!unexpected_.empty()) {
+    auto it = unexpected_.find(op.seq);
+    if (it != unexpected_.end()) {
+      Stashed s = it->second;
+      unexpected_.erase(it);
+      const char* payload = s.slot >= 0 ? ch_->recv_slot(static_cast<uint32_t>(s.slot)) + sizeof(CtrlMsg) : nullptr;
+      deliver(op, s.msg, payload);
+      if (s.slot >= 0) {
+        --held_;
+        repost(static_cast<uint32_t>(s.slot));
+      }
+      if (dead_ || op.done) return;
+    }
+  }
+  if (op.invalid || op.reject_pending) {
+    // Refuse the message so that a rendezvous sender does not wait for a CTS forever.
+    if (!ctrl_ok(false)) return;
+    CtrlMsg c;
+    c.type = static_cast<uint8_t>(CtrlType::kCts);
+    c.flags = kFlagReject | (op.invalid ? kFlagInvalid : 0);
+    c.seq = op.seq;
+    c.env = op.req->expect;
+    c.bytes = op.req->bytes;
+    Status s = post_ctrl(c, nullptr, 0, -1);
+    if (!s.ok()) return fatal(s);
+    op.done = true;
+    return;
+  }
+  if (!op.rndv || op.cts_sent || !ctrl_ok(false)) return;
+  RecvRequest* r = op.req;
+  const StripePlan plan = StripePlan::make(r->bytes, ch_->nqp());
+  for (size_t q = 1; q < plan.qps_used; ++q)
+    if (data_credits_[q] == 0) return;  // too many clear-to-sends out on this QP: later
+  uint64_t addr;
+  uint32_t rkey;
+  if (r->reduce) {
+    if (!op.scratch && !(op.scratch = get_scratch(r->bytes))) return;  // wait for scratch to free up
+    addr = reinterpret_cast<uint64_t>(op.scratch->ptr);
+    rkey = op.scratch->mr->rkey;
+  } else {
+    if (!op.mr) {
+      auto m = ch_->device().mr_cache().acquire(r->dst, r->bytes, true);
+      if (!m.ok()) return fatal(m.status().with_context("receive from " + peer_.describe()));
+      op.mr = m.value();
+    }
+    addr = reinterpret_cast<uint64_t>(r->dst);
+    rkey = op.mr.rkey;
+  }
+  CtrlMsg c;
+  c.type = static_cast<uint8_t>(CtrlType::kCts);
+  c.seq = op.seq;
+  c.env = r->expect;
+  c.bytes = r->bytes;
+  c.addr = addr;
+  c.rkey = rkey;
+  Status s = post_ctrl(c, nullptr, 0, -1);
+  if (!s.ok()) return fatal(s);
+  op.cts_sent = true;
+  for (size_t q = 0; q < plan.qps_used; ++q) {
+    op.imm_wait |= 1u << q;
+    if (q) --data_credits_[q];
+  }
+}
+
+VerbsEndpoint::Scratch* VerbsEndpoint::get_scratch(size_t bytes) {
+  Scratch* best = nullptr;
+  for (auto& s : scratch_)
+    if (!s->busy && s->cap >= bytes && (!best || s->cap < best->cap)) best = s.get();
+  if (best) {
+    best->busy = true;
+    return best;
+  }
+  size_t cap = size_t(1) << 20;
+  while (cap < bytes) cap <<= 1;
+  if (scratch_bytes_ + cap > kMaxScratchBytes) {
+    // Drop idle buffers; if others are busy, wait for them rather than grow without bound.
+    bool busy = false;
+    for (auto it = scratch_.begin(); it != scratch_.end();) {
+      if ((*it)->busy) {
+        busy = true;
+        ++it;
+        continue;
+      }
+      ch_->device().api()->dereg_mr((*it)->mr);
+      std::free((*it)->ptr);
+      scratch_bytes_ -= (*it)->cap;
+      it = scratch_.erase(it);
+    }
+    if (busy && scratch_bytes_ + cap > kMaxScratchBytes) return nullptr;
+  }
+  std::unique_ptr<Scratch> s(new Scratch());
+  s->ptr = static_cast<char*>(std::aligned_alloc(4096, cap));
+  if (s->ptr)
+    s->mr = ch_->device().api()->reg_mr(ch_->device().pd(), s->ptr, cap,
+                                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!s->ptr || !s->mr) {
+    std::free(s->ptr);
+    fatal(Status(Code::kSystemError, describe() + ": cannot register a " + std::to_string(cap) +
+                                         "-byte reduce scratch buffer", peer_.peer_rank));
+    return nullptr;
+  }
+  s->cap = cap;
+  s->busy = true;
+  scratch_bytes_ += cap;
+  scratch_.push_back(std::move(s));
+  return scratch_.back().get();
+}
+
+// ---- sends -------------------------------------------------------------------------------------
+
+void VerbsEndpoint::advance_send(SendOp& op) {
+  if (!can_post()) return;
+  SendRequest* r = op.req;
+  if (op.invalid || op.eager) {
+    // An eager message may sit in the peer's buffer until its receive is posted: keep the reserve.
+    if (!ctrl_ok(!op.invalid && r->bytes > 0)) return;
+    CtrlMsg m;
+    m.type = static_cast<uint8_t>(CtrlType::kEager);
+    m.flags = op.invalid ? kFlagInvalid : 0;
+    m.seq = op.seq;
+    m.env = r->env;
+    m.bytes = r->bytes;
+    Status s = post_ctrl(m, r->data, op.invalid ? 0 : r->bytes, static_cast<int64_t>(op.seq));
+    if (!s.ok()) return fatal(s);
+    op.final_posted = true;
+    return;
+  }
+  Status s = send_rendezvous(op);
+  if (!s.ok()) fatal(s);
+}
+
+Status VerbsEndpoint::send_rendezvous(SendOp& op) {
+  SendRequest* r = op.req;
+  if (!op.have_cts) {
+    // Tell the receiver a large message is coming: if it expected something else it answers
+    // with a refusal instead of leaving us waiting for a CTS that never comes.
+    if (op.rts_sent || !ctrl_ok(false)) return Status::Ok();
+    CtrlMsg m;
+    m.type = static_cast<uint8_t>(CtrlType::kRts);
+    m.seq = op.seq;
+    m.env = r->env;
+    m.bytes = r->bytes;
+    UCCL_RETURN_IF_ERROR(post_ctrl(m, nullptr, 0, -1));
+    op.rts_sent = true;
+    return Status::Ok();
+  }
+  const CtrlMsg& c = op.cts;
+  if (c.flags & kFlagReject) {
+    op.error = (c.flags & kFlagInvalid)
+                   ? Status(Code::kRemoteError, peer_.describe() + " failed its receive of message #" +
+                                                    std::to_string(op.seq) + " (invalid arguments)", peer_.peer_rank)
+                   : sender_mismatch(op);
+    op.final_posted = op.finished = true;
+    return Status::Ok();
+  }
+  if (!c.env.same_call(r->env) || c.bytes != r->bytes) {
+    if (!ctrl_ok(false)) return Status::Ok();
+    op.error = sender_mismatch(op);
+    CtrlMsg m;
+    m.type = static_cast<uint8_t>(CtrlType::kDone);
+    m.flags = kFlagMismatch;
+    m.seq = op.seq;
+    m.env = r->env;
+    m.bytes = r->bytes;
+    UCCL_RETURN_IF_ERROR(post_ctrl(m, nullptr, 0, static_cast<int64_t>(op.seq)));
+    op.final_posted = true;
+    return Status::Ok();
+  }
+  if (!op.mr) {
+    auto m = ch_->device().mr_cache().acquire(r->data, r->bytes, false);
+    if (!m.ok()) return m.status().with_context("send to " + peer_.describe());
+    op.mr = m.value();
+  }
+  // Stripes: one contiguous piece per QP (at least kMinStripe), written in parallel; the last
+  // piece on each QP carries the immediate that tells the receiver it has landed.
+  const size_t nqp = ch_->nqp();
+  const StripePlan plan = StripePlan::make(r->bytes, nqp);
+  while (op.next_off < r->bytes) {
+    size_t piece = op.next_off / plan.stripe;
+    size_t qp = piece % nqp;
+    bool with_imm = piece + nqp >= plan.pieces;
+    int limit = qp == 0 ? kMaxSendWr - kSqReserveForCtrl : kMaxSendWr;
+    if (sq_used_[qp] >= limit) return Status::Ok();  // send queue full: continue next time
+    if (with_imm && qp == 0 && !ctrl_ok(false)) return Status::Ok();  // needs a control buffer
+    size_t len = std::min(plan.stripe, r->bytes - op.next_off);
+    UCCL_RETURN_IF_ERROR(post_write(op, qp, op.next_off, len, with_imm));
+    op.next_off += len;
+  }
+  op.final_posted = true;  // finished when the last acknowledgement arrives
+  return Status::Ok();
+}
+
+}  // namespace uccl
