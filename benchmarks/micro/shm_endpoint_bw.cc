@@ -3,12 +3,15 @@
 // Build (after `cmake --build build/dev`), from the repository root:
 //   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so
 //       -Wl,-rpath,$PWD/build/dev -o build/dev/shm_endpoint_bw
-// Run: build/dev/shm_endpoint_bw [reps=5] [scope=full|quick|lat] [kind=both|ring|cma]
+// Run: build/dev/shm_endpoint_bw [reps=31] [scope=full|quick|lat] [kind=both|ring|cma]
 //                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M]
+//                                [sizes=64K,1M,...]
 //   quick: 64 KiB and 1 MiB only; lat: latency lines only; kind: which connections to measure;
 //   the rest override ShmOptions (defaults come from the UCCL_SHM_* settings).
 //
-// Measures (each repeated `reps` times, median printed):
+// Every number is the median (and the best) over `reps` short samples (about a millisecond or
+// one message each, after a barrier), so that a preempted sample on a shared machine moves
+// the median little. Measures:
 //  * ping-pong latency of 8 bytes (half round trip)
 //  * unidirectional and bidirectional bandwidth at 64 KiB, 1 MiB, 16 MiB, 64 MiB
 //  * "reduce step": both sides send N bytes and reduce-receive N bytes of float32 (the step of
@@ -195,60 +198,62 @@ double allreduce2(Peer& p, char* data, size_t bytes, int iters) {
   return (now_s() - t0) / iters;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double repeat(Peer& p, int reps, F f) {
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) t.push_back(f());
-  return median(t);
-}
-
 enum class Scope { kFull, kQuick, kLatency };
 
-void suite(Peer& p, bool cma, int reps, Scope scope) {
+struct Stat {
+  double median, best;
+};
+
+template <class F>
+Stat repeat(int reps, F f) {
+  f();  // warm-up sample: first-touch faults, CMA page pinning caches
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(f());
+  std::sort(t.begin(), t.end());
+  return Stat{t[t.size() / 2], t[0]};
+}
+
+void suite(Peer& p, bool cma, int reps, Scope scope, const std::vector<size_t>& only_sizes) {
   const bool quick = scope != Scope::kFull;
-  const std::vector<size_t> sizes = quick ? std::vector<size_t>{64 << 10, 1 << 20} :
-                                            std::vector<size_t>{64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<size_t> sizes = quick ? std::vector<size_t>{64 << 10, 1 << 20} :
+                                      std::vector<size_t>{64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  if (!only_sizes.empty()) sizes = only_sizes;
   const size_t max_bytes = sizes.back();
   std::vector<char> out(max_bytes, 1), in(max_bytes, 2);
   std::vector<float> fl(max_bytes / 4, 0.0f);
+  char* fdata = reinterpret_cast<char*>(fl.data());
   auto say = [&](const char* fmt, auto... args) {
     if (p.parent) std::printf(fmt, args...);
   };
-  say("\n== %s ==\n", cma ? "CMA on (messages >= 1 MiB use process_vm_readv)" : "ring only (CMA off)");
-  const double lat = repeat(p, reps, [&] { return pingpong(p, 20000); });
-  say("ping-pong 8 B: %.2f us half round trip\n", lat * 1e6);
-  if (scope == Scope::kLatency) {
-    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), 1024, 5000); });
-    say("allreduce2 1024 B: %.2f us\n", ar * 1e6);
-    return;
+  say("\n== %s ==\n", cma ? "CMA on (messages >= cma_min use process_vm_readv)" : "ring only (CMA off)");
+  const Stat lat = repeat(reps, [&] { return pingpong(p, 200); });
+  say("ping-pong 8 B: %.3f us half round trip (best %.3f)\n", lat.median * 1e6, lat.best * 1e6);
+  for (size_t n : {size_t(1024), size_t(8192)}) {
+    const Stat ar = repeat(reps, [&] { return allreduce2(p, fdata, n, 100); });
+    say("allreduce2 %zu B float32: %.2f us (best %.2f)\n", n, ar.median * 1e6, ar.best * 1e6);
   }
-  say("%10s %14s %16s %16s %18s\n", "bytes", "uni GB/s", "bidir GB/s/dir", "reduce GB/s/dir", "allreduce busbw");
+  if (scope == Scope::kLatency) return;
+  say("GB/s, median (best) over %d samples\n", reps);
+  say("%10s %18s %18s %18s %18s\n", "bytes", "unidirectional", "bidir per dir", "reduce step/dir", "allreduce2 busbw");
   for (size_t n : sizes) {
-    const int iters = static_cast<int>(std::max<size_t>(4, (256u << 20) / n));
-    const double uni = repeat(p, reps, [&] { return unidirectional(p, p.parent ? out.data() : in.data(), n, iters); });
-    const double bi = repeat(p, reps, [&] { return bidirectional(p, out.data(), in.data(), n, iters, false); });
-    const double red = repeat(p, reps, [&] {
-      return bidirectional(p, out.data(), reinterpret_cast<char*>(fl.data()), n, iters, true);
-    });
-    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), n, iters); });
-    say("%10zu %14.2f %16.2f %16.2f %18.2f\n", n, n / uni / 1e9, n / bi / 1e9, n / red / 1e9, n / ar / 1e9);
-  }
-  const size_t small[] = {1024, 8192};
-  for (size_t n : small) {
-    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), n, 5000); });
-    say("allreduce2 %zu B: %.2f us (busbw %.2f GB/s)\n", n, ar * 1e6, n / ar / 1e9);
+    const int iters = static_cast<int>(std::max<size_t>(1, (4u << 20) / n));
+    const Stat uni = repeat(reps, [&] { return unidirectional(p, p.parent ? out.data() : in.data(), n, iters); });
+    const Stat bi = repeat(reps, [&] { return bidirectional(p, out.data(), in.data(), n, iters, false); });
+    const Stat red = repeat(reps, [&] { return bidirectional(p, out.data(), fdata, n, iters, true); });
+    const Stat ar = repeat(reps, [&] { return allreduce2(p, fdata, n, iters); });
+    auto cell = [&](const Stat& st) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f (%.2f)", n / st.median / 1e9, n / st.best / 1e9);
+      return std::string(buf);
+    };
+    say("%10zu %18s %18s %18s %18s\n", n, cell(uni).c_str(), cell(bi).c_str(), cell(red).c_str(), cell(ar).c_str());
   }
 }
-
 struct Args {
-  int reps = 5;
+  int reps = 31;
   Scope scope = Scope::kFull;
   std::string kind = "both";
+  std::vector<size_t> sizes;  // overrides the scope's sizes
   ShmOptions opt = ShmOptions::from_config();
 };
 
@@ -270,6 +275,14 @@ Args parse_args(int argc, char** argv) {
     if (k == "reps") a.reps = std::max(1, std::atoi(v.c_str()));
     else if (k == "scope") a.scope = v == "quick" ? Scope::kQuick : v == "lat" ? Scope::kLatency : Scope::kFull;
     else if (k == "kind") a.kind = v;
+    else if (k == "sizes") {
+      for (size_t pos = 0; pos < v.size();) {
+        size_t comma = v.find(',', pos);
+        if (comma == std::string::npos) comma = v.size();
+        a.sizes.push_back(parse_size(v.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    }
     else if (k == "ring") a.opt.ring_bytes = parse_size(v);
     else if (k == "piece") a.opt.piece_bytes = parse_size(v);
     else if (k == "chunk") a.opt.cma_chunk_bytes = parse_size(v);
@@ -314,7 +327,7 @@ void run(bool cma, const Args& args) {
   Peer p{ep.get(), child != 0};
   barrier(p);  // both sides have finished setup: CMA verdicts are known
   if (p.parent) std::printf("endpoint: %s\n", ep->describe().c_str());
-  suite(p, cma, reps, scope);
+  suite(p, cma, reps, scope, args.sizes);
   barrier(p);
   ep.reset();
   if (child == 0) _exit(0);
