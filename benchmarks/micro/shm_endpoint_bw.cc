@@ -5,7 +5,8 @@
 //       -Wl,-rpath,$PWD/build/dev -o build/dev/shm_endpoint_bw
 // Run: build/dev/shm_endpoint_bw [reps=31] [scope=full|quick|lat] [kind=both|ring|cma]
 //                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M]
-//                                [sizes=64K,1M,...]
+//                                [sizes=64K,1M,...] [bind=1]
+//   bind=1 pins the two processes to different CPUs (as mpirun does by default).
 //   quick: 64 KiB and 1 MiB only; lat: latency lines only; kind: which connections to measure;
 //   the rest override ShmOptions (defaults come from the UCCL_SHM_* settings).
 //
@@ -17,8 +18,10 @@
 //  * "reduce step": both sides send N bytes and reduce-receive N bytes of float32 (the step of
 //    a 2-rank ring reduce-scatter), GB/s per direction
 //  * a 2-rank ring allreduce built from those steps (reduce-scatter step + allgather step on
-//    halves), reported as nccl-tests busbw (= size / time for 2 ranks) to compare with MPI.
+//    halves), reported as nccl-tests busbw (= size / time for 2 ranks) to compare with MPI,
+//    and for small sizes the direct allreduce (one exchange with a reduce receive) in us.
 // Each is run over a connection with CMA off (ring only) and with CMA on (>= 1 MiB by CMA).
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +84,24 @@ void wait(Peer& p, std::initializer_list<Request*> reqs) {
     }
     if (!pending) return;
     p.ep->progress();
+  }
+}
+
+// Pins the calling process to the n-th CPU it may run on (mpirun binds ranks to cores the
+// same way). Without it, two spinning ranks on a busy 2-core host often share one core and
+// the numbers measure the scheduler instead of the transport.
+cpu_set_t g_allowed_cpus;  // the affinity the program started with
+
+void bind_to_nth_cpu(int n) {
+  const cpu_set_t& allowed = g_allowed_cpus;
+  if (CPU_COUNT(&allowed) < 2) return;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != n) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof one, &one);
+    return;
   }
 }
 
@@ -228,9 +249,13 @@ void suite(Peer& p, bool cma, int reps, Scope scope, const std::vector<size_t>& 
   say("\n== %s ==\n", cma ? "CMA on (messages >= cma_min use process_vm_readv)" : "ring only (CMA off)");
   const Stat lat = repeat(reps, [&] { return pingpong(p, 200); });
   say("ping-pong 8 B: %.3f us half round trip (best %.3f)\n", lat.median * 1e6, lat.best * 1e6);
-  for (size_t n : {size_t(1024), size_t(8192)}) {
-    const Stat ar = repeat(reps, [&] { return allreduce2(p, fdata, n, 100); });
-    say("allreduce2 %zu B float32: %.2f us (best %.2f)\n", n, ar.median * 1e6, ar.best * 1e6);
+  for (size_t n : {size_t(1024), size_t(8192), size_t(65536)}) {
+    // Small allreduces: the ring (two steps on halves) and the direct algorithm (one exchange
+    // of the whole vector with a reduce receive), which is what small messages would use.
+    const Stat ring = repeat(reps, [&] { return allreduce2(p, fdata, n, 100); });
+    const Stat direct = repeat(reps, [&] { return bidirectional(p, out.data(), fdata, n, 100, true); });
+    say("allreduce %6zu B float32: ring %.2f us (best %.2f), direct %.2f us (best %.2f)\n", n, ring.median * 1e6,
+        ring.best * 1e6, direct.median * 1e6, direct.best * 1e6);
   }
   if (scope == Scope::kLatency) return;
   say("GB/s, median (best) over %d samples\n", reps);
@@ -254,6 +279,7 @@ struct Args {
   Scope scope = Scope::kFull;
   std::string kind = "both";
   std::vector<size_t> sizes;  // overrides the scope's sizes
+  bool bind = true;           // one CPU per process, like mpirun --bind-to core
   ShmOptions opt = ShmOptions::from_config();
 };
 
@@ -275,6 +301,7 @@ Args parse_args(int argc, char** argv) {
     if (k == "reps") a.reps = std::max(1, std::atoi(v.c_str()));
     else if (k == "scope") a.scope = v == "quick" ? Scope::kQuick : v == "lat" ? Scope::kLatency : Scope::kFull;
     else if (k == "kind") a.kind = v;
+    else if (k == "bind") a.bind = v != "0";
     else if (k == "sizes") {
       for (size_t pos = 0; pos < v.size();) {
         size_t comma = v.find(',', pos);
@@ -324,6 +351,7 @@ void run(bool cma, const Args& args) {
     if (!r.ok()) die(r.status().to_string().c_str());
     ep.reset(r.value());
   }
+  if (args.bind) bind_to_nth_cpu(child == 0 ? 1 : 0);
   Peer p{ep.get(), child != 0};
   barrier(p);  // both sides have finished setup: CMA verdicts are known
   if (p.parent) std::printf("endpoint: %s\n", ep->describe().c_str());
@@ -331,6 +359,7 @@ void run(bool cma, const Args& args) {
   barrier(p);
   ep.reset();
   if (child == 0) _exit(0);
+  if (args.bind) sched_setaffinity(0, sizeof g_allowed_cpus, &g_allowed_cpus);  // unbind for the next fork
   int status = 0;
   waitpid(child, &status, 0);
 }
@@ -339,6 +368,7 @@ void run(bool cma, const Args& args) {
 
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
+  if (sched_getaffinity(0, sizeof g_allowed_cpus, &g_allowed_cpus) != 0) CPU_ZERO(&g_allowed_cpus);
   std::printf("ring %zu, piece %zu, cma chunk %zu, cma bounce %zu, cma min %zu\n", args.opt.ring_bytes,
               args.opt.piece_bytes, args.opt.cma_chunk_bytes, args.opt.cma_bounce_bytes, args.opt.cma_min_bytes);
   if (args.kind != "cma") run(false, args);
