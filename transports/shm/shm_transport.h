@@ -11,6 +11,10 @@
 //   active  finish():        unlinks the name (so a crash leaves nothing in /dev/shm), probes CMA
 // The socket then only tells us when the peer dies (the kernel closes it): no data travels on
 // it. See shm_endpoint.h for the data path and shm_segment.h for the memory layout.
+//
+// Errors the core should know: start_connect() and accept() answer kNotSupported when shared
+// memory cannot be used after all (/dev/shm too small, segment not visible: another container
+// or user), so the core can fall back to tcp for that peer.
 #pragma once
 
 #include <cstddef>
