@@ -90,7 +90,11 @@ Result<Segment> Segment::create(size_t ring_bytes) {
   for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
     std::snprintf(name, sizeof name, "/uccl-%d-%016" PRIx64, static_cast<int>(getpid()), random_u64());
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 && errno != EEXIST) return SystemError(std::string("shm_open ") + name, errno);
+    if (fd < 0 && errno != EEXIST) {
+      // No usable /dev/shm (missing, read-only, full of inodes): the core falls back to tcp.
+      const int e = errno;
+      return Status(Code::kNotSupported, std::string("shm_open ") + name + ": " + std::strerror(e));
+    }
   }
   if (fd < 0) return SystemError("shm_open: no unused name", EEXIST);
 
