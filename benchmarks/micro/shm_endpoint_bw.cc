@@ -4,7 +4,7 @@
 //   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so
 //       -Wl,-rpath,$PWD/build/dev -o build/dev/shm_endpoint_bw
 // Run: build/dev/shm_endpoint_bw [reps=31] [scope=full|quick|lat] [kind=both|ring|cma]
-//                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M]
+//                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M] [cma_max=16M]
 //                                [sizes=64K,1M,...] [bind=1]
 //   bind=1 pins the two processes to different CPUs (as mpirun does by default).
 //   quick: 64 KiB and 1 MiB only; lat: latency lines only; kind: which connections to measure;
@@ -20,7 +20,8 @@
 //  * a 2-rank ring allreduce built from those steps (reduce-scatter step + allgather step on
 //    halves), reported as nccl-tests busbw (= size / time for 2 ranks) to compare with MPI,
 //    and for small sizes the direct allreduce (one exchange with a reduce receive) in us.
-// Each is run over a connection with CMA off (ring only) and with CMA on (>= 1 MiB by CMA).
+// Each is run over a connection with CMA off (ring only) and with CMA on (messages from
+// cma_min to cma_max, 1 MiB to 16 MiB by default, by CMA).
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -246,7 +247,7 @@ void suite(Peer& p, bool cma, int reps, Scope scope, const std::vector<size_t>& 
   auto say = [&](const char* fmt, auto... args) {
     if (p.parent) std::printf(fmt, args...);
   };
-  say("\n== %s ==\n", cma ? "CMA on (messages >= cma_min use process_vm_readv)" : "ring only (CMA off)");
+  say("\n== %s ==\n", cma ? "CMA on (cma_min <= message <= cma_max: process_vm_readv)" : "ring only (CMA off)");
   const Stat lat = repeat(reps, [&] { return pingpong(p, 200); });
   say("ping-pong 8 B: %.3f us half round trip (best %.3f)\n", lat.median * 1e6, lat.best * 1e6);
   for (size_t n : {size_t(1024), size_t(8192), size_t(65536)}) {
@@ -315,6 +316,7 @@ Args parse_args(int argc, char** argv) {
     else if (k == "chunk") a.opt.cma_chunk_bytes = parse_size(v);
     else if (k == "bounce") a.opt.cma_bounce_bytes = parse_size(v);
     else if (k == "cma_min") a.opt.cma_min_bytes = parse_size(v);
+    else if (k == "cma_max") a.opt.cma_max_bytes = parse_size(v);
     else die(("unknown argument " + k).c_str());
   }
   return a;
@@ -369,8 +371,9 @@ void run(bool cma, const Args& args) {
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   if (sched_getaffinity(0, sizeof g_allowed_cpus, &g_allowed_cpus) != 0) CPU_ZERO(&g_allowed_cpus);
-  std::printf("ring %zu, piece %zu, cma chunk %zu, cma bounce %zu, cma min %zu\n", args.opt.ring_bytes,
-              args.opt.piece_bytes, args.opt.cma_chunk_bytes, args.opt.cma_bounce_bytes, args.opt.cma_min_bytes);
+  std::printf("ring %zu, piece %zu, cma chunk %zu, cma bounce %zu, cma min %zu, cma max %zu\n", args.opt.ring_bytes,
+              args.opt.piece_bytes, args.opt.cma_chunk_bytes, args.opt.cma_bounce_bytes, args.opt.cma_min_bytes,
+              args.opt.cma_max_bytes);
   if (args.kind != "cma") run(false, args);
   if (args.kind != "ring") run(true, args);
   return 0;

@@ -169,6 +169,7 @@ inline ShmOptions options(bool cma, size_t ring_bytes = 4 << 20) {
   o.cma = cma;
   o.ring_bytes = ring_bytes;
   o.cma_min_bytes = 1 << 20;
+  o.cma_max_bytes = SIZE_MAX;  // the tests move 64 MiB through CMA on purpose
   return o;
 }
 

@@ -166,6 +166,40 @@ void test_same_process(bool cma) {
   CHECK((as_shm(ea.get())->stats().cma_sends > 0) == cma);
 }
 
+// Only messages inside [cma_min_bytes, cma_max_bytes] take the CMA path.
+void test_cma_window() {
+  ShmOptions o = options(true);
+  o.cma_max_bytes = 2 << 20;
+  const std::vector<size_t> sizes = {(1u << 20) - 1, 1u << 20, 2u << 20, (2u << 20) + 1};
+  auto body = [&](Endpoint* ep) -> int {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<uint8_t> in(sizes[k]);
+      RecvRequest r;
+      r.dst = in.data();
+      r.bytes = sizes[k];
+      r.expect = env_for(k);
+      ep->post_recv(&r);
+      CHECK_OK(drive(ep, {&r}));
+      CHECK(check_payload(in.data(), sizes[k], k));
+    }
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(o, o, &ep, body);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<uint8_t> out = make_payload(sizes[k], k);
+    SendRequest s;
+    s.data = out.data();
+    s.bytes = sizes[k];
+    s.env = env_for(k);
+    ep->post_send(&s);
+    CHECK_OK(drive(ep.get(), {&s}));
+  }
+  const shm::ShmStats& st = as_shm(ep.get())->stats();
+  CHECK(st.cma_sends == 2 && st.ring_sends == 2);
+  CHECK(join(child) == 0);
+}
+
 // Thousands of messages posted at once, sizes mixing inline, multi-piece and CMA: they must
 // arrive and complete in posting order.
 void test_fifo_many() {
@@ -319,6 +353,8 @@ int main() {
   test_same_process(false);
   std::puts("asymmetric options");
   test_asymmetric_options();
+  std::puts("cma window");
+  test_cma_window();
   std::puts("fifo, many in flight");
   test_fifo_many();
   std::puts("bidirectional");
