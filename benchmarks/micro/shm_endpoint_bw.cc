@@ -3,19 +3,26 @@
 // Build (after `cmake --build build/dev`), from the repository root:
 //   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so
 //       -Wl,-rpath,$PWD/build/dev -o build/dev/shm_endpoint_bw
-// Run: build/dev/shm_endpoint_bw [reps=5] [scope=full|quick|lat] [kind=both|ring|cma]
-//                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M]
+// Run: build/dev/shm_endpoint_bw [reps=31] [scope=full|quick|lat] [kind=both|ring|cma]
+//                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M] [cma_max=16M]
+//                                [sizes=64K,1M,...] [bind=1]
+//   bind=1 pins the two processes to different CPUs (as mpirun does by default).
 //   quick: 64 KiB and 1 MiB only; lat: latency lines only; kind: which connections to measure;
 //   the rest override ShmOptions (defaults come from the UCCL_SHM_* settings).
 //
-// Measures (each repeated `reps` times, median printed):
+// Every number is the median (and the best) over `reps` short samples (about a millisecond or
+// one message each, after a barrier), so that a preempted sample on a shared machine moves
+// the median little. Measures:
 //  * ping-pong latency of 8 bytes (half round trip)
 //  * unidirectional and bidirectional bandwidth at 64 KiB, 1 MiB, 16 MiB, 64 MiB
 //  * "reduce step": both sides send N bytes and reduce-receive N bytes of float32 (the step of
 //    a 2-rank ring reduce-scatter), GB/s per direction
 //  * a 2-rank ring allreduce built from those steps (reduce-scatter step + allgather step on
-//    halves), reported as nccl-tests busbw (= size / time for 2 ranks) to compare with MPI.
-// Each is run over a connection with CMA off (ring only) and with CMA on (>= 1 MiB by CMA).
+//    halves), reported as nccl-tests busbw (= size / time for 2 ranks) to compare with MPI,
+//    and for small sizes the direct allreduce (one exchange with a reduce receive) in us.
+// Each is run over a connection with CMA off (ring only) and with CMA on (messages from
+// cma_min to cma_max, 1 MiB to 16 MiB by default, by CMA).
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,6 +85,24 @@ void wait(Peer& p, std::initializer_list<Request*> reqs) {
     }
     if (!pending) return;
     p.ep->progress();
+  }
+}
+
+// Pins the calling process to the n-th CPU it may run on (mpirun binds ranks to cores the
+// same way). Without it, two spinning ranks on a busy 2-core host often share one core and
+// the numbers measure the scheduler instead of the transport.
+cpu_set_t g_allowed_cpus;  // the affinity the program started with
+
+void bind_to_nth_cpu(int n) {
+  const cpu_set_t& allowed = g_allowed_cpus;
+  if (CPU_COUNT(&allowed) < 2) return;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != n) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof one, &one);
+    return;
   }
 }
 
@@ -195,60 +220,67 @@ double allreduce2(Peer& p, char* data, size_t bytes, int iters) {
   return (now_s() - t0) / iters;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double repeat(Peer& p, int reps, F f) {
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) t.push_back(f());
-  return median(t);
-}
-
 enum class Scope { kFull, kQuick, kLatency };
 
-void suite(Peer& p, bool cma, int reps, Scope scope) {
+struct Stat {
+  double median, best;
+};
+
+template <class F>
+Stat repeat(int reps, F f) {
+  f();  // warm-up sample: first-touch faults, CMA page pinning caches
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(f());
+  std::sort(t.begin(), t.end());
+  return Stat{t[t.size() / 2], t[0]};
+}
+
+void suite(Peer& p, bool cma, int reps, Scope scope, const std::vector<size_t>& only_sizes) {
   const bool quick = scope != Scope::kFull;
-  const std::vector<size_t> sizes = quick ? std::vector<size_t>{64 << 10, 1 << 20} :
-                                            std::vector<size_t>{64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<size_t> sizes = quick ? std::vector<size_t>{64 << 10, 1 << 20} :
+                                      std::vector<size_t>{64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  if (!only_sizes.empty()) sizes = only_sizes;
   const size_t max_bytes = sizes.back();
   std::vector<char> out(max_bytes, 1), in(max_bytes, 2);
   std::vector<float> fl(max_bytes / 4, 0.0f);
+  char* fdata = reinterpret_cast<char*>(fl.data());
   auto say = [&](const char* fmt, auto... args) {
     if (p.parent) std::printf(fmt, args...);
   };
-  say("\n== %s ==\n", cma ? "CMA on (messages >= 1 MiB use process_vm_readv)" : "ring only (CMA off)");
-  const double lat = repeat(p, reps, [&] { return pingpong(p, 20000); });
-  say("ping-pong 8 B: %.2f us half round trip\n", lat * 1e6);
-  if (scope == Scope::kLatency) {
-    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), 1024, 5000); });
-    say("allreduce2 1024 B: %.2f us\n", ar * 1e6);
-    return;
+  say("\n== %s ==\n", cma ? "CMA on (cma_min <= message <= cma_max: process_vm_readv)" : "ring only (CMA off)");
+  const Stat lat = repeat(reps, [&] { return pingpong(p, 200); });
+  say("ping-pong 8 B: %.3f us half round trip (best %.3f)\n", lat.median * 1e6, lat.best * 1e6);
+  for (size_t n : {size_t(1024), size_t(8192), size_t(65536)}) {
+    // Small allreduces: the ring (two steps on halves) and the direct algorithm (one exchange
+    // of the whole vector with a reduce receive), which is what small messages would use.
+    const Stat ring = repeat(reps, [&] { return allreduce2(p, fdata, n, 100); });
+    const Stat direct = repeat(reps, [&] { return bidirectional(p, out.data(), fdata, n, 100, true); });
+    say("allreduce %6zu B float32: ring %.2f us (best %.2f), direct %.2f us (best %.2f)\n", n, ring.median * 1e6,
+        ring.best * 1e6, direct.median * 1e6, direct.best * 1e6);
   }
-  say("%10s %14s %16s %16s %18s\n", "bytes", "uni GB/s", "bidir GB/s/dir", "reduce GB/s/dir", "allreduce busbw");
+  if (scope == Scope::kLatency) return;
+  say("GB/s, median (best) over %d samples\n", reps);
+  say("%10s %18s %18s %18s %18s\n", "bytes", "unidirectional", "bidir per dir", "reduce step/dir", "allreduce2 busbw");
   for (size_t n : sizes) {
-    const int iters = static_cast<int>(std::max<size_t>(4, (256u << 20) / n));
-    const double uni = repeat(p, reps, [&] { return unidirectional(p, p.parent ? out.data() : in.data(), n, iters); });
-    const double bi = repeat(p, reps, [&] { return bidirectional(p, out.data(), in.data(), n, iters, false); });
-    const double red = repeat(p, reps, [&] {
-      return bidirectional(p, out.data(), reinterpret_cast<char*>(fl.data()), n, iters, true);
-    });
-    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), n, iters); });
-    say("%10zu %14.2f %16.2f %16.2f %18.2f\n", n, n / uni / 1e9, n / bi / 1e9, n / red / 1e9, n / ar / 1e9);
-  }
-  const size_t small[] = {1024, 8192};
-  for (size_t n : small) {
-    const double ar = repeat(p, reps, [&] { return allreduce2(p, reinterpret_cast<char*>(fl.data()), n, 5000); });
-    say("allreduce2 %zu B: %.2f us (busbw %.2f GB/s)\n", n, ar * 1e6, n / ar / 1e9);
+    const int iters = static_cast<int>(std::max<size_t>(1, (4u << 20) / n));
+    const Stat uni = repeat(reps, [&] { return unidirectional(p, p.parent ? out.data() : in.data(), n, iters); });
+    const Stat bi = repeat(reps, [&] { return bidirectional(p, out.data(), in.data(), n, iters, false); });
+    const Stat red = repeat(reps, [&] { return bidirectional(p, out.data(), fdata, n, iters, true); });
+    const Stat ar = repeat(reps, [&] { return allreduce2(p, fdata, n, iters); });
+    auto cell = [&](const Stat& st) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f (%.2f)", n / st.median / 1e9, n / st.best / 1e9);
+      return std::string(buf);
+    };
+    say("%10zu %18s %18s %18s %18s\n", n, cell(uni).c_str(), cell(bi).c_str(), cell(red).c_str(), cell(ar).c_str());
   }
 }
-
 struct Args {
-  int reps = 5;
+  int reps = 31;
   Scope scope = Scope::kFull;
   std::string kind = "both";
+  std::vector<size_t> sizes;  // overrides the scope's sizes
+  bool bind = true;           // one CPU per process, like mpirun --bind-to core
   ShmOptions opt = ShmOptions::from_config();
 };
 
@@ -270,11 +302,21 @@ Args parse_args(int argc, char** argv) {
     if (k == "reps") a.reps = std::max(1, std::atoi(v.c_str()));
     else if (k == "scope") a.scope = v == "quick" ? Scope::kQuick : v == "lat" ? Scope::kLatency : Scope::kFull;
     else if (k == "kind") a.kind = v;
+    else if (k == "bind") a.bind = v != "0";
+    else if (k == "sizes") {
+      for (size_t pos = 0; pos < v.size();) {
+        size_t comma = v.find(',', pos);
+        if (comma == std::string::npos) comma = v.size();
+        a.sizes.push_back(parse_size(v.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    }
     else if (k == "ring") a.opt.ring_bytes = parse_size(v);
     else if (k == "piece") a.opt.piece_bytes = parse_size(v);
     else if (k == "chunk") a.opt.cma_chunk_bytes = parse_size(v);
     else if (k == "bounce") a.opt.cma_bounce_bytes = parse_size(v);
     else if (k == "cma_min") a.opt.cma_min_bytes = parse_size(v);
+    else if (k == "cma_max") a.opt.cma_max_bytes = parse_size(v);
     else die(("unknown argument " + k).c_str());
   }
   return a;
@@ -311,13 +353,15 @@ void run(bool cma, const Args& args) {
     if (!r.ok()) die(r.status().to_string().c_str());
     ep.reset(r.value());
   }
+  if (args.bind) bind_to_nth_cpu(child == 0 ? 1 : 0);
   Peer p{ep.get(), child != 0};
   barrier(p);  // both sides have finished setup: CMA verdicts are known
   if (p.parent) std::printf("endpoint: %s\n", ep->describe().c_str());
-  suite(p, cma, reps, scope);
+  suite(p, cma, reps, scope, args.sizes);
   barrier(p);
   ep.reset();
   if (child == 0) _exit(0);
+  if (args.bind) sched_setaffinity(0, sizeof g_allowed_cpus, &g_allowed_cpus);  // unbind for the next fork
   int status = 0;
   waitpid(child, &status, 0);
 }
@@ -326,8 +370,10 @@ void run(bool cma, const Args& args) {
 
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
-  std::printf("ring %zu, piece %zu, cma chunk %zu, cma bounce %zu, cma min %zu\n", args.opt.ring_bytes,
-              args.opt.piece_bytes, args.opt.cma_chunk_bytes, args.opt.cma_bounce_bytes, args.opt.cma_min_bytes);
+  if (sched_getaffinity(0, sizeof g_allowed_cpus, &g_allowed_cpus) != 0) CPU_ZERO(&g_allowed_cpus);
+  std::printf("ring %zu, piece %zu, cma chunk %zu, cma bounce %zu, cma min %zu, cma max %zu\n", args.opt.ring_bytes,
+              args.opt.piece_bytes, args.opt.cma_chunk_bytes, args.opt.cma_bounce_bytes, args.opt.cma_min_bytes,
+              args.opt.cma_max_bytes);
   if (args.kind != "cma") run(false, args);
   if (args.kind != "ring") run(true, args);
   return 0;

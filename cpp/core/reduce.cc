@@ -162,14 +162,20 @@ void fp16_narrow_f16c(uint16_t* out, const float* in, size_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
   for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
 }
-const bool g_have_f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+bool have_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();  // we may run from a static initializer, before libgcc's own
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
 
 void widen(Fp16, float* out, const uint16_t* in, size_t n) {
-  if (g_have_f16c) return fp16_widen_f16c(out, in, n);
+  if (have_f16c()) return fp16_widen_f16c(out, in, n);
   for (size_t i = 0; i < n; ++i) out[i] = fp16_to_float(in[i]);
 }
 void narrow(Fp16, uint16_t* out, const float* in, size_t n) {
-  if (g_have_f16c) return fp16_narrow_f16c(out, in, n);
+  if (have_f16c()) return fp16_narrow_f16c(out, in, n);
   for (size_t i = 0; i < n; ++i) out[i] = float_to_fp16(in[i]);
 }
 

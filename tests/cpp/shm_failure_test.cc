@@ -1,7 +1,10 @@
 // Failure behaviour of the shm transport: mismatches, a peer that exits or is SIGKILLed in the
 // middle of a transfer, a peer that sends and exits, fail_all(), setup errors, and /dev/shm
 // left clean in every case.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "shm_test_util.h"
 
@@ -293,6 +296,35 @@ void test_setup_errors() {
   CHECK(!ep.ok() && ep.status().code() == Code::kRemoteError);
 }
 
+// A creator that died between start_connect() and finish() leaves its name behind; the next
+// process to connect removes it, but never a fresh one or one whose creator still lives.
+void test_stale_segment_janitor() {
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  CHECK(join(dead) == 0);
+  auto make = [](pid_t pid, const char* hex, int age_s) {
+    std::string name = "/uccl-" + std::to_string(pid) + "-" + hex;
+    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    CHECK(fd >= 0);
+    timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= age_s;
+    times[1] = times[0];
+    CHECK(futimens(fd, times) == 0);
+    close(fd);
+    return "/dev/shm" + name;
+  };
+  auto exists = [](const std::string& path) { return access(path.c_str(), F_OK) == 0; };
+  const std::string stale = make(dead, "00000000000000aa", 120);
+  const std::string fresh = make(dead, "00000000000000bb", 0);
+  const std::string alive = make(getppid(), "00000000000000cc", 120);
+  CHECK(shm::remove_stale_segments(60) >= 1);
+  CHECK(!exists(stale));
+  CHECK(exists(fresh) && exists(alive));
+  shm_unlink(fresh.c_str() + 8);
+  shm_unlink(alive.c_str() + 8);
+}
+
 }  // namespace
 
 int main() {
@@ -313,6 +345,7 @@ int main() {
   test_fail_all();
   std::puts("setup errors");
   test_setup_errors();
+  test_stale_segment_janitor();
   CHECK(leftover_segments() == 0);
   std::puts("shm_failure_test ok");
   return 0;

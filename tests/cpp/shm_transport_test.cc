@@ -123,6 +123,83 @@ void test_asymmetric_options() {
   CHECK(join(child_pid) == 0);
 }
 
+// Two ranks in one process (threads-as-ranks test harnesses): both endpoints driven from one
+// thread, CMA reading our own memory, ring and CMA sizes both ways.
+void test_same_process(bool cma) {
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  auto t = make_shm_transport(options(cma));
+  Result<PendingConnect*> pc = t->start_connect(peer_ctx(0, 1));
+  CHECK_OK(pc.status());
+  std::unique_ptr<PendingConnect> pending(pc.value());
+  std::string answer;
+  Result<Endpoint*> b = t->accept(peer_ctx(1, 0), pending->offer(), &answer, {sv[1]});
+  CHECK_OK(b.status());
+  Result<Endpoint*> a = pending->finish(answer, {sv[0]});
+  CHECK_OK(a.status());
+  std::unique_ptr<Endpoint> ea(a.value()), eb(b.value());
+  CHECK(leftover_segments() == 0);
+  for (size_t bytes : {size_t(0), size_t(100), size_t(5u << 20) + 1}) {
+    std::vector<uint8_t> out_a = make_payload(bytes, 1), out_b = make_payload(bytes, 2), in_a(bytes), in_b(bytes);
+    SendRequest sa, sb;
+    RecvRequest ra, rb;
+    sa.data = out_a.data();
+    sb.data = out_b.data();
+    sa.bytes = sb.bytes = ra.bytes = rb.bytes = bytes;
+    ra.dst = in_a.data();
+    rb.dst = in_b.data();
+    sa.env = sb.env = ra.expect = rb.expect = env_for(3);
+    ea->post_send(&sa);
+    ea->post_recv(&ra);
+    eb->post_send(&sb);
+    eb->post_recv(&rb);
+    const double deadline = now_s() + 30;
+    while (sa.pending() || sb.pending() || ra.pending() || rb.pending()) {
+      ea->progress();
+      eb->progress();
+      CHECK(now_s() < deadline);
+    }
+    for (Request* r : std::initializer_list<Request*>{&sa, &sb, &ra, &rb}) CHECK(r->state == ReqState::kDone);
+    CHECK(check_payload(in_a.data(), bytes, 2));
+    CHECK(check_payload(in_b.data(), bytes, 1));
+  }
+  CHECK((as_shm(ea.get())->stats().cma_sends > 0) == cma);
+}
+
+// Only messages inside [cma_min_bytes, cma_max_bytes] take the CMA path.
+void test_cma_window() {
+  ShmOptions o = options(true);
+  o.cma_max_bytes = 2 << 20;
+  const std::vector<size_t> sizes = {(1u << 20) - 1, 1u << 20, 2u << 20, (2u << 20) + 1};
+  auto body = [&](Endpoint* ep) -> int {
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<uint8_t> in(sizes[k]);
+      RecvRequest r;
+      r.dst = in.data();
+      r.bytes = sizes[k];
+      r.expect = env_for(k);
+      ep->post_recv(&r);
+      CHECK_OK(drive(ep, {&r}));
+      CHECK(check_payload(in.data(), sizes[k], k));
+    }
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(o, o, &ep, body);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<uint8_t> out = make_payload(sizes[k], k);
+    SendRequest s;
+    s.data = out.data();
+    s.bytes = sizes[k];
+    s.env = env_for(k);
+    ep->post_send(&s);
+    CHECK_OK(drive(ep.get(), {&s}));
+  }
+  const shm::ShmStats& st = as_shm(ep.get())->stats();
+  CHECK(st.cma_sends == 2 && st.ring_sends == 2);
+  CHECK(join(child) == 0);
+}
+
 // Thousands of messages posted at once, sizes mixing inline, multi-piece and CMA: they must
 // arrive and complete in posting order.
 void test_fifo_many() {
@@ -271,8 +348,13 @@ int main() {
   test_sizes(true);
   std::puts("sizes, cma off");
   test_sizes(false);
+  std::puts("same process");
+  test_same_process(true);
+  test_same_process(false);
   std::puts("asymmetric options");
   test_asymmetric_options();
+  std::puts("cma window");
+  test_cma_window();
   std::puts("fifo, many in flight");
   test_fifo_many();
   std::puts("bidirectional");

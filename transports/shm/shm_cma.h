@@ -4,7 +4,8 @@
 // Yama restriction or PR_SET_PTRACER, no seccomp filter, same pid namespace for the pid to
 // mean anything). Containers often break one of these. So during setup the reader pulls a
 // known word from the writer (address and value travel in the offer/answer) and records the
-// verdict in the segment; any failure simply means "use the ring".
+// verdict in the segment; any failure simply means "use the ring". A successful probe also
+// proves that the pid names the peer, which lets the endpoint watch it with a pidfd.
 #pragma once
 
 #include <sys/types.h>

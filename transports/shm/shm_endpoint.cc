@@ -69,7 +69,8 @@ void ShmEndpoint::post_send(SendRequest* r) {
   r->state = ReqState::kPending;
   if (dead_) return fail(r, dead_status_);
   if (peer_gone_) return fail(r, gone_status_);
-  if (r->bytes > 0 && r->data == nullptr) return fail(r, InvalidArgument("shm send of " + std::to_string(r->bytes) + " bytes from a null buffer"));
+  if (r->bytes > 0 && r->data == nullptr)
+    return fail(r, InvalidArgument("shm send of " + std::to_string(r->bytes) + " bytes from a null buffer"));
   sendq_.push_back(r);
   // Eager: a lone small message leaves right now instead of at the next progress() call.
   if (sendq_.size() == 1) send_step();
@@ -78,7 +79,8 @@ void ShmEndpoint::post_send(SendRequest* r) {
 void ShmEndpoint::post_recv(RecvRequest* r) {
   r->state = ReqState::kPending;
   if (dead_) return fail(r, dead_status_);
-  if (r->bytes > 0 && r->dst == nullptr) return fail(r, InvalidArgument("shm receive of " + std::to_string(r->bytes) + " bytes into a null buffer"));
+  if (r->bytes > 0 && r->dst == nullptr)
+    return fail(r, InvalidArgument("shm receive of " + std::to_string(r->bytes) + " bytes into a null buffer"));
   if (r->reduce) {
     if (!dtype_valid(static_cast<int>(r->dtype)) || !redop_valid(static_cast<int>(r->op)))
       return fail(r, InvalidArgument("shm reduce receive with an invalid dtype or op"));
@@ -198,7 +200,10 @@ void ShmEndpoint::fail_all(const Status& why) {
 std::string ShmEndpoint::describe() const {
   const uint32_t tx = opt_.cma ? ctl_->cma_verdict[side_].load(std::memory_order_relaxed) : 2;
   const uint32_t rx = ctl_->cma_verdict[1 - side_].load(std::memory_order_relaxed);
-  const char* cma = (tx == 1 && rx == 1) ? "cma" : (tx == 1) ? "cma send only" : (rx == 1) ? "cma receive only" : "no cma";
+  const char* cma = (tx == 1 && rx == 1) ? "cma"
+                    : (tx == 1)           ? "cma send only"
+                    : (rx == 1)           ? "cma receive only"
+                                          : "no cma";
   return "shm (pid " + std::to_string(peer_pid_) + ", " + cma + ")";
 }
 

@@ -56,7 +56,8 @@ bool ShmEndpoint::send_step() {
 }
 
 bool ShmEndpoint::send_start(SendRequest* r) {
-  const bool cma = r->bytes >= opt_.cma_min_bytes && r->bytes > 0 && cma_send_enabled();
+  const bool cma = r->bytes >= opt_.cma_min_bytes && r->bytes <= opt_.cma_max_bytes && r->bytes > 0 &&
+                   cma_send_enabled();
   const uint64_t padded = align_up(r->bytes, kLine);
   const bool whole = !cma && padded <= piece_;  // header and payload go out in one publish
   if (!tx_reserve(kLine + (whole ? padded : 0))) return false;
@@ -231,11 +232,12 @@ bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
   const uintptr_t src = rx_hdr_.cma_address + rx_off_;
   ssize_t got;
   if (!r->reduce) {
-    got = cma_read(peer_pid_, static_cast<char*>(r->dst) + rx_off_, src, std::min<uint64_t>(remaining, opt_.cma_chunk_bytes));
+    char* dst = static_cast<char*>(r->dst) + rx_off_;
+    got = cma_read(peer_pid_, dst, src, std::min<uint64_t>(remaining, opt_.cma_chunk_bytes));
   } else {
     if (!bounce_) {
-      bounce_ = std::unique_ptr<char, void (*)(void*)>(static_cast<char*>(std::aligned_alloc(kLine, opt_.cma_bounce_bytes)),
-                                                       std::free);
+      void* mem = std::aligned_alloc(kLine, opt_.cma_bounce_bytes);
+      bounce_ = std::unique_ptr<char, void (*)(void*)>(static_cast<char*>(mem), std::free);
       if (!bounce_) {
         fatal(Status(Code::kSystemError, "out of memory for the shm CMA bounce buffer"), "ran out of memory");
         return true;

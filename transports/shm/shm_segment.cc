@@ -1,6 +1,8 @@
 #include "transports/shm/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -44,6 +46,28 @@ Result<void*> map_shared(int fd, size_t bytes, const std::string& name) {
 }
 
 }  // namespace
+
+int remove_stale_segments(double min_age_s) {
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return 0;
+  int removed = 0;
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  while (dirent* e = readdir(dir)) {
+    int pid = 0;
+    char hexpart[32];
+    if (std::sscanf(e->d_name, "uccl-%d-%31[0-9a-f]", &pid, hexpart) != 2 || std::strlen(hexpart) != 16) continue;
+    if (pid <= 0 || pid == getpid()) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // creator alive (or not ours to probe)
+    const std::string path = std::string("/dev/shm/") + e->d_name;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+    if (static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) < min_age_s) continue;
+    if (shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
 
 size_t effective_ring_bytes(size_t requested, size_t piece_bytes) {
   size_t min_bytes = 4 * piece_bytes;
@@ -90,7 +114,11 @@ Result<Segment> Segment::create(size_t ring_bytes) {
   for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
     std::snprintf(name, sizeof name, "/uccl-%d-%016" PRIx64, static_cast<int>(getpid()), random_u64());
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 && errno != EEXIST) return SystemError(std::string("shm_open ") + name, errno);
+    if (fd < 0 && errno != EEXIST) {
+      // No usable /dev/shm (missing, read-only, full of inodes): the core falls back to tcp.
+      const int e = errno;
+      return Status(Code::kNotSupported, std::string("shm_open ") + name + ": " + std::strerror(e));
+    }
   }
   if (fd < 0) return SystemError("shm_open: no unused name", EEXIST);
 

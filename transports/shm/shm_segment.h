@@ -86,6 +86,12 @@ class Segment {
   bool linked_ = false;
 };
 
+// Removes "/dev/shm/uccl-<pid>-*" left behind by a creator that died between start_connect()
+// and finish() (the only window in which a name exists). Conservative on purpose: only our
+// own files, only when <pid> no longer exists, and only when older than `min_age_s`, so that a
+// live setup in another pid namespace sharing /dev/shm is never touched. Returns the count.
+int remove_stale_segments(double min_age_s = 60);
+
 // Rounds a requested ring size to what the segment uses: a power of two, at least 4 pieces.
 size_t effective_ring_bytes(size_t requested, size_t piece_bytes);
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "core/config.h"
@@ -134,6 +135,10 @@ class ShmTransport final : public Transport {
 
   Result<PendingConnect*> start_connect(const PeerContext& peer) override {
     if (opt_.cma) shm::cma_allow_peers();  // before the offer: the peer probes us in accept()
+    static std::once_flag janitor;
+    std::call_once(janitor, [] {
+      if (int n = shm::remove_stale_segments()) UCCL_INFO("shm: removed %d stale segment(s) from /dev/shm", n);
+    });
     Result<Segment> seg = Segment::create(opt_.ring_bytes);
     if (!seg.ok()) return seg.status();
     return static_cast<PendingConnect*>(new ShmPendingConnect(peer, seg.take(), opt_));
