@@ -29,6 +29,7 @@ struct Config {
   size_t shm_ring_bytes = 4 << 20;   // UCCL_SHM_RING_BYTES
   bool shm_cma = true;               // UCCL_SHM_CMA
   size_t shm_cma_min_bytes = 1 << 20;  // UCCL_SHM_CMA_MIN_BYTES
+  size_t shm_cma_max_bytes = 16 << 20;  // UCCL_SHM_CMA_MAX_BYTES
   // algorithms
   size_t small_msg_bytes = 64 << 10;  // UCCL_SMALL_MSG_BYTES: direct algorithms up to here
   // topology

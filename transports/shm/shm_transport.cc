@@ -191,6 +191,7 @@ ShmOptions ShmOptions::from_config() {
   o.ring_bytes = c.shm_ring_bytes;
   o.cma = c.shm_cma;
   o.cma_min_bytes = c.shm_cma_min_bytes;
+  o.cma_max_bytes = c.shm_cma_max_bytes;
   return o;
 }
 
