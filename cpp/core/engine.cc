@@ -193,6 +193,17 @@ Status Engine::wait(OpWork* w, double timeout_s) {
   return w->status();
 }
 
+void Engine::end_will_wait() {
+  if (waiters_.fetch_sub(1) != 1) return;  // another waiter still drives the engine
+  {
+    // Under the lock: the progress thread checks waiters_ under mu_ before it sleeps, so the
+    // wake-up below cannot fall between its check and its sleep.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return;
+  }
+  cv_.notify_one();
+}
+
 void Engine::poll_once() {
   Callbacks done;
   {

@@ -94,6 +94,9 @@ Status run(Communicator& c, const PerfOp& p, int n, bool blocking, double timeou
 
 double perf_loop(Communicator& c, const PerfOp& p, int warmup, int iters, bool blocking, double timeout_s,
                  bool barrier) {
+  // This thread waits for everything it issues: the background progress thread stays asleep
+  // (see Communicator::will_wait), as it would for any caller that issues and then waits.
+  std::shared_ptr<void> waiting = c.will_wait();
   check(run(c, p, warmup, blocking, timeout_s));
   if (barrier) {
     auto b = c.barrier();
