@@ -21,12 +21,16 @@ def aligned(nbytes, align=4096):
 class Buffers:
     """send/recv byte buffers big enough for `maxbytes` of any of the chosen collectives."""
 
-    def __init__(self, maxbytes):
+    def __init__(self, maxbytes, send=None, recv=None):
+        """send/recv: existing uint8 arrays to use instead (benchmarks/compare.py shares one
+        pair between uccl, Gloo and MPI so that every library works on the same memory)."""
         self.nbytes = max(int(maxbytes), 64)
-        self.send = aligned(self.nbytes)
-        self.recv = aligned(self.nbytes)
-        self.send.fill(1)
-        self.recv.fill(SENTINEL)
+        self.send = aligned(self.nbytes) if send is None else send
+        self.recv = aligned(self.nbytes) if recv is None else recv
+        if send is None:
+            self.send.fill(0x3F)  # a normal number in every float type (no denormal slow path)
+        if recv is None:
+            self.recv.fill(SENTINEL)
 
     def layout(self, coll, count, esize, rank, nranks, in_place):
         """(send address, recv address, send view base, recv view base) in bytes for one run."""
