@@ -98,6 +98,9 @@ class GlooRunner:
         blocks_r = list(r.chunk(n)) if coll.recv_mult and count else None
         blocks_s = list(s.chunk(n)) if coll.send_mult and count else None
         nxt, prv = (rank + 1) % n, (rank - 1) % n
+        # torch 2.13 renamed the tensor variants (the old names warn on every call).
+        all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
         def sendrecv():
             for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)]):
@@ -105,8 +108,8 @@ class GlooRunner:
 
         self.fn = {
             "all_reduce": lambda: dist.all_reduce(r, op=rop),
-            "all_gather": lambda: dist.all_gather_into_tensor(r, s),
-            "reduce_scatter": lambda: dist.reduce_scatter_tensor(r, s, op=rop),
+            "all_gather": lambda: all_gather(r, s),
+            "reduce_scatter": lambda: reduce_scatter(r, s, op=rop),
             "broadcast": lambda: dist.broadcast(r, src=0),
             "reduce": lambda: dist.reduce(r, dst=0, op=rop),
             "alltoall": lambda: dist.all_to_all_single(r, s),

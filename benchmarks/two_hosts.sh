@@ -103,6 +103,10 @@ for r in doc["results"]:
                                                    pct(bus, sock)))
 EOF
 # Drops mean the tbf queue (latency 20ms) overflowed and TCP backed off below the rate.
-for ns in "$NS1" "$NS2"; do echo "# tc $ns: $(tc -n "$ns" -s qdisc show | grep -o 'Sent.*' | head -1)"; done
+for ns in "$NS1" "$NS2"; do
+  echo "# $ns: tbf $(tc -n "$ns" -s qdisc show | grep -A1 ' tbf ' | grep -o 'Sent.*'); tcp" \
+    "$(ip netns exec "$ns" nstat -az TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLossProbes 2>/dev/null |
+      awk 'NR>1 {printf "%s %s ", $1, $2}')"
+done
 if [ -n "$OUT" ]; then cp "$log" "$OUT.log"; cp "$json" "$OUT.json"; fi
 rm -f "$log" "$json"
