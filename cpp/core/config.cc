@@ -58,7 +58,7 @@ const std::vector<VarSpec>& specs() {
        [](Config& c, const std::string& v) { c.shm_ring_bytes = parse_bytes(v); }},
       {"UCCL_SHM_CMA", "1", "use single-copy cross-memory attach (process_vm_readv) for large shm messages",
        [](Config& c, const std::string& v) { c.shm_cma = parse_bool(v); }},
-      {"UCCL_SHM_CMA_MIN_BYTES", "1M", "shm messages at least this large use single-copy CMA",
+      {"UCCL_SHM_CMA_MIN_BYTES", "256K", "shm messages at least this large use single-copy CMA",
        [](Config& c, const std::string& v) { c.shm_cma_min_bytes = parse_bytes(v); }},
       {"UCCL_SMALL_MSG_BYTES", "64K", "latency-oriented (direct) algorithms up to this many bytes",
        [](Config& c, const std::string& v) { c.small_msg_bytes = parse_bytes(v); }},
