@@ -61,6 +61,8 @@ void root_check(int root, const OpEnv& env, Schedule* s, bool towards_root);
 void ring_reduce_scatter(const void* send, void* out_block, void* tmp2, const Blocks& b, const OpEnv& env,
                          Schedule* s);
 // All-gather over the ring, in place in `buf` (this rank's block must already be there).
-void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s);
+// own_src, when given, holds this rank's block too and is what the first step sends: the
+// caller's untouched input instead of the copy just written into buf (see data_movement.cc).
+void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s, const void* own_src = nullptr);
 
 }  // namespace uccl

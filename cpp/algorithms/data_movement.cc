@@ -46,7 +46,11 @@ Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataTyp
     }
     return Status::Ok();
   }
-  ring_all_gather(recv, b, env, s);
+  // The first step sends from `send`, not from the copy just written into recv: a peer that
+  // pulls with CMA (or a receiver reading a just-written line) would otherwise fetch cache
+  // lines this core holds modified, a cross-core snoop per line. On the 2-core test VM that
+  // made out-of-place all_gather 3x slower than in place at 2 MiB (183 vs 59 us).
+  ring_all_gather(recv, b, env, s, send);
   return Status::Ok();
 }
 

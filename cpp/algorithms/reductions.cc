@@ -40,13 +40,14 @@ void ring_reduce_scatter(const void* send, void* out_block, void* tmp2, const Bl
   }
 }
 
-void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s) {
+void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s, const void* own_src) {
   const int n = env.size, r = env.rank, next = (r + 1) % n, prev = (r - 1 + n) % n;
   const size_t es = dtype_size(s->dtype());
   for (int k = 0; k < n - 1; ++k) {
     const int sb = (r - k + n) % n, rb = (r - k - 1 + n) % n;
     s->new_phase();
-    s->send(next, at(buf, b.off[sb], es), b.cnt[sb] * es);
+    const void* src = k == 0 && own_src ? own_src : at(buf, b.off[sb], es);
+    s->send(next, src, b.cnt[sb] * es);
     s->recv(prev, at(buf, b.off[rb], es), b.cnt[rb] * es);
   }
 }

@@ -197,6 +197,16 @@ class Communicator {
   virtual Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks,
                                                           const CommOptions& opts = {}) = 0;
 
+  // Progress hint for a thread that issues operations and then waits for them itself (a
+  // blocking call, a benchmark loop). While the returned token is alive, issuing does not wake
+  // the background progress thread: that wake-up costs a futex call and a context switch, and
+  // the woken thread then competes with the soon-waiting caller for the engine lock and the
+  // cores (several microseconds per small operation on a 2-core host). The holder promises to
+  // wait (Work::wait) for what it issued; until it does, nothing else drives those operations.
+  // Dropping the token wakes the progress thread if operations are still pending. Nests;
+  // thread safe. The default (for other implementations) is a no-op token.
+  virtual std::shared_ptr<void> will_wait() { return nullptr; }
+
   // Fails every pending operation with kAborted and refuses new ones. Thread safe.
   virtual void abort(const std::string& why = "abort() called") = 0;
   // The first error that failed the communicator (Ok if none). Once failed, new ops fail with it.

@@ -296,6 +296,13 @@ Result<std::shared_ptr<Communicator>> CommunicatorImpl::new_group(const std::vec
   return Communicator::create(static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), sub, merged(opts));
 }
 
+std::shared_ptr<void> CommunicatorImpl::will_wait() {
+  engine_->begin_will_wait();
+  // The token holds the engine, so it may outlive the communicator harmlessly.
+  std::shared_ptr<Engine> e = engine_;
+  return std::shared_ptr<void>(e.get(), [e](void*) { e->end_will_wait(); });
+}
+
 void CommunicatorImpl::abort(const std::string& why) { engine_->abort(Status(Code::kAborted, why)); }
 
 Status CommunicatorImpl::error() { return engine_->error(); }

@@ -36,6 +36,7 @@ class CommunicatorImpl : public Communicator {
   Result<WorkPtr> barrier() override;
   Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks, const CommOptions& opts) override;
+  std::shared_ptr<void> will_wait() override;
   void abort(const std::string& why) override;
   Status error() override;
   std::string describe() override;

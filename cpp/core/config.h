@@ -28,8 +28,11 @@ struct Config {
   // shm
   size_t shm_ring_bytes = 4 << 20;   // UCCL_SHM_RING_BYTES
   bool shm_cma = true;               // UCCL_SHM_CMA
-  size_t shm_cma_min_bytes = 1 << 20;  // UCCL_SHM_CMA_MIN_BYTES
-  size_t shm_cma_max_bytes = 16 << 20;  // UCCL_SHM_CMA_MAX_BYTES
+  // 256K, not 1M: below ~1M the two-copy ring lost to a single process_vm_readv by 2x on the
+  // 2-core VM (all_gather 1 MiB: 79 -> 38 us, Open MPI 43-50 us); below ~256K the ring still
+  // wins when the data was just written by the sender (in-place all_reduce), see RESULTS.md.
+  size_t shm_cma_min_bytes = 256 << 10;  // UCCL_SHM_CMA_MIN_BYTES
+  size_t shm_cma_max_bytes = 16 << 20;   // UCCL_SHM_CMA_MAX_BYTES
   // algorithms
   size_t small_msg_bytes = 64 << 10;  // UCCL_SMALL_MSG_BYTES: direct algorithms up to here
   // topology

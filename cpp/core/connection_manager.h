@@ -91,6 +91,10 @@ class ConnectionManager {
   std::map<int, std::unique_ptr<Outgoing>> outgoing_;
   std::vector<std::unique_ptr<Incoming>> incoming_;
   std::map<int, std::unique_ptr<Assembling>> assembling_;
+  // Listeners are polled (accept) at most this often while no handshake is in flight: a new
+  // connection waits at most this long, a progress pass saves a failing accept() syscall.
+  static constexpr double kAcceptIntervalS = 100e-6;
+  double next_accept_s_ = 0;
 };
 
 }  // namespace uccl

@@ -6,6 +6,9 @@
 //    waiting, so asynchronous work (torch futures, compute overlap) still completes. It sleeps
 //    on a condition variable otherwise; with UCCL_PROGRESS_THREAD=0 there is none, and
 //    is_completed() makes one progress pass (MPI_Test style).
+//  * A caller that issues and then waits itself says so with Communicator::will_wait(): it
+//    counts as a waiter from before the submit, so the progress thread is not woken at all
+//    (no futex wake, no context switch, no second thread contending for the lock and cores).
 //  * An idle driver backs off: spin, then sched_yield (several ranks may share a core), then
 //    sleep in poll() on the sockets / a short nanosleep, so a rank waiting at a barrier for
 //    seconds does not steal the core from its neighbour.
@@ -70,6 +73,10 @@ class Engine {
   // Queues an operation. Fails at once (without queuing) if the communicator already failed.
   Status submit(const std::shared_ptr<OpWork>& w);
   Status wait(OpWork* w, double timeout_s);
+  // Communicator::will_wait(): counts as a waiter, so submit() does not wake the progress
+  // thread; end_will_wait() wakes it if operations are left and nobody else waits.
+  void begin_will_wait() { waiters_.fetch_add(1); }
+  void end_will_wait();
   // One non-blocking progress pass if the engine is free (for is_completed()).
   void poll_once();
   void abort(const Status& why);

@@ -16,6 +16,7 @@
 #include "core/communicator.h"
 #include "core/config.h"
 #include "core/net.h"
+#include "python/core/perf_loop.h"
 #include "python/core/py_errors.h"
 #include "python/core/py_store.h"
 #include "transports/registry.h"
@@ -225,4 +226,6 @@ PYBIND11_MODULE(_core, m) {
       .def("abort", &C::abort, py::arg("why") = "abort() called", release)
       .def("error", [](C& c) { check(c.error()); }, release)
       .def("describe", &C::describe, release);
+
+  register_perf_loop(m);  // uccl-perf's timed loop (perf_loop.cc)
 }
