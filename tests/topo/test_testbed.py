@@ -29,7 +29,7 @@ def test_hier_equals_ring_under_torchrun(bed, topo_file):
     assert not bad, bad[:5]
     assert {c["algos"]["hier"] for r in res for c in r["cases"] if c["count"]} == {"hier"}
     d = res[0]["describe"]
-    assert "2 clusters" in d and "rail {0,2,4,6}" in d and "level inter_cluster" in d
+    assert "2 clusters" in d and "rail {0,2,4,6}" in d and "(inter_cluster level)" in d
 
 
 def test_slow_level_bytes_match_formula(bed, topo_file):
