@@ -326,7 +326,7 @@ void test_reduce(DataType dt, RedOp op, size_t count, bool cma, bool with_acc) {
     r.op = op;
     ep->post_recv(&r);
     CHECK_OK(drive(ep, {&r}));
-    CHECK(std::memcmp(dst.data(), expect.data(), bytes) == 0);
+    CHECK(bytes == 0 || std::memcmp(dst.data(), expect.data(), bytes) == 0);  // memcmp(nullptr, .., 0) is UB
     CHECK(acc == b);
     return 0;
   };
