@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cpuid.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -163,9 +165,16 @@ void fp16_narrow_f16c(uint16_t* out, const float* in, size_t n) {
   for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
 }
 bool have_f16c() {
+  // cpuid rather than __builtin_cpu_supports("f16c"), which clang 14 does not know: F16C and
+  // AVX in CPUID.1:ECX, and the OS saving the YMM state (OSXSAVE + XCR0 bits 1 and 2).
   static const bool yes = [] {
-    __builtin_cpu_init();  // we may run from a static initializer, before libgcc's own
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool avx = (c & bit_AVX) != 0, f16c = (c & bit_F16C) != 0, osxsave = (c & bit_OSXSAVE) != 0;
+    if (!avx || !f16c || !osxsave) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 0x6) == 0x6;
   }();
   return yes;
 }
