@@ -87,9 +87,10 @@ def main(argv=None):
     names = [r.name for r in runners]
     esize = data.storage(a.tname).itemsize
     out = print if main_rank else (lambda *_: None)
+    load_start = os.getloadavg()
     out(f"# compare {a.coll.name}: {n} ranks, {a.tname}, {a.op if a.coll.reduces else 'none'}, rounds {a.rounds}, "
         f"iters {a.iters} (<=64K: {a.small_iters}), warmup {a.warmup_iters}, uccl blocking {a.blocking}, "
-        f"stat {a.stat}, host {socket.gethostname()}, load {os.getloadavg()[0]:.2f}")
+        f"stat {a.stat}, host {socket.gethostname()}, load {load_start[0]:.2f}")
     cols = "".join(f" {nm + ' us':>10} {nm + ' busbw':>11}" for nm in names)
     ratios = [o for o in names if o != "uccl"] if "uccl" in names else []
     out(f"# {'size(B)':>11} {'count':>11}{cols}" + "".join(f" {'uccl/' + o:>10}" for o in ratios))
@@ -127,7 +128,7 @@ def main(argv=None):
         doc = {"collective": a.coll.name, "nranks": n, "dtype": a.tname, "op": a.op, "libs": names,
                "rounds": a.rounds, "iters": a.iters, "small_iters": a.small_iters, "warmup": a.warmup_iters,
                "uccl_blocking": a.blocking, "stat": a.stat, "host": socket.gethostname(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "loadavg": os.getloadavg(),
+               "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "load_start": load_start, "loadavg": os.getloadavg(),
                "command": " ".join(sys.argv), "rows": rows}
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out + ".json", "w") as f:

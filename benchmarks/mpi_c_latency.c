@@ -1,0 +1,49 @@
+/* Open MPI's all_reduce time from C, without mpi4py: the reference that says how much of
+ * "MPI" in compare.py's table is Python call overhead (it matters only at small sizes).
+ *
+ *   mpicc -O2 -o /tmp/mpi_c_latency benchmarks/mpi_c_latency.c
+ *   mpirun --allow-run-as-root -np 2 /tmp/mpi_c_latency [iters]
+ *
+ * Prints, per size, the median over 5 rounds of the rank-averaged time of `iters` blocking
+ * MPI_Allreduce calls (float sum, out of place), like compare.py's MPI runner. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int iters = argc > 1 ? atoi(argv[1]) : 2000;
+  const size_t sizes[] = {8, 64, 512, 4096, 32768, 65536};
+  float* s = malloc(65536);
+  float* r = malloc(65536);
+  for (size_t i = 0; i < 65536 / 4; ++i) s[i] = r[i] = 1.0f;
+  if (rank == 0) printf("# MPI_Allreduce from C, %d ranks, float sum, %d iters, median of 5 rounds\n", size, iters);
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+    const int count = (int)(sizes[k] / 4);
+    double t[5];
+    for (int round = 0; round < 5; ++round) {
+      for (int i = 0; i < 10; ++i) MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      for (int i = 0; i < iters; ++i) MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      double dt = (MPI_Wtime() - t0) / iters, sum = 0;
+      MPI_Allreduce(&dt, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      t[round] = sum / size;
+    }
+    qsort(t, 5, sizeof t[0], cmp);
+    if (rank == 0) printf("%8zu bytes  %8.2f us\n", sizes[k], t[2] * 1e6);
+  }
+  free(s);
+  free(r);
+  MPI_Finalize();
+  return 0;
+}
