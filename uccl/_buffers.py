@@ -16,7 +16,7 @@ DTYPES = {
 }
 DTYPE_SIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
 # Values of uccl::RedOp.
-OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "premul_sum": 5}
+OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "premul_sum": 5, "band": 6, "bor": 7, "bxor": 8}
 
 
 class Buffer:

@@ -106,6 +106,8 @@ Status CommunicatorImpl::check_common(const char* what, DataType dt, size_t coun
 Status CommunicatorImpl::check_op(const char* what, DataType dt, RedOp op) {
   if (!redop_valid(static_cast<int>(op)))
     return InvalidArgument(std::string(what) + ": invalid reduction op " + std::to_string(static_cast<int>(op)));
+  if (redop_is_bitwise(op) && !dtype_is_integer(dt))
+    return InvalidArgument(std::string(what) + ": " + redop_name(op) + " needs an integer dtype, got " + dtype_name(dt));
   return Status::Ok();
 }
 

@@ -23,9 +23,13 @@ const char* dtype_name(DataType t) {
 }
 
 const char* redop_name(RedOp op) {
-  static const char* names[] = {"sum", "prod", "min", "max", "avg", "premul_sum"};
+  static const char* names[] = {"sum", "prod", "min", "max", "avg", "premul_sum", "band", "bor", "bxor"};
   int i = static_cast<int>(op);
   return redop_valid(i) ? names[i] : "invalid-op";
+}
+
+bool dtype_is_integer(DataType t) {
+  return t == DataType::kInt8 || t == DataType::kUint8 || t == DataType::kInt32 || t == DataType::kInt64;
 }
 
 bool dtype_valid(int t) { return t >= 0 && t < kNumDataTypes; }

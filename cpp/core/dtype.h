@@ -28,8 +28,15 @@ enum class RedOp : uint8_t {
   kMax = 3,
   kAvg = 4,        // sum, then divide by the number of ranks
   kPremulSum = 5,  // each rank's input is multiplied by a scalar before the sum (FSDP uses it)
+  kBand = 6,       // bitwise and / or / xor: integer dtypes only (torch's BAND, BOR, BXOR)
+  kBor = 7,
+  kBxor = 8,
 };
-constexpr int kNumRedOps = 6;
+constexpr int kNumRedOps = 9;
+
+// Bitwise reductions are defined for integer element types only.
+inline bool redop_is_bitwise(RedOp op) { return op == RedOp::kBand || op == RedOp::kBor || op == RedOp::kBxor; }
+bool dtype_is_integer(DataType t);
 
 size_t dtype_size(DataType t);
 const char* dtype_name(DataType t);

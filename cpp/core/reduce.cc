@@ -222,6 +222,16 @@ void reduce_typed(void* dst, const void* a, const void* b, size_t n, RedOp op) {
     // NaN propagates (v != v is true only for NaN), as in numpy and torch.
     case RedOp::kMin: run([](T u, T v) { return (v < u || v != v) ? v : u; }); break;
     case RedOp::kMax: run([](T u, T v) { return (v > u || v != v) ? v : u; }); break;
+    // Bitwise ops: callers refuse them for non-integer dtypes (check_op), so floats never come here.
+    case RedOp::kBand:
+    case RedOp::kBor:
+    case RedOp::kBxor:
+      if constexpr (std::is_integral_v<T>) {
+        if (op == RedOp::kBand) run([](T u, T v) { return static_cast<T>(u & v); });
+        else if (op == RedOp::kBor) run([](T u, T v) { return static_cast<T>(u | v); });
+        else run([](T u, T v) { return static_cast<T>(u ^ v); });
+      }
+      break;
   }
 }
 

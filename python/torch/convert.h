@@ -75,14 +75,17 @@ inline ReduceWire reduce_wire(at::ScalarType t, const c10d::ReduceOp& rop, const
     }
     case R::BAND:
     case R::BOR:
-      TORCH_CHECK_NOT_IMPLEMENTED(t == at::kBool, "uccl ", opname, ": bitwise reduction ",
-                                  rop.op_ == R::BAND ? "BAND" : "BOR", " is supported only for bool tensors (got ",
-                                  t, "); uccl has no bitwise reduce kernels");
-      rw.op = rop.op_ == R::BAND ? uccl::RedOp::kMin : uccl::RedOp::kMax;
+    case R::BXOR:
+      // bool: and/or are min/max over 0/1 bytes (xor over bytes stays 0/1 too); integers: bitwise.
+      TORCH_CHECK_VALUE(t == at::kBool || at::isIntegralType(t, /*includeBool=*/false), "uccl ", opname,
+                        ": bitwise reductions need integer or bool tensors (got ", t, ")");
+      rw.op = rop.op_ == R::BAND ? uccl::RedOp::kBand : rop.op_ == R::BOR ? uccl::RedOp::kBor : uccl::RedOp::kBxor;
+      if (t == at::kBool && rw.op != uccl::RedOp::kBxor)
+        rw.op = rop.op_ == R::BAND ? uccl::RedOp::kMin : uccl::RedOp::kMax;
       break;
     default:
       TORCH_CHECK_NOT_IMPLEMENTED(false, "uccl ", opname, ": reduce op ", static_cast<int>(rop.op_),
-                                  " (BXOR or unknown) is not supported");
+                                  " is not supported");
   }
   if (t == at::kBool) {
     // True+True must stay True: sum/max -> max, prod/min -> min over 0/1 bytes.

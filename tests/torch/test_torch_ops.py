@@ -320,8 +320,14 @@ def check_barrier_and_errors(rank, world, u, g):
     # tensors away from backends, and this torch build has no CUDA).
     with pytest.raises(NotImplementedError, match="is on meta; the uccl torch backend supports CPU tensors only"):
         pg._get_backend(torch.device("cpu")).allreduce([torch.empty(3, device="meta")])
-    with pytest.raises(NotImplementedError, match="BXOR"):
-        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BXOR, group=u)
+    # Bitwise reductions on integers (what gloo offers): rank r contributes 1 << r and 3.
+    for op, want in ((dist.ReduceOp.BOR, (1 << world) - 1), (dist.ReduceOp.BAND, 1 if world == 1 else 0),
+                     (dist.ReduceOp.BXOR, (1 << world) - 1)):
+        t = torch.full((3,), 1 << dist.get_rank(u), dtype=torch.int64)
+        dist.all_reduce(t, op=op, group=u)
+        assert t.tolist() == [want] * 3, (op, t.tolist(), want)
+    with pytest.raises(ValueError, match="bitwise reductions need integer or bool"):
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BXOR, group=u)
     t = torch.ones(2)
     dist.all_reduce(t, group=u)
     assert t.tolist() == [world, world]
