@@ -1,0 +1,138 @@
+"""Peer death at random points: N trials of 4 ranks running random collectives, one of them
+SIGKILLed at a random operation (between operations, or by a timer in the middle of one).
+
+Every survivor must raise a uccl error that names the dead rank within --max-detect-s, then exit
+cleanly (exit code 0) without hanging, and /dev/shm must hold no uccl segment afterwards.
+Ranks 0,1 and 2,3 share a "host" (UCCL_HOST_ID), so both shm and tcp peers die.
+
+    python benchmarks/kill_points.py --trials 50
+"""
+import argparse
+import multiprocessing as mp
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+
+def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q):
+    os.environ["UCCL_HOST_ID"] = "a" if rank < 2 else "b"
+    import uccl
+    store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=30)
+    comm = uccl.Communicator(rank, world, store, timeout=60)
+    rng = random.Random(seed)  # the same op sequence on every rank
+    try:
+        for i in range(10000):
+            kind = rng.choice(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"])
+            n = rng.choice([1, 7, 1024, 65536, 1 << 20]) * world
+            if rank == victim and i == kill_op:
+                if kill_delay == 0:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                q.put(("kill", rank, time.time() + kill_delay))
+                threading.Timer(kill_delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            x = np.ones(n, np.float32)
+            if kind == "all_reduce":
+                comm.all_reduce(x)
+            elif kind == "all_gather":
+                comm.all_gather(x[: n // world])
+            elif kind == "reduce_scatter":
+                comm.reduce_scatter(x)
+            elif kind == "broadcast":
+                comm.broadcast(x, root=rng.randrange(world))
+            elif kind == "all_to_all":
+                comm.all_to_all(x)
+            else:
+                comm.barrier()
+        q.put(("no-error", rank, time.time(), ""))
+    except uccl.UcclError as e:
+        q.put(("error", rank, time.time(), f"{type(e).__name__}: {e}"))
+    sys.exit(0)  # a normal exit: communicator destructors run
+
+
+def trial(k, args):
+    rnd = random.Random(1000 + k)
+    world, victim = 4, rnd.randrange(4)
+    kill_op = rnd.randrange(0, 40)
+    kill_delay = rnd.choice([0, 0, rnd.uniform(0.0005, 0.02)])
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.time() + args.max_detect_s + 30
+    killed_at, reports = None, {}
+    while len(reports) < world - 1 and time.time() < deadline:
+        try:
+            msg = q.get(timeout=1)
+        except Exception:
+            if killed_at is None and not procs[victim].is_alive():
+                killed_at = time.time()  # died between ops before reporting (delay 0)
+            continue
+        if msg[0] == "kill":
+            killed_at = msg[2]
+        else:
+            reports[msg[1]] = msg
+    if killed_at is None:
+        killed_at = time.time()
+    for p in procs:
+        p.join(max(1, deadline - time.time()))
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    problems = []
+    if hung:
+        problems.append(f"ranks {hung} still running (hang)")
+    worst = 0.0
+    for r in range(world):
+        if r == victim:
+            continue
+        rep = reports.get(r)
+        if rep is None:
+            problems.append(f"rank {r} reported nothing")
+            continue
+        if rep[0] != "error":
+            problems.append(f"rank {r} finished without an error")
+            continue
+        took = rep[2] - killed_at
+        worst = max(worst, took)
+        if f"rank {victim} " not in rep[3]:
+            problems.append(f"rank {r}'s error does not name rank {victim}: {rep[3][:200]}")
+        if took > args.max_detect_s:
+            problems.append(f"rank {r} took {took:.1f}s")
+        if procs[r].exitcode not in (0, None):
+            problems.append(f"rank {r} exit code {procs[r].exitcode}")
+    leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("uccl")]
+    if leftovers:
+        problems.append(f"/dev/shm leftovers {leftovers}")
+    return victim, kill_op, kill_delay, worst, problems
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trials", type=int, default=50)
+    p.add_argument("--max-detect-s", type=float, default=5.0)
+    args = p.parse_args()
+    failed, worst = 0, 0.0
+    for k in range(args.trials):
+        victim, op, delay, w, problems = trial(k, args)
+        worst = max(worst, w)
+        status = "ok" if not problems else "FAIL " + "; ".join(problems)
+        failed += bool(problems)
+        print(f"trial {k:2d}: rank {victim} killed at op {op:2d} (+{delay * 1000:.1f} ms): "
+              f"slowest survivor {w:.2f}s  {status}", flush=True)
+    print(f"{args.trials - failed}/{args.trials} trials clean; slowest detection {worst:.2f}s")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
