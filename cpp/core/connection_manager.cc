@@ -200,7 +200,11 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
     endpoints_[peer] = std::make_unique<LoopbackEndpoint>();
     return endpoints_[peer].get();
   }
-  if (peer < rank_) return static_cast<Endpoint*>(nullptr);  // the lower rank connects to us
+  if (peer < rank_) {  // the lower rank connects to us
+    probe_lower_rank(peer);
+    if (!peer_errors_[peer].ok()) return peer_errors_[peer];
+    return static_cast<Endpoint*>(nullptr);
+  }
   if (!outgoing_.count(peer)) {
     Status s = start_connect(peer);
     if (s.code() == Code::kTimeout && s.message() == kNotPublishedYet) return static_cast<Endpoint*>(nullptr);
@@ -210,6 +214,43 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
     }
   }
   return static_cast<Endpoint*>(nullptr);
+}
+
+void ConnectionManager::probe_lower_rank(int peer) {
+  const double now = now_s();
+  ProbeState& st = probes_[peer];
+  if (st.waiting_since == 0) st.waiting_since = now;
+  if (now - st.waiting_since < 1.0 || now - st.last_probe < 1.0 || assembling_.count(peer)) return;
+  st.last_probe = now;
+  auto info = peer_info(peer, 0.05);
+  if (!info.ok()) {
+    if (info.status().code() != Code::kTimeout)  // the store itself is gone (it lived in a dead rank)
+      fail_peer(peer, info.status().with_context("waiting for rank " + std::to_string(peer) + " to connect"));
+    return;
+  }
+  for (const std::string& addr_text : info.value()->listen) {
+    std::string host;
+    int port = 0;
+    if (!split_host_port(addr_text, &host, &port)) continue;
+    auto addr = parse_address(host, port);
+    if (!addr.ok()) continue;
+    auto fd = connect_to(addr.value(), now_s() + 0.3);
+    if (!fd.ok()) continue;
+    HelloHeader h{};
+    h.magic = kHelloMagic;
+    h.version = kProtocolVersion;
+    h.flags = kHelloProbe;
+    std::memcpy(h.secret, secret_, kSecretBytes);
+    h.comm_id = comm_id_;
+    h.from_rank = rank_;
+    h.to_rank = peer;
+    send_all(fd.value(), &h, sizeof h, now_s() + 0.3);
+    ::close(fd.value());
+    return;  // alive: it just has not reached this operation yet
+  }
+  fail_peer(peer, Status(Code::kRemoteError,
+                         peer_context(peer).describe() + " is not listening any more (it exited before connecting)",
+                         peer));
 }
 
 Status ConnectionManager::start_connect(int peer) {
@@ -399,6 +440,11 @@ bool ConnectionManager::progress_incoming() {
         dst = reinterpret_cast<char*>(&in.hello) + in.got;
       } else {
         if (in.got == sizeof(HelloHeader)) {
+          if (in.hello.magic == kHelloMagic && (in.hello.flags & kHelloProbe) && in.hello.comm_id == comm_id_ &&
+              std::memcmp(in.hello.secret, secret_, kSecretBytes) == 0) {
+            why = "probe";  // a peer checking that this rank is alive: nothing to log
+            break;
+          }
           why = validate_hello(in.hello, secret_, comm_id_, rank_, size_);
           if (!why.empty()) break;
           in.offer.resize(in.hello.offer_bytes);
@@ -423,7 +469,7 @@ bool ConnectionManager::progress_incoming() {
     }
     if (why.empty() && !complete && now_s() > in.deadline) why = "handshake not completed in time";
     if (!why.empty()) {
-      UCCL_WARN("refused a connection from %s: %s", in.peer_addr.c_str(), why.c_str());
+      if (why != "probe") UCCL_WARN("refused a connection from %s: %s", in.peer_addr.c_str(), why.c_str());
       ::close(in.fd);
       incoming_.erase(incoming_.begin() + i);
       moved = true;

@@ -68,6 +68,9 @@ class ConnectionManager {
   struct Assembling;
 
   Status start_connect(int peer);
+  // A higher rank cannot see a lower rank that died before connecting: after a second of
+  // waiting it probes the peer's listener, and a refusal fails the peer instead of a hang.
+  void probe_lower_rank(int peer);
   bool progress_outgoing();
   bool accept_new();
   bool progress_incoming();
@@ -91,6 +94,10 @@ class ConnectionManager {
   std::map<int, std::unique_ptr<Outgoing>> outgoing_;
   std::vector<std::unique_ptr<Incoming>> incoming_;
   std::map<int, std::unique_ptr<Assembling>> assembling_;
+  struct ProbeState {
+    double waiting_since = 0, last_probe = 0;
+  };
+  std::map<int, ProbeState> probes_;
   // Listeners are polled (accept) at most this often while no handshake is in flight: a new
   // connection waits at most this long, a progress pass saves a failing accept() syscall.
   static constexpr double kAcceptIntervalS = 100e-6;

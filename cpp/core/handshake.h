@@ -19,11 +19,15 @@ constexpr uint32_t kMaxOfferBytes = 64 * 1024;
 constexpr size_t kSecretBytes = 16;
 
 #pragma pack(push, 1)
+// HelloHeader::flags: a liveness probe from a higher rank still waiting for this rank to
+// connect (it is authenticated like a hello, then closed without a word).
+constexpr uint8_t kHelloProbe = 1;
+
 struct HelloHeader {
   uint32_t magic;
   uint16_t version;
   uint8_t transport;  // TransportKind
-  uint8_t reserved;
+  uint8_t flags;      // kHelloProbe
   uint8_t secret[kSecretBytes];
   uint64_t comm_id;
   int32_t from_rank;
