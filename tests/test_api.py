@@ -181,9 +181,12 @@ def test_init_under_mpirun(tmp_path):
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", sys.executable, "-c", INIT_SCRIPT]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert p.returncode == 0, f"mpirun failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    _check_world(_results([p.stdout]) if p.stdout.count("RESULT ") == 1 else
-                 sorted((json.loads(line[line.index("{"):]) for line in p.stdout.splitlines() if "RESULT " in line),
-                        key=lambda r: r["rank"]), 3)
+    # mpirun forwards the ranks' stdout concurrently: two RESULT records can share a line, so
+    # decode one JSON object after each marker instead of splitting by lines.
+    decoder, records = json.JSONDecoder(), []
+    for part in p.stdout.split("RESULT ")[1:]:
+        records.append(decoder.raw_decode(part)[0])
+    _check_world(sorted(records, key=lambda r: r["rank"]), 3)
 
 
 # ---- buffer kinds ---------------------------------------------------------------------------------
