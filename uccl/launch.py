@@ -39,9 +39,8 @@ def _torch_agent_store(addr, port, size, timeout):
     import datetime
 
     import torch.distributed as dist
-    return dist.TCPStore(addr, port, size, is_master=False, timeout=datetime.timedelta(seconds=timeout),
-                         use_libuv=True) if _tcpstore_takes_libuv() else \
-        dist.TCPStore(addr, port, size, is_master=False, timeout=datetime.timedelta(seconds=timeout))
+    extra = {"use_libuv": True} if _tcpstore_takes_libuv() else {}
+    return dist.TCPStore(addr, port, size, is_master=False, timeout=datetime.timedelta(seconds=timeout), **extra)
 
 
 def _tcpstore_takes_libuv():

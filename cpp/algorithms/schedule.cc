@@ -15,84 +15,47 @@ Action& Schedule::add(Action a) {
   return phases_.back().actions.back();
 }
 
-void Schedule::send(int peer, const void* src, size_t bytes) {
+Action& Schedule::add(Action::Kind kind, int peer, void* dst, const void* src, const void* src2, size_t bytes) {
   Action a;
-  a.kind = Action::Kind::kSend;
-  a.peer = peer;
-  a.src = src;
-  a.bytes = bytes;
-  add(a);
-}
-
-void Schedule::recv(int peer, void* dst, size_t bytes) {
-  Action a;
-  a.kind = Action::Kind::kRecv;
+  a.kind = kind;
   a.peer = peer;
   a.dst = dst;
+  a.src = src;
+  a.src2 = src2;
   a.bytes = bytes;
-  add(a);
+  return add(a);
 }
+
+void Schedule::send(int peer, const void* src, size_t bytes) { add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes); }
+
+void Schedule::recv(int peer, void* dst, size_t bytes) { add(Action::Kind::kRecv, peer, dst, nullptr, nullptr, bytes); }
 
 void Schedule::recv_reduce(int peer, void* dst, const void* acc, size_t bytes) {
-  Action a;
-  a.kind = Action::Kind::kRecvReduce;
-  a.peer = peer;
-  a.dst = dst;
-  a.src2 = acc;
-  a.bytes = bytes;
-  add(a);
+  add(Action::Kind::kRecvReduce, peer, dst, nullptr, acc, bytes);
 }
 
 void Schedule::copy(void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
-  Action a;
-  a.kind = Action::Kind::kCopy;
-  a.dst = dst;
-  a.src = src;
-  a.bytes = bytes;
-  add(a);
+  add(Action::Kind::kCopy, -1, dst, src, nullptr, bytes);
 }
 
 void Schedule::reduce(void* dst, const void* lhs, const void* rhs, size_t bytes) {
-  Action a;
-  a.kind = Action::Kind::kReduce;
-  a.dst = dst;
-  a.src = lhs;
-  a.src2 = rhs;
-  a.bytes = bytes;
-  add(a);
+  add(Action::Kind::kReduce, -1, dst, lhs, rhs, bytes);
 }
 
 void Schedule::scale(void* dst, const void* src, size_t bytes, double factor) {
-  Action a;
-  a.kind = Action::Kind::kScale;
-  a.dst = dst;
-  a.src = src;
-  a.bytes = bytes;
-  a.factor = factor;
-  add(a);
+  add(Action::Kind::kScale, -1, dst, src, nullptr, bytes).factor = factor;
 }
 
 void Schedule::divide(void* dst, const void* src, size_t bytes, int divisor) {
-  Action a;
-  a.kind = Action::Kind::kDivide;
-  a.dst = dst;
-  a.src = src;
-  a.bytes = bytes;
-  a.divisor = divisor;
-  add(a);
+  add(Action::Kind::kDivide, -1, dst, src, nullptr, bytes).divisor = divisor;
 }
 
 void Schedule::p2p(const P2POp& op, const Envelope& env) {
-  Action a;
-  a.kind = op.is_send ? Action::Kind::kSend : Action::Kind::kRecv;
-  a.peer = op.peer;
-  a.src = op.buf;
-  a.dst = op.buf;
-  a.bytes = op.count * dtype_size(op.dtype);
+  Action& a = add(op.is_send ? Action::Kind::kSend : Action::Kind::kRecv, op.peer, op.buf, op.buf, nullptr,
+                  op.count * dtype_size(op.dtype));
   a.own_envelope = true;
   a.env = env;
-  add(a);
 }
 
 ScratchArena::~ScratchArena() { std::free(buf_); }

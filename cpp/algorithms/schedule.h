@@ -66,6 +66,7 @@ class Schedule {
 
  private:
   Action& add(Action a);
+  Action& add(Action::Kind kind, int peer, void* dst, const void* src, const void* src2, size_t bytes);
   DataType dtype_;
   RedOp op_;
   std::vector<Phase> phases_;

@@ -51,8 +51,6 @@ struct ConnectionManager::Assembling {
 
 namespace {
 
-std::string format_listen(const SockAddr& a) { return a.to_string(); }
-
 // "1.2.3.4:5" or "[::1]:5" -> (host, port)
 bool split_host_port(const std::string& s, std::string* host, int* port) {
   size_t colon = s.rfind(':');
@@ -115,7 +113,7 @@ Status ConnectionManager::init() {
     }
     set_nonblocking(fd.value(), true);
     listen_fds_.push_back(fd.value());
-    me_.listen.push_back(format_listen(a));
+    me_.listen.push_back(a.to_string());
     me_.nics.push_back({nif.name, "tcp", config().cluster, a.to_string(), nif.speed_gbps});
   }
   if (listen_fds_.empty()) return Status(Code::kSystemError, "could not open any listening socket");

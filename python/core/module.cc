@@ -75,7 +75,6 @@ py::dict stats_dict(const OpStats& s) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "uccl C++ core bindings";
-  register_error_translation(m);
   const auto release = py::call_guard<py::gil_scoped_release>();
 
   m.def("build_info", [] {

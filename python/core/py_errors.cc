@@ -27,6 +27,4 @@ void throw_status(const Status& s) {
   throw py::error_already_set();
 }
 
-void register_error_translation(py::module_& m) {}
-
 }  // namespace uccl

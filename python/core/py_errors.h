@@ -8,6 +8,5 @@
 namespace uccl {
 
 [[noreturn]] void throw_status(const Status& s);
-void register_error_translation(pybind11::module_& m);
 
 }  // namespace uccl
