@@ -1,6 +1,11 @@
 #include "transports/transport.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "core/communicator.h"
 
@@ -49,6 +54,40 @@ Status mismatch_error(const PeerContext& peer, const Envelope& expect, size_t ex
 Status peer_closed_error(const PeerContext& peer, const std::string& detail) {
   return Status(Code::kRemoteError, peer.describe() + " closed the connection" + (detail.empty() ? "" : " (" + detail + ")"),
                 peer.peer_rank);
+}
+
+Status peer_failed_error(const PeerContext& peer, const std::string& root_cause) {
+  return Status(Code::kRemoteError, peer.describe() + " failed and closed the connection" + kRootCauseMarker + root_cause,
+                peer.peer_rank);
+}
+
+namespace {
+constexpr char kNoteMagic[4] = {'U', 'C', 'N', 'T'};
+}
+
+void send_close_note(int fd, const std::string& note) {
+  const uint32_t len = static_cast<uint32_t>(std::min(note.size(), kMaxCloseNoteBytes));
+  std::string frame(kNoteMagic, 4);
+  frame.append(reinterpret_cast<const char*>(&len), 4);
+  frame.append(note, 0, len);
+  // One small write into an idle socket's empty buffer: it either fits whole or the peer
+  // is gone anyway, so there is nothing to retry.
+  (void)::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+std::string read_close_note(int fd) {
+  char buf[8 + kMaxCloseNoteBytes];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    ssize_t n = ::recv(fd, buf + got, sizeof buf - got, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  uint32_t len = 0;
+  if (got < 8 || std::memcmp(buf, kNoteMagic, 4) != 0) return "";
+  std::memcpy(&len, buf + 4, 4);
+  return std::string(buf + 8, std::min<size_t>({len, got - 8, kMaxCloseNoteBytes}));
 }
 
 }  // namespace uccl

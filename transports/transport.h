@@ -170,4 +170,17 @@ Status mismatch_error(const PeerContext& peer, const Envelope& expect, size_t ex
 // The peer vanished: "rank 3 (host b, 10.0.0.2:41234) closed the connection (<detail>)".
 Status peer_closed_error(const PeerContext& peer, const std::string& detail);
 
+
+// A rank that fails tells each peer why before it closes: tcp puts an abort frame in the stream,
+// shm leaves a note in the segment, verbs writes one on its liveness socket. A rank whose
+// neighbour failed because of a third rank then names the third rank, also when the store that
+// holds failure records has gone down with it. The note is the root cause only.
+constexpr size_t kMaxCloseNoteBytes = 1024;
+// "rank 1 (host a, ...) failed and closed the connection; root cause: <root_cause>"
+Status peer_failed_error(const PeerContext& peer, const std::string& root_cause);
+// For a socket that carries nothing else (verbs' liveness socket): a best-effort non-blocking
+// send of the note, and reading it back once the peer has closed ("" if it left none).
+void send_close_note(int fd, const std::string& note);
+std::string read_close_note(int fd);
+
 }  // namespace uccl

@@ -115,15 +115,17 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
   Status why = cause;
   if (!failed_flag_.load()) {
     // A peer that closed its connection may itself have failed because of a third rank (a
-    // ring neighbour died): its published record names that root cause. Records hold only the
-    // root cause, so messages stay one level deep however long the cascade.
+    // ring neighbour died). The note it sent before closing names that root cause; without one
+    // (it died, or its transport could not send it) its record in the store may. Notes and
+    // records hold only the root cause, so messages stay one level deep however long the cascade.
     std::string root = why.message();
-    if (why.code() == Code::kRemoteError && why.peer() >= 0) {
+    const size_t carried = root.find(kRootCauseMarker);  // the transport brought the peer's cause
+    if (carried != std::string::npos) root = root.substr(carried + sizeof(kRootCauseMarker) - 1);
+    if (why.code() == Code::kRemoteError && why.peer() >= 0 && carried == std::string::npos) {
       std::string theirs = conns_->peer_failure(why.peer(), 1.0);
       if (!theirs.empty()) {
         root = theirs;
-        if (why.message().find(theirs) == std::string::npos)  // the transport may have carried it
-          why = Status(why.code(), why.message() + "; root cause: " + theirs, why.peer());
+        why = Status(why.code(), why.message() + kRootCauseMarker + theirs, why.peer());
       }
     }
     failed_ = why;

@@ -50,6 +50,12 @@ class Status {
   int peer_ = -1;
 };
 
+// How a failure message names the failure it descends from: "<what happened here>; root cause:
+// <what failed first>". Transports carry a failing peer's root cause in front of its close, the
+// engine appends a store record's; either way the chain stays one level deep, and the engine
+// finds the root by this marker.
+constexpr char kRootCauseMarker[] = "; root cause: ";
+
 inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
 inline Status NotSupported(std::string m) { return Status(Code::kNotSupported, std::move(m)); }
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }

@@ -250,7 +250,7 @@ void test_fail_all() {
     ep->post_recv(&r);
     Status st = drive(ep, {&r}, 10);
     CHECK(st.code() == Code::kRemoteError);
-    CHECK(st.message().find("aborted: test abort") != std::string::npos);
+    CHECK(st.message().find("failed and closed the connection; root cause: test abort") != std::string::npos);
     return 0;
   };
   std::unique_ptr<Endpoint> ep;

@@ -374,6 +374,52 @@ void test_fail_all() {
   CHECK(rb.error.code() == Code::kRemoteError);
 }
 
+// A failing endpoint's abort frame carries its root cause to the peer: read in line after the
+// last message, and found behind a part the peer never posted a receive for (the peer reads
+// through the rest of the stream once the connection is gone).
+void test_abort_frame_carries_the_root_cause() {
+  const std::string kCause = "all_reduce #3: rank 7 (host z) closed the connection";
+  const std::string kExpect = "failed and closed the connection; root cause: " + kCause;
+  {  // in line: b is waiting for a message that will never come
+    Pair p = make_pair(2);
+    std::vector<uint8_t> buf(100);
+    RecvRequest r;
+    r.dst = buf.data(), r.bytes = buf.size(), r.expect = env(1, 25);
+    p.b->post_recv(&r);
+    p.a->fail_all(Status(Code::kAborted, kCause));
+    CHECK(drive(p, [&] { return !r.pending(); }, 5));
+    std::printf("  in line: %s\n", r.error.to_string().c_str());
+    CHECK(r.error.code() == Code::kRemoteError && r.error.peer() == 0);
+    CHECK(r.error.message().find(kExpect) != std::string::npos);
+  }
+  {  // behind an unreceived 1 MiB message: b's socket is stalled when a goes away
+    Pair p = make_pair(1);
+    std::vector<uint8_t> big(1 << 20, 7);
+    SendRequest s;
+    s.data = big.data(), s.bytes = big.size(), s.env = env(1, big.size() / 4);
+    p.a->post_send(&s);
+    CHECK(drive(p, [&] { return !s.pending(); }, 5));
+    CHECK(s.state == ReqState::kDone);
+    p.a->fail_all(Status(Code::kAborted, kCause));
+    p.a.reset();
+    // b learns when its own bytes meet the closed socket (a reset; the stalled socket is not
+    // being read): a send, then the next post finds the endpoint dead.
+    std::vector<uint8_t> small(8);
+    SendRequest hello, probe;
+    hello.data = probe.data = small.data(), hello.bytes = probe.bytes = small.size();
+    hello.env = probe.env = env(2, 2);
+    p.b->post_send(&hello);
+    const double until = now_s() + 1;
+    while (now_s() < until) p.b->progress();
+    p.b->post_send(&probe);
+    const Status& got = hello.state == ReqState::kFailed ? hello.error : probe.error;
+    std::printf("  behind a stalled part: %s\n", got.to_string().c_str());
+    CHECK(got.code() == Code::kRemoteError);
+    CHECK(got.message().find(kExpect) != std::string::npos);
+    p.b.reset();
+  }
+}
+
 // Hand-crafted wire bytes trickled 3 bytes at a time: headers split across reads, reduce
 // chunks that end inside an element (the carry), and the parts of one message arriving in
 // reverse order on one socket.
@@ -427,6 +473,7 @@ int main() {
   test_garbage();
   test_peer_close();
   test_fail_all();
+  test_abort_frame_carries_the_root_cause();
   std::puts("tcp_transport_test ok");
   return 0;
 }

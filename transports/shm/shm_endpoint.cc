@@ -132,10 +132,13 @@ void ShmEndpoint::check_liveness() {
   if (gone) on_peer_gone();
 }
 
-std::string ShmEndpoint::peer_note() const {
+Status ShmEndpoint::peer_gone_status() const {
   const CloseNote& n = ctl_->close_note[1 - side_];
-  if (n.set.load(std::memory_order_acquire) == 0) return "shared memory peer exited";
-  return "shared memory peer " + std::string(n.text, strnlen(n.text, sizeof n.text));
+  if (n.set.load(std::memory_order_acquire) == 0) return peer_closed_error(peer_, "shared memory peer exited");
+  std::string text(n.text, strnlen(n.text, sizeof n.text));
+  if (text.compare(0, sizeof(kAbortNotePrefix) - 1, kAbortNotePrefix) == 0)
+    return peer_failed_error(peer_, text.substr(sizeof(kAbortNotePrefix) - 1));
+  return peer_closed_error(peer_, "shared memory peer " + text);
 }
 
 void ShmEndpoint::leave_note(const std::string& text) {
@@ -150,7 +153,7 @@ void ShmEndpoint::leave_note(const std::string& text) {
 void ShmEndpoint::on_peer_gone() {
   if (peer_gone_ || dead_) return;
   peer_gone_ = true;
-  gone_status_ = peer_closed_error(peer_, peer_note());
+  gone_status_ = peer_gone_status();
   UCCL_INFO("shm endpoint to %s: %s", peer_.describe().c_str(), gone_status_.message().c_str());
   // Acks the peer wrote before it went away still count (its writes happened before its
   // socket closed); nothing else we send can be delivered or acknowledged any more.
@@ -194,7 +197,7 @@ void ShmEndpoint::fatal(const Status& s, const std::string& note) {
 }
 
 void ShmEndpoint::fail_all(const Status& why) {
-  fatal(why, "aborted: " + why.message());
+  fatal(why, kAbortNotePrefix + why.message());
 }
 
 std::string ShmEndpoint::describe() const {

@@ -51,6 +51,8 @@ namespace shm {
 
 constexpr uint64_t kLine = 64;
 constexpr uint32_t kMsgMagic = 0x4d4d4853;  // "SHMM": a header is where we expect one
+// A note that starts with this carries the root cause of a failure (fail_all), see transport.h.
+constexpr char kAbortNotePrefix[] = "aborted: ";
 enum MsgFlags : uint32_t { kMsgInline = 0, kMsgCma = 1 };
 
 // In front of every message in the ring. Same host, same build: plain struct layout.
@@ -128,7 +130,7 @@ class ShmEndpoint final : public Endpoint {
   void fatal(const Status& s, const std::string& note);  // local verdict: note for the peer, shut down
   void die(const Status& s);                             // fail everything, refuse new posts
   void leave_note(const std::string& text);
-  std::string peer_note() const;
+  Status peer_gone_status() const;  // from the note the peer left, if any
 
   PeerContext peer_;
   Segment segment_;

@@ -40,7 +40,7 @@ struct RingControl {
 // Why an endpoint shut its liveness socket, so that the peer's error can say more than "exited".
 struct CloseNote {
   std::atomic<uint32_t> set;  // 0: nothing written (the process exited or crashed)
-  char text[250];
+  char text[1000];  // a root cause carried on (see kMaxCloseNoteBytes) fits whole
 };
 
 struct SegmentControl {

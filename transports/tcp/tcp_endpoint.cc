@@ -69,7 +69,8 @@ TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds
 TcpEndpoint::~TcpEndpoint() {
   // Requests still pending are alive by contract (their owner keeps them until they finish):
   // fail them rather than leave someone waiting on an endpoint that no longer exists.
-  if (has_pending()) fatal(Status(Code::kAborted, "tcp endpoint to " + peer_.describe() + " destroyed", peer_.peer_rank));
+  if (has_pending())
+    fatal(Status(Code::kAborted, "tcp endpoint to " + peer_.describe() + " destroyed", peer_.peer_rank), false);
   for (auto& s : socks_) close(s.fd);
   close(epfd_);
 }
@@ -81,7 +82,7 @@ std::string TcpEndpoint::describe() const {
 void TcpEndpoint::post_send(SendRequest* r) {
   r->state = ReqState::kPending;
   r->error = Status::Ok();
-  if (any_eof_ && dead_.ok()) fatal(peer_closed_error(peer_, "before a send was posted"));
+  if (any_eof_ && dead_.ok()) fatal(peer_gone("before a send was posted"));
   if (!dead_.ok()) {
     fail(r, dead_);
     return;
@@ -154,8 +155,7 @@ void TcpEndpoint::poll_readiness() {
         int err = 0;
         socklen_t len = sizeof err;
         getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        fatal(peer_closed_error(peer_, "socket " + std::to_string(s.index) + ": " +
-                                           (err ? std::strerror(err) : "hang-up")));
+        fatal(peer_gone("socket " + std::to_string(s.index) + ": " + (err ? std::strerror(err) : "hang-up")));
         return;
       }
     }
@@ -196,10 +196,11 @@ Status TcpEndpoint::garbage(const Socket& s, const std::string& what) const {
                 peer_.peer_rank);
 }
 
-void TcpEndpoint::fatal(const Status& why) {
+void TcpEndpoint::fatal(const Status& why, bool send_abort_frame) {
   if (!dead_.ok()) return;
   dead_ = why;
   UCCL_INFO("tcp endpoint %s to %s failed: %s", describe().c_str(), peer_.describe().c_str(), why.to_string().c_str());
+  if (send_abort_frame) send_abort_frames(why.message());
   for (auto& op : sends_) fail(op.req, why);
   for (auto& op : recvs_) fail(op.req, why);
   sends_.clear();
@@ -213,6 +214,71 @@ void TcpEndpoint::fatal(const Status& why) {
     s.in_epoll = false;
     shutdown(s.fd, SHUT_RDWR);
   }
+}
+
+void TcpEndpoint::send_abort_frames(const std::string& why) {
+  const size_t len = std::min(why.size(), kMaxCloseNoteBytes);
+  PartHeader h;
+  h.flags = kPartAbort;
+  h.total_bytes = h.part_bytes = len;
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+  frame.append(why, 0, len);
+  for (auto& s : socks_) {
+    // A part half written cannot be interrupted: the peer would read the frame as payload.
+    if (!s.txq.empty() && s.txq.front().done > 0) continue;
+    // Best effort: a small write into the socket buffer; a peer that is gone makes it fail.
+    (void)::send(s.fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
+Status TcpEndpoint::peer_gone(const std::string& detail) {
+  std::string note;
+  for (auto& s : socks_)
+    if (find_abort_note(s, &note)) return peer_failed_error(peer_, note);
+  return peer_closed_error(peer_, detail);
+}
+
+// Reads through the rest of the stream on `s` (what the kernel still holds), skipping the part
+// being received and whole parts after it, until an abort frame. Destroys the receive state:
+// only for an endpoint that is about to fail.
+bool TcpEndpoint::find_abort_note(Socket& s, std::string* note) {
+  constexpr size_t kChunk = 64 << 10;
+  constexpr int kMaxReads = 1024;  // at most 64 MiB: more than any socket buffer holds
+  std::vector<uint8_t> buf(s.stage.get() + s.stage_begin, s.stage.get() + s.stage_end);
+  s.stage_begin = s.stage_end = 0;
+  uint64_t skip = s.have_hdr ? s.hdr.part_bytes - s.part_done : 0;
+  s.have_hdr = false;
+  size_t pos = 0;
+  for (int reads = 0; reads < kMaxReads;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(skip, buf.size() - pos));
+    pos += n;
+    skip -= n;
+    if (skip == 0 && buf.size() - pos >= sizeof(PartHeader)) {
+      PartHeader h;
+      std::memcpy(&h, buf.data() + pos, sizeof h);
+      if (h.magic != kPartMagic || h.part_bytes > (h.flags == kPartAbort ? kMaxCloseNoteBytes : h.total_bytes))
+        return false;
+      if (h.flags != kPartAbort) {
+        pos += sizeof h;
+        skip = h.part_bytes;
+        continue;
+      }
+      if (buf.size() - pos - sizeof h >= h.part_bytes) {
+        note->assign(reinterpret_cast<const char*>(buf.data() + pos + sizeof h), h.part_bytes);
+        return true;
+      }
+    }
+    buf.erase(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(pos));
+    pos = 0;
+    const size_t old = buf.size();
+    buf.resize(old + kChunk);
+    ssize_t got = recv(s.fd, buf.data() + old, kChunk, MSG_DONTWAIT);
+    ++reads;
+    if (got < 0 && errno == EINTR) got = 0;
+    else if (got <= 0) return false;
+    buf.resize(old + static_cast<size_t>(got));
+  }
+  return false;
 }
 
 }  // namespace tcp

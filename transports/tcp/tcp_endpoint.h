@@ -27,7 +27,8 @@
 //
 // Failure: peer close / reset, garbage, and envelope or size mismatches are fatal for the
 // endpoint (the stream cannot be resynchronized): every pending request fails with the reason,
-// later posts fail at once, and the sockets are shut down so the peer learns immediately.
+// later posts fail at once, and the sockets are shut down so the peer learns immediately; an
+// abort frame in front of the shutdown tells the peer why (see kPartAbort).
 #pragma once
 
 #include <cstdint>
@@ -46,10 +47,16 @@ constexpr size_t kStripeAlign = 4096;
 constexpr size_t kStageBytes = 8192;        // per socket: headers and small payloads
 constexpr size_t kBounceBytes = 256 << 10;  // per thread: reduce receives (fits in L2)
 
+// The last frame of a failing endpoint: a header with this flag and the root cause as payload
+// (at most kMaxCloseNoteBytes). It is written only at a part boundary, right before the socket
+// is shut down, so a receiver that finds the peer gone reads through what is left in the
+// stream (skipping parts nobody will receive any more) to find it.
+constexpr uint16_t kPartAbort = 1;
+
 // 72 bytes in front of every part; host byte order (all supported hosts are little-endian).
 struct PartHeader {
   uint32_t magic = kPartMagic;
-  uint16_t flags = 0;         // reserved, 0
+  uint16_t flags = 0;         // 0, or kPartAbort
   uint16_t part_count = 1;    // parts of this message (all carry the same value)
   uint64_t msg_seq = 0;       // message number in this direction, from 0
   Envelope env;
@@ -117,8 +124,13 @@ class TcpEndpoint final : public Endpoint {
   TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds);
 
   // Fails every pending request with `why`, refuses new ones and shuts the sockets down so the
-  // peer learns at once instead of waiting for its own timeout.
-  void fatal(const Status& why);
+  // peer learns at once instead of waiting for its own timeout; with an abort frame that tells
+  // it why, unless the endpoint is only being destroyed (that is no failure of this rank).
+  void fatal(const Status& why, bool send_abort_frame = true);
+  void send_abort_frames(const std::string& why);
+  // The peer is gone: its error, with the root cause from its abort frame when it left one.
+  Status peer_gone(const std::string& detail);
+  bool find_abort_note(Socket& s, std::string* note);
   Status garbage(const Socket& s, const std::string& what) const;
   void update_epoll(Socket& s);
   void poll_readiness();

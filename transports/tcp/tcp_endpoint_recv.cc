@@ -36,13 +36,14 @@ uint8_t* bounce_buffer() {
 
 Status TcpEndpoint::parse_header(Socket& s) {
   std::memcpy(&s.hdr, s.stage.get() + s.stage_begin, sizeof(PartHeader));
-  s.stage_begin += sizeof(PartHeader);
   const PartHeader& h = s.hdr;
   if (h.magic != kPartMagic) {
     char b[64];
     std::snprintf(b, sizeof b, "bad magic 0x%08x", h.magic);
     return garbage(s, b);
   }
+  if (h.flags == kPartAbort) return peer_gone("it sent a truncated abort frame");  // reads it from here
+  s.stage_begin += sizeof(PartHeader);
   if (h.flags != 0 || h.part_count == 0 || h.part_bytes > h.total_bytes ||
       h.part_offset > h.total_bytes - h.part_bytes)
     return garbage(s, "inconsistent part header for message #" + std::to_string(h.msg_seq));
@@ -122,8 +123,8 @@ Status TcpEndpoint::finish_part(Socket& s) {
 
 Status TcpEndpoint::on_eof(Socket& s) {
   if (s.have_hdr || s.staged() > 0)
-    return peer_closed_error(peer_, "socket " + std::to_string(s.index) + " ended in the middle of message #" +
-                                        std::to_string(s.hdr.msg_seq));
+    return peer_gone("socket " + std::to_string(s.index) + " ended in the middle of message #" +
+                     std::to_string(s.hdr.msg_seq));
   // A clean end between messages: fine unless something still needs this peer
   // (check_peer_gone decides once the other sockets have had their say).
   s.eof = true;
@@ -135,7 +136,7 @@ Status TcpEndpoint::on_eof(Socket& s) {
 
 void TcpEndpoint::check_peer_gone() {
   if (!sends_.empty()) {
-    fatal(peer_closed_error(peer_, std::to_string(sends_.size()) + " send(s) pending"));
+    fatal(peer_gone(std::to_string(sends_.size()) + " send(s) pending"));
     return;
   }
   bool all_eof = true, can_deliver = false;
@@ -144,9 +145,9 @@ void TcpEndpoint::check_peer_gone() {
     can_deliver |= !s.eof && !s.stalled;
   }
   if (!recvs_.empty() && !can_deliver)
-    fatal(peer_closed_error(peer_, std::to_string(recvs_.size()) + " receive(s) pending"));
+    fatal(peer_gone(std::to_string(recvs_.size()) + " receive(s) pending"));
   else if (all_eof)
-    fatal(peer_closed_error(peer_, "while the endpoint was idle"));
+    fatal(peer_gone("while the endpoint was idle"));
 }
 
 bool TcpEndpoint::recv_on(Socket& s) {
@@ -157,7 +158,7 @@ bool TcpEndpoint::recv_on(Socket& s) {
       Status st = on_eof(s);
       if (!st.ok()) fatal(st);
     } else {
-      fatal(peer_closed_error(peer_, "recv on socket " + std::to_string(s.index) + ": " + std::strerror(errno)));
+      fatal(peer_gone("recv on socket " + std::to_string(s.index) + ": " + std::strerror(errno)));
     }
     return true;
   };

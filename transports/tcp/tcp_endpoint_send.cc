@@ -49,7 +49,7 @@ bool TcpEndpoint::send_on(Socket& s) {
         s.tx_blocked = true;
         break;
       }
-      fatal(peer_closed_error(peer_, "send on socket " + std::to_string(s.index) + ": " + std::strerror(errno)));
+      fatal(peer_gone("send on socket " + std::to_string(s.index) + ": " + std::strerror(errno)));
       return true;
     }
     moved = true;

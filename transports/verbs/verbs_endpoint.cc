@@ -168,8 +168,10 @@ bool VerbsEndpoint::progress() {
   maybe_advertise_credits();
   finalize(&moved);
   if (peer_gone_ && !dead_ && (!has_pending() || steady_s() > gone_at_ + kGoneGraceS)) {
-    fatal(peer_closed_error(peer_, describe() + ": liveness socket closed with " + std::to_string(sends_.size()) +
-                                       " sends and " + std::to_string(recvs_.size()) + " receives pending"));
+    fatal(!peer_note_.empty() ? peer_failed_error(peer_, peer_note_)
+                              : peer_closed_error(peer_, describe() + ": liveness socket closed with " +
+                                                             std::to_string(sends_.size()) + " sends and " +
+                                                             std::to_string(recvs_.size()) + " receives pending"));
   }
   return moved || activity_ != before;
 }
@@ -241,20 +243,10 @@ void VerbsEndpoint::check_liveness() {
   if (peer_ready_ && ++liveness_tick_ % kLivenessEvery != 0) return;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return;
-  bool gone = p.revents & (POLLHUP | POLLERR | POLLNVAL);
-  if (p.revents & POLLIN) {
-    char b = 0;
-    ssize_t n = ::recv(fd_, &b, 1, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      gone = true;
-    } else if (n == 1) {
-      UCCL_WARN("%s: ignoring unexpected byte on the liveness socket from %s", describe().c_str(),
-                peer_.describe().c_str());
-    }
-  } else if (p.revents & POLLRDHUP) {
-    gone = true;
-  }
-  if (gone) {
+  // The socket carries nothing but the note a failing peer sends before it closes, so any
+  // event on it means the peer is going away.
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLIN | POLLRDHUP)) {
+    peer_note_ = read_close_note(fd_);
     peer_gone_ = true;
     gone_at_ = steady_s();
   }
@@ -265,7 +257,11 @@ void VerbsEndpoint::fatal(const Status& why) {
   dead_ = true;
   error_ = why;
   ch_->to_error();  // the HCA drops late writes into buffers we are about to hand back
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);  // the peer learns at once instead of by timeouts
+  if (fd_ >= 0) {
+    // The peer learns at once instead of by timeouts, and why (see kMaxCloseNoteBytes).
+    if (!peer_gone_) send_close_note(fd_, why.message());
+    ::shutdown(fd_, SHUT_RDWR);
+  }
   if (has_pending())
     UCCL_WARN("%s: failing %zu sends and %zu receives: %s", describe().c_str(), sends_.size(), recvs_.size(),
               why.to_string().c_str());

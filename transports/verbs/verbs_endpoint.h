@@ -35,7 +35,8 @@
 //  * Mismatches (other envelope or size) fail the receive with mismatch_error(); for a rendezvous
 //    the sender learns it from the CTS and fails too, and nothing is written into dst.
 //  * Failure: a completion error (retry exhaustion, remote access error, ...) or the liveness
-//    socket closing fails every pending request with a Status naming device, port and peer;
+//    socket closing fails every pending request with a Status naming device, port and peer
+//    (and the peer's root cause, from the note it wrote on that socket before it closed);
 //    the QPs move to ERR (no late writes into failed buffers) and later posts fail at once.
 #pragma once
 
@@ -63,8 +64,8 @@ class VerbsEndpoint : public Endpoint {
  public:
   // `active`: this side sent the offer; its first control message (READY) tells the passive
   // side that its QPs are in RTS. The passive side posts nothing before that (its own QPs were
-  // ready before it answered), so no packet ever reaches a QP that is not yet in RTR, and the
-  // liveness socket never carries a byte.
+  // ready before it answered), so no packet ever reaches a QP that is not yet in RTR. The
+  // liveness socket carries one thing only: the note a failing side sends before closing.
   VerbsEndpoint(std::unique_ptr<VerbsChannel> channel, const VerbsConnInfo& remote, const PeerContext& peer,
                 int liveness_fd, bool active);
   ~VerbsEndpoint() override;
@@ -152,6 +153,7 @@ class VerbsEndpoint : public Endpoint {
   bool dead_ = false;
   Status error_;
   bool peer_gone_ = false;      // liveness socket closed: drain what arrived, then fail the rest
+  std::string peer_note_;       // the root cause the peer sent before closing, if it failed
   double gone_at_ = 0;
   uint32_t liveness_tick_ = 0;
   uint64_t activity_ = 0;       // bumped whenever something moved (progress()'s return value)
