@@ -62,6 +62,10 @@ struct SendRequest : Request {
   const void* data = nullptr;
   size_t bytes = 0;
   Envelope env;
+  // A hint: the sender receives in the same step (a ring or exchange step), so its core has no
+  // time to spare for sharing a copy. shm then lets the receiver pull even very large messages
+  // in one copy (CMA) instead of splitting the work over both cores through the ring.
+  bool duplex = false;
 };
 
 // A receive either copies the incoming bytes to dst, or (reduce == true) combines them:

@@ -74,13 +74,14 @@ Status ScheduleTask::start_phase(bool* ready) {
   *ready = false;
   // Every peer of the phase must be connected before anything is posted, so that a phase's
   // messages are posted together and in schedule order.
-  size_t nsend = 0, nrecv = 0;
+  size_t nsend = 0, nrecv = 0, recv_bytes = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm()) continue;
     auto ep = env_.conns->endpoint(a.peer);
     if (!ep.ok()) return ep.status();
     if (!ep.value()) return Status::Ok();  // still connecting
     (a.kind == Action::Kind::kSend ? nsend : nrecv)++;
+    if (a.kind != Action::Kind::kSend) recv_bytes += a.bytes;
   }
   const DataType dt = sched_.dtype();
   const size_t esize = dtype_size(dt);
@@ -110,6 +111,7 @@ Status ScheduleTask::start_phase(bool* ready) {
       s.bytes = a.bytes;
       s.env = a.own_envelope ? a.env : env_.envelope;
       s.env.step = send_steps_[a.peer]++;
+      s.duplex = 2 * recv_bytes >= a.bytes;  // a ring step, not a root's one-way send
       if (env_.stats) env_.stats->bytes_sent_by_transport[kind] += a.bytes;
       if (env_.stats && level >= 0) env_.stats->bytes_sent_by_level[level] += a.bytes;
       ep->post_send(&s);

@@ -63,7 +63,8 @@ const std::vector<VarSpec>& specs() {
       {"UCCL_SHM_CMA_MIN_BYTES", "256K", "shm messages at least this large use single-copy CMA",
        [](Config& c, const std::string& v) { c.shm_cma_min_bytes = parse_bytes(v); }},
       {"UCCL_SHM_CMA_MAX_BYTES", "16M",
-       "shm messages larger than this go through the ring again (memory-bound: both cores copy)",
+       "one-way shm messages larger than this go through the ring again (memory-bound: both cores copy); "
+       "a sender that receives in the same step keeps CMA",
        [](Config& c, const std::string& v) { c.shm_cma_max_bytes = parse_bytes(v); }},
       {"UCCL_SMALL_MSG_BYTES", "64K", "latency-oriented (direct) algorithms up to this many bytes",
        [](Config& c, const std::string& v) { c.small_msg_bytes = parse_bytes(v); }},

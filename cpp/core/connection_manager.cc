@@ -473,6 +473,16 @@ bool ConnectionManager::progress_incoming() {
       moved = true;
       continue;
     }
+    if (complete && in.hello.flags == kHelloFailed) {
+      // The peer failed: ops that need it fail at once and say why, instead of waiting for a
+      // connection that will never come (or, if it is a lower rank, probing its listener).
+      const int from = in.hello.from_rank;
+      if (!endpoints_[from]) fail_peer(from, peer_failed_error(peer_context(from), in.offer));
+      ::close(in.fd);
+      incoming_.erase(incoming_.begin() + i);
+      moved = true;
+      continue;
+    }
     if (complete) {
       const int from = in.hello.from_rank;
       auto& asmb = assembling_[from];
@@ -539,6 +549,7 @@ void ConnectionManager::finish_incoming(int from) {
 }
 
 void ConnectionManager::fail_peer(int peer, const Status& s) {
+  if (!peer_errors_[peer].ok()) return;  // the first error is the one that says why
   UCCL_WARN("connection to rank %d failed: %s", peer, s.message().c_str());
   peer_errors_[peer] = s;
 }
@@ -568,6 +579,60 @@ void ConnectionManager::publish_failure(const std::string& why) {
 std::string ConnectionManager::peer_failure(int peer, double timeout_s) {
   auto r = store_->get("uccl/failed/" + std::to_string(peer), timeout_s);
   return r.ok() ? r.value() : std::string();
+}
+
+void ConnectionManager::notify_failure(const std::string& why) {
+  const double deadline = now_s() + 0.5;
+  // In a large job each failing rank would otherwise connect to every other rank, and the
+  // cascade multiplies that; the nearest ranks are the ring and tree neighbours that wait.
+  constexpr int kMaxNotices = 64;
+  int sent = 0;
+  std::vector<bool> tried(size_, false);
+  tried[rank_] = true;
+  for (int d = 1; d < size_ && sent < kMaxNotices && now_s() < deadline; ++d) {
+    const int peer = d % 2 ? (rank_ + (d + 1) / 2) % size_ : (rank_ - d / 2 + size_) % size_;  // +1, -1, +2, -2, ...
+    if (tried[peer]) continue;
+    tried[peer] = true;
+    if (endpoints_[peer] || !peer_errors_[peer].ok()) continue;  // they learn through the connection
+    Status s = send_failure_notice(peer, why, deadline);
+    if (s.ok()) ++sent;
+    else UCCL_INFO("no failure notice to rank %d: %s", peer, s.message().c_str());
+  }
+}
+
+Status ConnectionManager::send_failure_notice(int peer, const std::string& why, double deadline) {
+  auto info = peer_info(peer, 0.05);  // cached, or a short lookup: the store may be gone
+  if (!info.ok()) return info.status();
+  const uint32_t len = static_cast<uint32_t>(std::min<size_t>(why.size(), kMaxNoticeBytes));
+  HelloHeader h{};
+  h.magic = kHelloMagic;
+  h.version = kProtocolVersion;
+  h.flags = kHelloFailed;
+  std::memcpy(h.secret, secret_, kSecretBytes);
+  h.comm_id = comm_id_;
+  h.from_rank = rank_;
+  h.to_rank = peer;
+  h.nchannels = 1;
+  h.offer_bytes = len;
+  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+  msg.append(why, 0, len);
+  Status last = Status(Code::kRemoteError, "no address");
+  for (const std::string& addr_text : info.value()->listen) {
+    std::string host;
+    int port = 0;
+    if (!split_host_port(addr_text, &host, &port)) continue;
+    auto addr = parse_address(host, port);
+    if (!addr.ok()) continue;
+    auto fd = connect_to(addr.value(), std::min(deadline, now_s() + 0.1));
+    if (!fd.ok()) {
+      last = fd.status();
+      continue;
+    }
+    last = send_all(fd.value(), msg.data(), msg.size(), std::min(deadline, now_s() + 0.1));
+    ::close(fd.value());
+    if (last.ok()) return last;
+  }
+  return last;
 }
 
 void ConnectionManager::close_all() {

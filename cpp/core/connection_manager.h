@@ -59,6 +59,10 @@ class ConnectionManager {
   // a peer close looks the peer's record up (waiting at most timeout_s).
   void publish_failure(const std::string& why);
   std::string peer_failure(int peer, double timeout_s);
+  // A failing rank's notice to the peers it has no connection with (they would otherwise
+  // learn of the failure only from a refused connection, which says nothing about why, and
+  // the store holding the records may be gone). Nearest ranks first, bounded to half a second.
+  void notify_failure(const std::string& why);
   // Accepted sockets whose handshake is still being read (the fuzzer watches this drain).
   size_t pending_handshakes() const { return incoming_.size(); }
 
@@ -78,6 +82,7 @@ class ConnectionManager {
   Transport* transport(TransportKind kind);
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
+  Status send_failure_notice(int peer, const std::string& why, double deadline);
 
   int rank_, size_;
   std::shared_ptr<Store> store_;

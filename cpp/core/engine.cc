@@ -122,7 +122,9 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
     const size_t carried = root.find(kRootCauseMarker);  // the transport brought the peer's cause
     if (carried != std::string::npos) root = root.substr(carried + sizeof(kRootCauseMarker) - 1);
     if (why.code() == Code::kRemoteError && why.peer() >= 0 && carried == std::string::npos) {
-      std::string theirs = conns_->peer_failure(why.peer(), 1.0);
+      // A failing peer publishes its record before it closes anything, so the record is
+      // there already if it exists: wait only for a store round trip, not for a dead peer.
+      std::string theirs = conns_->peer_failure(why.peer(), 0.2);
       if (!theirs.empty()) {
         root = theirs;
         why = Status(why.code(), why.message() + kRootCauseMarker + theirs, why.peer());
@@ -132,6 +134,7 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
     failed_flag_.store(true);
     UCCL_WARN("communicator failed: %s", why.message().c_str());
     conns_->publish_failure(root);  // before closing, so peers can read it
+    conns_->notify_failure(root);   // peers without a connection to us (which would carry it)
     cause_for_peers_ = Status(Code::kAborted, root);
   }
   bool first = true;
@@ -272,7 +275,15 @@ Status Engine::error() {
 }
 
 void Engine::shutdown() {
-  if (!stop_.exchange(true)) {
+  bool first;
+  {
+    // Under the lock: the progress thread tests stop_ under mu_ before it sleeps, so setting
+    // it without the lock could fall between that test and the sleep and the wake-up be lost
+    // (a destructor then waited forever in join(); seen once in ~1000 runs of the test suite).
+    std::lock_guard<std::mutex> lock(mu_);
+    first = !stop_.exchange(true);
+  }
+  if (first) {
     cv_.notify_all();
     if (thread_.joinable()) {
       if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();

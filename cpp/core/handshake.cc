@@ -9,8 +9,10 @@ std::string validate_hello(const HelloHeader& h, const uint8_t* secret, uint64_t
   if (std::memcmp(h.secret, secret, kSecretBytes) != 0) return "wrong job secret";
   if (h.comm_id != comm_id) return "addressed to another communicator";
   if (h.to_rank != my_rank) return "addressed to rank " + std::to_string(h.to_rank);
-  if (h.from_rank < 0 || h.from_rank >= size || h.from_rank >= my_rank)
+  const bool notice = h.flags == kHelloFailed;
+  if (h.from_rank < 0 || h.from_rank >= size || h.from_rank == my_rank || (h.from_rank > my_rank && !notice))
     return "invalid source rank " + std::to_string(h.from_rank);
+  if (notice && (h.channel != 0 || h.nchannels != 1 || h.offer_bytes > kMaxNoticeBytes)) return "invalid failure notice";
   if (h.transport > 3) return "unknown transport " + std::to_string(h.transport);
   if (h.nchannels == 0 || h.nchannels > 64 || h.channel >= h.nchannels) return "invalid channel numbers";
   if (h.offer_bytes > kMaxOfferBytes) return "offer too large";

@@ -22,12 +22,17 @@ constexpr size_t kSecretBytes = 16;
 // HelloHeader::flags: a liveness probe from a higher rank still waiting for this rank to
 // connect (it is authenticated like a hello, then closed without a word).
 constexpr uint8_t kHelloProbe = 1;
+// HelloHeader::flags: a failure notice. A failing rank sends one to each peer it has no
+// connection with; the offer bytes are its root cause (at most kMaxNoticeBytes), and it may
+// come from any rank (not only a lower one). Then the socket is closed.
+constexpr uint8_t kHelloFailed = 2;
+constexpr uint32_t kMaxNoticeBytes = 1024;
 
 struct HelloHeader {
   uint32_t magic;
   uint16_t version;
   uint8_t transport;  // TransportKind
-  uint8_t flags;      // kHelloProbe
+  uint8_t flags;      // kHelloProbe, kHelloFailed
   uint8_t secret[kSecretBytes];
   uint64_t comm_id;
   int32_t from_rank;

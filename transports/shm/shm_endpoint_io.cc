@@ -56,8 +56,8 @@ bool ShmEndpoint::send_step() {
 }
 
 bool ShmEndpoint::send_start(SendRequest* r) {
-  const bool cma = r->bytes >= opt_.cma_min_bytes && r->bytes <= opt_.cma_max_bytes && r->bytes > 0 &&
-                   cma_send_enabled();
+  const bool cma = r->bytes >= opt_.cma_min_bytes && (r->bytes <= opt_.cma_max_bytes || r->duplex) &&
+                   r->bytes > 0 && cma_send_enabled();
   const uint64_t padded = align_up(r->bytes, kLine);
   const bool whole = !cma && padded <= piece_;  // header and payload go out in one publish
   if (!tx_reserve(kLine + (whole ? padded : 0))) return false;

@@ -31,10 +31,13 @@ struct ShmOptions {
   size_t ring_bytes = 4 << 20;       // per direction; rounded up to a power of two >= 4 pieces
   bool cma = true;                   // allow single-copy process_vm_readv for large messages
   size_t cma_min_bytes = 1 << 20;    // messages at least this large use CMA (when it works)
-  // ... and at most this large. Beyond the last-level cache both paths are bound by DRAM, and
-  // the pipelined ring splits that traffic over both cores (the sender reads, the receiver
-  // writes) where one pulling core does all of it: measured on the 2-core dev VM, 32 MiB and
-  // larger messages moved 10-35% faster by ring, 16 MiB and smaller up to 1.5x faster by CMA.
+  // ... and at most this large, unless the sender receives at the same time (SendRequest::
+  // duplex). Beyond the last-level cache both paths are bound by DRAM, and the pipelined ring
+  // splits that traffic over both cores (the sender reads, the receiver writes) where one
+  // pulling core does all of it: measured on the 2-core dev VM, one-way messages of 32 MiB and
+  // more moved 10-35% faster by ring (broadcast 256 MiB: 57.7 vs 63.6 ms), 16 MiB and smaller
+  // up to 1.5x faster by CMA. When both cores are busy with their own receive the ring's extra
+  // copy is pure cost: all_reduce 256 MiB 69 ms by ring, 58 ms by CMA; all_gather 50.6 vs 41 ms.
   size_t cma_max_bytes = 16 << 20;
   size_t piece_bytes = 64 << 10;     // the writer publishes (and the reader consumes) this much at a time
   size_t cma_chunk_bytes = 1 << 20;  // a CMA copy pulls this much per process_vm_readv call

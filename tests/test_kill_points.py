@@ -1,0 +1,18 @@
+"""Peer death at 50 random points (benchmarks/kill_points.py): 4 ranks on two emulated hosts
+running random collectives, one SIGKILLed between or during operations. Every survivor must
+name the dead rank within 5 s and exit cleanly, and /dev/shm must stay clean."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_fifty_random_kill_points_are_named_by_every_survivor():
+    trials = "50"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "kill_points.py"), "--trials", trials],
+                       capture_output=True, text=True, timeout=600)
+    verdicts = [line for line in r.stdout.splitlines() if line.startswith("trial") or "trials clean" in line]
+    print("\n".join(verdicts))
+    assert r.returncode == 0, "\n".join(line for line in verdicts if "FAIL" in line) or r.stderr[-3000:]
+    assert f"{trials}/{trials} trials clean" in r.stdout
