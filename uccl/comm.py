@@ -83,10 +83,19 @@ class Communicator:
         return None if c is None else Communicator(0, 0, self._store, _core_comm=c)
 
     # -- helpers -----------------------------------------------------------------------------
-    @staticmethod
-    def _finish(work, keep, result, async_op, timeout=None):
-        w = Work(work, keep, result)
-        return w if async_op else w.wait(timeout)
+    def _finish(self, submit, keep, result, async_op, timeout=None):
+        """Issues the operation (submit() returns the core's Work) and waits for it unless
+        async_op. A blocking call first declares that it will wait (Communicator::will_wait),
+        so the background progress thread is not woken to compete with the caller for the
+        engine and a core: from Python, 2-rank all_gather of 1 MiB took 87-131 us without
+        and ~50 us with it (benchmarks/RESULTS.md)."""
+        if async_op:
+            return Work(submit(), keep, result)
+        token = self._c.will_wait()
+        try:
+            return Work(submit(), keep, result).wait(timeout)
+        finally:
+            token.release()
 
     def _same_dtype(self, what, a, b):
         if a.dtype != b.dtype:
@@ -107,8 +116,8 @@ class Communicator:
         self._same_dtype("all_reduce", s, r)
         if r.count != s.count:
             raise InvalidArgument(f"all_reduce: output has {r.count} elements, input {s.count}")
-        w = self._c.all_reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.all_reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def reduce(self, x, out=None, op="sum", root=0, scalar=None, async_op=False):
         """Reduces to `root` (in place there unless out is given); other ranks' x is unchanged."""
@@ -116,16 +125,16 @@ class Communicator:
         r = s if out is None else as_buffer(out, "reduce output", writable=True)
         if self.rank == root:
             self._check_out("reduce", r, s, s.count)
-        w = self._c.reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), int(root))
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), int(root))
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def broadcast(self, x, root=0, out=None, async_op=False):
         """Copies root's x to every rank (into x itself unless out is given)."""
         s = as_buffer(x, "broadcast buffer", writable=out is None)
         r = s if out is None else as_buffer(out, "broadcast output", writable=True)
         self._check_out("broadcast", r, s, s.count)
-        w = self._c.broadcast(s.addr, r.addr, s.count, s.dtype, int(root))
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.broadcast(s.addr, r.addr, s.count, s.dtype, int(root))
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def all_gather(self, x, out=None, async_op=False):
         """Concatenates every rank's x in rank order (out has size * len(x) elements)."""
@@ -135,8 +144,8 @@ class Communicator:
         self._same_dtype("all_gather", s, r)
         if r.count != s.count * self.size:
             raise InvalidArgument(f"all_gather: output needs {s.count * self.size} elements, has {r.count}")
-        w = self._c.all_gather(s.addr, r.addr, s.count, s.dtype)
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.all_gather(s.addr, r.addr, s.count, s.dtype)
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def all_gather_v(self, x, counts, out=None, displs=None, async_op=False):
         """all_gather with per-rank element counts (and optional displacements)."""
@@ -151,8 +160,8 @@ class Communicator:
         self._same_dtype("all_gather_v", s, r)
         if r.count < extent:
             raise InvalidArgument(f"all_gather_v: output needs {extent} elements, has {r.count}")
-        w = self._c.all_gather_v(s.addr, r.addr, counts, [int(d) for d in (displs or [])], s.dtype)
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.all_gather_v(s.addr, r.addr, counts, [int(d) for d in (displs or [])], s.dtype)
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def reduce_scatter(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over ranks and leaves block `rank` (len(x) / size elements) in out."""
@@ -166,8 +175,8 @@ class Communicator:
         self._same_dtype("reduce_scatter", s, r)
         if r.count != n:
             raise InvalidArgument(f"reduce_scatter: output needs {n} elements, has {r.count}")
-        w = self._c.reduce_scatter(s.addr, r.addr, n, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.reduce_scatter(s.addr, r.addr, n, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def reduce_scatter_v(self, x, counts, out=None, op="sum", scalar=None, async_op=False):
         """reduce_scatter with per-rank block sizes (blocks packed in rank order in x)."""
@@ -178,8 +187,8 @@ class Communicator:
         out = _alloc_like(s.owner, counts[self.rank]) if out is None else out
         r = as_buffer(out, "reduce_scatter_v output", writable=True)
         self._check_out("reduce_scatter_v", r, s, counts[self.rank])
-        w = self._c.reduce_scatter_v(s.addr, r.addr, counts, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.reduce_scatter_v(s.addr, r.addr, counts, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def all_to_all(self, x, out=None, async_op=False):
         """Block j of x goes to rank j; block i of out came from rank i."""
@@ -189,8 +198,8 @@ class Communicator:
         out = _alloc_like(s.owner, s.count) if out is None else out
         r = as_buffer(out, "all_to_all output", writable=True)
         self._check_out("all_to_all", r, s, s.count)
-        w = self._c.all_to_all(s.addr, r.addr, s.count // self.size, s.dtype)
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.all_to_all(s.addr, r.addr, s.count // self.size, s.dtype)
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, send_displs=None, recv_displs=None,
                      async_op=False):
@@ -208,8 +217,8 @@ class Communicator:
             raise InvalidArgument("all_to_all_v: send counts/displacements run past the input")
         if max((d + c for d, c in zip(rd, rc)), default=0) > r.count:
             raise InvalidArgument("all_to_all_v: receive counts/displacements run past the output")
-        w = self._c.all_to_all_v(s.addr, r.addr, sc, [int(v) for v in sd], rc, [int(v) for v in rd], s.dtype)
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.all_to_all_v(s.addr, r.addr, sc, [int(v) for v in sd], rc, [int(v) for v in rd], s.dtype)
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def gather(self, x, out=None, root=0, async_op=False):
         """Concatenates every rank's x at root (returns None elsewhere)."""
@@ -219,8 +228,8 @@ class Communicator:
             out = _alloc_like(s.owner, s.count * self.size) if out is None else out
             r = as_buffer(out, "gather output", writable=True)
             self._check_out("gather", r, s, s.count * self.size)
-        w = self._c.gather(s.addr, r.addr if r else 0, s.count, s.dtype, int(root))
-        return self._finish(w, (s, r), r.owner if r else None, async_op)
+        submit = lambda: self._c.gather(s.addr, r.addr if r else 0, s.count, s.dtype, int(root))
+        return self._finish(submit, (s, r), r.owner if r else None, async_op)
 
     def scatter(self, x, out=None, root=0, count=None, dtype="float32", async_op=False):
         """Block i of root's x goes to rank i. Non-roots pass x=None and out (or count and dtype;
@@ -240,16 +249,16 @@ class Communicator:
         r = as_buffer(out, "scatter output", writable=True)
         if s is not None:
             self._check_out("scatter", r, s, s.count // self.size)
-        w = self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root))
-        return self._finish(w, (s, r), r.owner, async_op)
+        submit = lambda: self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root))
+        return self._finish(submit, (s, r), r.owner, async_op)
 
     def send(self, x, peer, tag=0, async_op=False):
         b = as_buffer(x, "send buffer")
-        return self._finish(self._c.p2p([(True, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), None, async_op)
+        return self._finish(lambda: self._c.p2p([(True, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), None, async_op)
 
     def recv(self, x, peer, tag=0, async_op=False):
         b = as_buffer(x, "recv buffer", writable=True)
-        return self._finish(self._c.p2p([(False, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), b.owner,
+        return self._finish(lambda: self._c.p2p([(False, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), b.owner,
                             async_op)
 
     def batch_isend_irecv(self, ops):
@@ -266,4 +275,4 @@ class Communicator:
         return Work(self._c.p2p(plan), bufs, None)
 
     def barrier(self, async_op=False, timeout=None):
-        return self._finish(self._c.barrier(), (), None, async_op, timeout)
+        return self._finish(lambda: self._c.barrier(), (), None, async_op, timeout)

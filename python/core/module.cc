@@ -161,6 +161,13 @@ PYBIND11_MODULE(_core, m) {
         });
       });
 
+  // Communicator::will_wait() for Python's blocking calls. release() must be called (it may
+  // take the engine lock, so it drops the GIL first; a destructor could not).
+  struct WaitToken {
+    std::shared_ptr<void> token;
+  };
+  py::class_<WaitToken>(m, "WaitToken").def("release", [](WaitToken& w) { w.token.reset(); }, release);
+
   using C = Communicator;
   py::class_<C, std::shared_ptr<C>>(m, "Communicator")
       .def_static("create", [](int rank, int size, std::shared_ptr<Store> store, py::dict opts) {
@@ -212,6 +219,7 @@ PYBIND11_MODULE(_core, m) {
              return unwrap(c.p2p(v));
            }, release)
       .def("barrier", [](C& c) { return unwrap(c.barrier()); }, release)
+      .def("will_wait", [](C& c) { return WaitToken{c.will_wait()}; }, release)
       .def("split", [](C& c, int color, int key, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;
@@ -225,6 +233,16 @@ PYBIND11_MODULE(_core, m) {
       .def("abort", &C::abort, py::arg("why") = "abort() called", release)
       .def("error", [](C& c) { check(c.error()); }, release)
       .def("describe", &C::describe, release);
+
+  // Address of a contiguous buffer-protocol object (numpy arrays): 0.1 us where numpy's own
+  // ctypes.data costs 0.8 us, and every collective resolves two buffers.
+  m.def("buffer_address", [](py::handle obj) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_ANY_CONTIGUOUS) != 0) throw py::error_already_set();
+    const auto address = reinterpret_cast<uintptr_t>(view.buf);
+    PyBuffer_Release(&view);
+    return address;
+  });
 
   register_perf_loop(m);  // uccl-perf's timed loop (perf_loop.cc)
 }
