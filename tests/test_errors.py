@@ -11,10 +11,9 @@ import time
 import numpy as np
 import pytest
 
+import uccl
 from harness import run_world
-
-
-from uccl.store import PrefixStore as Prefixed  # noqa: E402  (a view under a key prefix)
+from uccl.store import PrefixStore as Prefixed  # a view under a key prefix
 
 
 def _expect(check, exc_type, words, fn, what):
@@ -419,3 +418,9 @@ def body_self_recv_timeout(ctx):
 def test_single_rank_recv_timeout():
     [(kind, took)] = run_world(1, "test_errors:body_self_recv_timeout", timeout=30)
     assert kind == "TimeoutError" and took < 2.0, (kind, took)
+
+
+def test_unknown_algorithm_is_refused_by_name():
+    store = uccl.TcpStore("127.0.0.1", 0, is_server=True)
+    with pytest.raises(uccl.InvalidArgument, match="unknown algorithm 'rng'"):
+        uccl.Communicator(0, 1, store, algorithm="rng")

@@ -97,6 +97,9 @@ def as_buffer(obj, what="buffer", writable=False, dtype=None):
 
 
 def op_code(op):
+    code = OPS.get(op) if type(op) is str else None
+    if code is not None:
+        return code
     if isinstance(op, int):
         return op
     key = str(op).lower().replace("reduceop.", "")

@@ -15,6 +15,11 @@ from .errors import InvalidArgument
 from .store import as_core_store
 from .work import Work
 
+# Kinds of _core.Communicator.blocking_call, the one-call fast path for blocking collectives on
+# numpy arrays (python/core/blocking_call.h). It returns False when the buffers do not fit it
+# (unusual dtype, wrong sizes, read-only output): the general path below then says why.
+_ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _BROADCAST = 0, 1, 2, 3
+
 
 def _alloc_like(x, count):
     """A new contiguous array/tensor of `count` elements with x's dtype and kind."""
@@ -111,6 +116,10 @@ class Communicator:
     # -- collectives -------------------------------------------------------------------------
     def all_reduce(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over all ranks; in place unless out is given. op: sum prod min max avg premul_sum."""
+        out_or_x = x if out is None else out
+        if (not async_op and scalar is None and type(x) is np.ndarray and type(out_or_x) is np.ndarray
+                and self._c.blocking_call(_ALL_REDUCE, x, out_or_x, op_code(op), 0)):
+            return out_or_x
         s = as_buffer(x, "all_reduce input", writable=out is None)
         r = s if out is None else as_buffer(out, "all_reduce output", writable=True)
         self._same_dtype("all_reduce", s, r)
@@ -130,6 +139,10 @@ class Communicator:
 
     def broadcast(self, x, root=0, out=None, async_op=False):
         """Copies root's x to every rank (into x itself unless out is given)."""
+        out_or_x = x if out is None else out
+        if (not async_op and type(x) is np.ndarray and type(out_or_x) is np.ndarray
+                and self._c.blocking_call(_BROADCAST, x, out_or_x, 0, int(root))):
+            return out_or_x
         s = as_buffer(x, "broadcast buffer", writable=out is None)
         r = s if out is None else as_buffer(out, "broadcast output", writable=True)
         self._check_out("broadcast", r, s, s.count)
@@ -138,6 +151,9 @@ class Communicator:
 
     def all_gather(self, x, out=None, async_op=False):
         """Concatenates every rank's x in rank order (out has size * len(x) elements)."""
+        if (not async_op and type(x) is np.ndarray and type(out) is np.ndarray
+                and self._c.blocking_call(_ALL_GATHER, x, out, 0, 0)):
+            return out
         s = as_buffer(x, "all_gather input")
         out = _alloc_like(s.owner, s.count * self.size) if out is None else out
         r = as_buffer(out, "all_gather output", writable=True)
@@ -165,6 +181,9 @@ class Communicator:
 
     def reduce_scatter(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over ranks and leaves block `rank` (len(x) / size elements) in out."""
+        if (not async_op and scalar is None and type(x) is np.ndarray and type(out) is np.ndarray
+                and self._c.blocking_call(_REDUCE_SCATTER, x, out, op_code(op), 0)):
+            return out
         s = as_buffer(x, "reduce_scatter input")
         if s.count % self.size:
             raise InvalidArgument(f"reduce_scatter: input of {s.count} elements is not divisible by {self.size} "

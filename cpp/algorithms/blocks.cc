@@ -35,10 +35,20 @@ Blocks blocks_from(const std::vector<size_t>& counts, const std::vector<size_t>&
 }
 
 const char* pick_algorithm(const OpEnv& env, size_t bytes) {
-  const std::string& o = env.algo_override;
-  if (o == "ring") return "ring";
-  if (o == "direct") return "direct";
+  if (env.algo == AlgoChoice::kRing) return "ring";
+  if (env.algo == AlgoChoice::kDirect) return "direct";
   return bytes <= env.small_msg_bytes ? "direct" : "ring";
+}
+
+bool algo_choice_valid(const std::string& name) {
+  return name.empty() || name == "auto" || name == "ring" || name == "direct" || name == "hier" || name == "hierarchical";
+}
+
+AlgoChoice parse_algo_choice(const std::string& name) {
+  if (name == "ring") return AlgoChoice::kRing;
+  if (name == "direct") return AlgoChoice::kDirect;
+  if (name == "hier" || name == "hierarchical") return AlgoChoice::kHier;
+  return AlgoChoice::kAuto;
 }
 
 }  // namespace uccl

@@ -2,6 +2,8 @@
 // gather, scatter, and the barrier.
 #include <algorithm>
 
+#include <cstring>
+
 #include "algorithms/collectives.h"
 
 namespace uccl {
@@ -38,7 +40,7 @@ Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataTyp
   }
   const char* algo = pick_algorithm(env, b.total() * es);
   set_algo(env, algo);
-  if (std::string(algo) == "direct") {
+  if (std::strcmp(algo, "direct") == 0) {
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       s->send(p, send, b.cnt[r] * es);
@@ -63,7 +65,7 @@ Status build_broadcast(const BroadcastArgs& a, const OpEnv& env, Schedule* s) {
   const char* algo = n == 1 ? "local" : n == 2 ? "direct" : pick_algorithm(env, bytes);
   set_algo(env, algo);
   if (n == 1) return Status::Ok();
-  if (std::string(algo) == "direct") {
+  if (std::strcmp(algo, "direct") == 0) {
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       if (root) s->send(p, a.send, bytes);

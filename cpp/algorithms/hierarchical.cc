@@ -131,9 +131,8 @@ CostOp cost_op(Collective c) {
 
 bool use_hierarchical(const OpEnv& env, Collective coll, size_t total_bytes) {
   if (!env.topo || env.size < 2) return false;
-  const std::string& o = env.algo_override;
-  const bool forced = o == "hier" || o == "hierarchical";
-  if (!forced && o != "auto" && !o.empty()) return false;  // ring/direct forced
+  const bool forced = env.algo == AlgoChoice::kHier;
+  if (!forced && env.algo != AlgoChoice::kAuto) return false;  // ring/direct forced
   const Topology& t = *env.topo;
   if (!t.hierarchical()) {
     if (forced) log_decision(&t, coll, "ring", "UCCL_ALGO=hier but the hierarchy is flat: " + t.flat_reason());

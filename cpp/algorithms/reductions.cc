@@ -5,6 +5,8 @@
 // replica that drifts by one ULP per step would slowly break data-parallel training).
 #include <algorithm>
 
+#include <cstring>
+
 #include "algorithms/collectives.h"
 
 namespace uccl {
@@ -69,7 +71,7 @@ Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
   }
   const char* algo = pick_algorithm(env, bytes);
   set_algo(env, algo);
-  if (std::string(algo) == "direct") {
+  if (std::strcmp(algo, "direct") == 0) {
     char* slots = static_cast<char*>(env.scratch->get(n * bytes));
     s->copy(slots + r * bytes, send, bytes);
     for (int p = 0; p < n; ++p) {
@@ -113,7 +115,7 @@ Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, con
     return build_hier_reduce_scatter_v(send, recv, b, a, env, s);
   const char* algo = n == 1 ? "local" : pick_algorithm(env, total);
   set_algo(env, algo);
-  const bool direct = std::string(algo) == "direct";
+  const bool direct = std::strcmp(algo, "direct") == 0;
   // Scratch layout: [premul-scaled input][direct: n slots | ring: two blocks in flight].
   const size_t scaled_bytes = a.op == RedOp::kPremulSum ? total : 0;
   char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + (direct ? n * maxb : 2 * maxb) + 64));
@@ -150,7 +152,7 @@ Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s) {
   set_algo(env, algo);
   const Blocks b = even_blocks(a.count, n);
   const size_t maxb = max_block(b) * es;
-  const bool direct = std::string(algo) != "ring";
+  const bool direct = std::strcmp(algo, "ring") != 0;
   const size_t scaled_bytes = a.op == RedOp::kPremulSum ? bytes : 0;
   char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + (direct ? n * bytes : 3 * maxb) + 64));
   const void* send = a.send;

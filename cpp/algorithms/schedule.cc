@@ -9,21 +9,27 @@
 
 namespace uccl {
 
-Action& Schedule::add(Action a) {
-  if (phases_.empty()) new_phase();
-  phases_.back().actions.push_back(a);
-  return phases_.back().actions.back();
+void Schedule::reset(DataType dtype, RedOp op) {
+  dtype_ = dtype;
+  op_ = op;
+  used_ = 0;
+}
+
+void Schedule::new_phase() {
+  if (used_ == phases_.size()) phases_.emplace_back();
+  phases_[used_++].actions.clear();
 }
 
 Action& Schedule::add(Action::Kind kind, int peer, void* dst, const void* src, const void* src2, size_t bytes) {
-  Action a;
+  if (used_ == 0) new_phase();
+  Action& a = phases_[used_ - 1].actions.emplace_back();
   a.kind = kind;
   a.peer = peer;
   a.dst = dst;
   a.src = src;
   a.src2 = src2;
   a.bytes = bytes;
-  return add(a);
+  return a;
 }
 
 void Schedule::send(int peer, const void* src, size_t bytes) { add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes); }
@@ -70,7 +76,7 @@ void* ScratchArena::get(size_t bytes) {
 }
 
 Status ScheduleTask::start_phase(bool* ready) {
-  Phase& ph = sched_.phases()[phase_];
+  Phase& ph = x_->sched.phase(phase_);
   *ready = false;
   // Every peer of the phase must be connected before anything is posted, so that a phase's
   // messages are posted together and in schedule order.
@@ -83,22 +89,24 @@ Status ScheduleTask::start_phase(bool* ready) {
     (a.kind == Action::Kind::kSend ? nsend : nrecv)++;
     if (a.kind != Action::Kind::kSend) recv_bytes += a.bytes;
   }
-  const DataType dt = sched_.dtype();
+  const DataType dt = dtype_;
   const size_t esize = dtype_size(dt);
   for (const Action& a : ph.actions) {
     switch (a.kind) {
       case Action::Kind::kCopy: std::memmove(a.dst, a.src, a.bytes); break;
-      case Action::Kind::kReduce: uccl::reduce(a.dst, a.src, a.src2, a.bytes / esize, dt, sched_.op()); break;
+      case Action::Kind::kReduce: uccl::reduce(a.dst, a.src, a.src2, a.bytes / esize, dt, op_); break;
       case Action::Kind::kScale: uccl::scale(a.dst, a.src, a.bytes / esize, dt, a.factor); break;
       case Action::Kind::kDivide: uccl::divide(a.dst, a.src, a.bytes / esize, dt, a.divisor); break;
       default: break;
     }
   }
   // Sized before posting: transports keep pointers to these requests.
-  sends_.clear();
-  recvs_.clear();
-  sends_.resize(nsend);
-  recvs_.resize(nrecv);
+  std::vector<SendRequest>& sends = x_->sends;
+  std::vector<RecvRequest>& recvs = x_->recvs;
+  sends.clear();
+  recvs.clear();
+  sends.resize(nsend);
+  recvs.resize(nrecv);
   size_t si = 0, ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm()) continue;
@@ -106,25 +114,25 @@ Status ScheduleTask::start_phase(bool* ready) {
     const int kind = static_cast<int>(ep->kind());
     const int level = env_.stats ? env_.conns->peer_level(a.peer) : -1;
     if (a.kind == Action::Kind::kSend) {
-      SendRequest& s = sends_[si++];
+      SendRequest& s = sends[si++];
       s.data = a.src;
       s.bytes = a.bytes;
       s.env = a.own_envelope ? a.env : env_.envelope;
-      s.env.step = send_steps_[a.peer]++;
+      s.env.step = x_->send_steps[a.peer]++;
       s.duplex = 2 * recv_bytes >= a.bytes;  // a ring step, not a root's one-way send
       if (env_.stats) env_.stats->bytes_sent_by_transport[kind] += a.bytes;
       if (env_.stats && level >= 0) env_.stats->bytes_sent_by_level[level] += a.bytes;
       ep->post_send(&s);
     } else {
-      RecvRequest& r = recvs_[ri++];
+      RecvRequest& r = recvs[ri++];
       r.dst = a.dst;
       r.bytes = a.bytes;
       r.expect = a.own_envelope ? a.env : env_.envelope;
-      r.expect.step = recv_steps_[a.peer]++;
+      r.expect.step = x_->recv_steps[a.peer]++;
       r.reduce = a.kind == Action::Kind::kRecvReduce;
       r.acc = a.src2;
       r.dtype = dt;
-      r.op = sched_.op();
+      r.op = op_;
       if (env_.stats) env_.stats->bytes_received_by_transport[kind] += a.bytes;
       if (env_.stats && level >= 0) env_.stats->bytes_received_by_level[level] += a.bytes;
       ep->post_recv(&r);
@@ -137,30 +145,37 @@ Status ScheduleTask::start_phase(bool* ready) {
 Status ScheduleTask::progress(bool* done) {
   *done = false;
   if (!built_) {
-    UCCL_RETURN_IF_ERROR(build_(env_, &sched_));
+    if (env_.exec) {
+      x_ = env_.exec;
+    } else {
+      own_ = std::make_unique<ExecState>();
+      x_ = own_.get();
+    }
+    x_->sched.reset(dtype_, op_);
+    UCCL_RETURN_IF_ERROR(build_(env_, &x_->sched));
     built_ = true;
     if (log_enabled(LogLevel::kInfo)) {
       const Envelope& e = env_.envelope;
       UCCL_INFO("%s #%llu: algorithm %s, count %llu %s, %zu phases", collective_name(static_cast<Collective>(e.coll)),
                 static_cast<unsigned long long>(e.op_seq), env_.stats ? env_.stats->algorithm.c_str() : "?",
                 static_cast<unsigned long long>(e.count), dtype_name(static_cast<DataType>(e.dtype)),
-                sched_.phases().size());
+                x_->sched.num_phases());
     }
-    send_steps_.assign(env_.size, 0);
-    recv_steps_.assign(env_.size, 0);
+    x_->send_steps.assign(env_.size, 0);
+    x_->recv_steps.assign(env_.size, 0);
   }
-  while (phase_ < sched_.phases().size()) {
+  while (phase_ < x_->sched.num_phases()) {
     if (!posted_) {
       bool ready = false;
       UCCL_RETURN_IF_ERROR(start_phase(&ready));
       if (!ready) return Status::Ok();
       posted_ = true;
     }
-    for (auto& s : sends_) {
+    for (auto& s : x_->sends) {
       if (s.state == ReqState::kFailed) return s.error;
       if (s.pending()) return Status::Ok();
     }
-    for (auto& r : recvs_) {
+    for (auto& r : x_->recvs) {
       if (r.state == ReqState::kFailed) return r.error;
       if (r.pending()) return Status::Ok();
     }
@@ -175,16 +190,16 @@ std::string ScheduleTask::waiting_for() const {
   if (!built_) return "not started";
   if (!posted_) return "phase " + std::to_string(phase_) + ": connecting to its peers";
   std::string s;
-  const Phase& ph = sched_.phases()[phase_];
+  const Phase& ph = x_->sched.phase(phase_);
   size_t si = 0, ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm()) continue;
-    bool pending = a.kind == Action::Kind::kSend ? sends_[si++].pending() : recvs_[ri++].pending();
+    bool pending = a.kind == Action::Kind::kSend ? x_->sends[si++].pending() : x_->recvs[ri++].pending();
     if (!pending) continue;
     s += std::string(s.empty() ? "" : ", ") + (a.kind == Action::Kind::kSend ? "send to rank " : "receive from rank ") +
          std::to_string(a.peer) + " (" + std::to_string(a.bytes) + " bytes)";
   }
-  return "phase " + std::to_string(phase_) + " of " + std::to_string(sched_.phases().size()) + ": " + s;
+  return "phase " + std::to_string(phase_) + " of " + std::to_string(x_->sched.num_phases()) + ": " + s;
 }
 
 }  // namespace uccl

@@ -48,7 +48,10 @@ struct Phase {
 class Schedule {
  public:
   Schedule(DataType dtype, RedOp op) : dtype_(dtype), op_(op) {}
-  void new_phase() { phases_.emplace_back(); }
+  // Empties the schedule for another operation; phases and their action lists keep their
+  // capacity, so rebuilding a schedule of the same shape allocates nothing.
+  void reset(DataType dtype, RedOp op);
+  void new_phase();
   void send(int peer, const void* src, size_t bytes);
   void recv(int peer, void* dst, size_t bytes);
   // dst = op(acc, incoming); acc == nullptr means dst itself.
@@ -61,15 +64,16 @@ class Schedule {
 
   DataType dtype() const { return dtype_; }
   RedOp op() const { return op_; }
-  std::vector<Phase>& phases() { return phases_; }
-  const std::vector<Phase>& phases() const { return phases_; }
+  size_t num_phases() const { return used_; }
+  Phase& phase(size_t i) { return phases_[i]; }
+  const Phase& phase(size_t i) const { return phases_[i]; }
 
  private:
-  Action& add(Action a);
   Action& add(Action::Kind kind, int peer, void* dst, const void* src, const void* src2, size_t bytes);
   DataType dtype_;
   RedOp op_;
-  std::vector<Phase> phases_;
+  std::vector<Phase> phases_;  // [0, used_) belong to the current operation
+  size_t used_ = 0;
 };
 
 // Grows on demand and is reused by every operation of a communicator: operations execute one
@@ -84,6 +88,23 @@ class ScratchArena {
   size_t cap_ = 0;
 };
 
+// Where the executing operation works: owned by the communicator and reused by one operation
+// after the other (only the operation at the head of the queue executes). The schedule, the
+// requests handed to the transports and the per-peer step counters keep their capacity from
+// call to call, so a small collective allocates almost nothing (8-byte all_reduce: ~10 fewer
+// allocations per call).
+struct ExecState {
+  Schedule sched{DataType::kUint8, RedOp::kSum};
+  std::vector<SendRequest> sends;
+  std::vector<RecvRequest> recvs;
+  std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
+};
+
+// An algorithm forced by UCCL_ALGO or a communicator option (parsed once per communicator).
+enum class AlgoChoice : uint8_t { kAuto, kRing, kDirect, kHier };
+bool algo_choice_valid(const std::string& name);      // "", auto, ring, direct, hier, hierarchical
+AlgoChoice parse_algo_choice(const std::string& name);  // of a valid name
+
 // What an executing operation needs from its communicator.
 struct OpEnv {
   int rank = 0;
@@ -91,8 +112,9 @@ struct OpEnv {
   Envelope envelope;          // op_seq, coll, count, dtype, redop, root of this operation
   ConnectionManager* conns = nullptr;
   ScratchArena* scratch = nullptr;
+  ExecState* exec = nullptr;  // nullptr: the task uses storage of its own
   OpStats* stats = nullptr;
-  std::string algo_override;  // "", "auto", "ring", "direct", "hier"
+  AlgoChoice algo = AlgoChoice::kAuto;  // UCCL_ALGO / the communicator's algorithm option
   std::shared_ptr<const Topology> topo;  // set for collectives that may run hierarchically
   size_t small_msg_bytes = 0;
 };
@@ -103,7 +125,7 @@ class ScheduleTask {
   // scratch memory is only claimed by the one operation running.
   using Builder = std::function<Status(const OpEnv&, Schedule*)>;
   ScheduleTask(OpEnv env, DataType dtype, RedOp op, Builder build)
-      : env_(std::move(env)), sched_(dtype, op), build_(std::move(build)) {}
+      : env_(std::move(env)), dtype_(dtype), op_(op), build_(std::move(build)) {}
 
   // Advances the operation; never blocks. Sets *done when finished.
   Status progress(bool* done);
@@ -114,14 +136,14 @@ class ScheduleTask {
  private:
   Status start_phase(bool* ready);
   OpEnv env_;
-  Schedule sched_;
+  DataType dtype_;
+  RedOp op_;
   Builder build_;
+  std::unique_ptr<ExecState> own_;  // when env_.exec is not given
+  ExecState* x_ = nullptr;          // set when the operation starts executing
   bool built_ = false;
   size_t phase_ = 0;
   bool posted_ = false;
-  std::vector<SendRequest> sends_;
-  std::vector<RecvRequest> recvs_;
-  std::vector<uint32_t> send_steps_, recv_steps_;  // per-peer message counters (Envelope.step)
 };
 
 }  // namespace uccl

@@ -16,6 +16,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
   if (rank < 0 || rank >= size)
     return InvalidArgument("rank " + std::to_string(rank) + " out of range for size " + std::to_string(size));
   if (!store) return InvalidArgument("a store is required");
+  const std::string& algo = !opts.algorithm.empty() ? opts.algorithm : config().algo;
+  if (!algo_choice_valid(algo))
+    return InvalidArgument("unknown algorithm '" + algo + "' (option or UCCL_ALGO): expected auto, ring, direct or hier");
   log_set_rank(rank);
   const double timeout = opts.timeout_s > 0 ? opts.timeout_s : config().timeout_s;
   auto conns = std::make_unique<ConnectionManager>(rank, size, store, opts, timeout);
@@ -29,7 +32,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
 
 CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts,
                                    std::shared_ptr<Engine> engine)
-    : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)) {
+    : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)),
+      algo_(parse_algo_choice(!opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : config().algo)),
+      small_msg_bytes_(config().small_msg_bytes) {
   p2p_sent_.assign(size, 0);
   p2p_recvd_.assign(size, 0);
 }
@@ -48,9 +53,10 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.envelope.root = c.root;
   env.conns = engine_->conns();
   env.scratch = &scratch_;
+  env.exec = &exec_;
   env.stats = &w->stats_;
-  env.algo_override = !opts_.algorithm.empty() && opts_.algorithm != "auto" ? opts_.algorithm : config().algo;
-  env.small_msg_bytes = config().small_msg_bytes;
+  env.algo = algo_;
+  env.small_msg_bytes = small_msg_bytes_;
   // Collectives with a hierarchical variant need everyone's PeerInfo to choose (first time only).
   if (size_ > 1 && (c.coll == Collective::kAllReduce || c.coll == Collective::kAllGather ||
                     c.coll == Collective::kAllGatherV || c.coll == Collective::kReduceScatter ||

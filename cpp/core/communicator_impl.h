@@ -63,7 +63,10 @@ class CommunicatorImpl : public Communicator {
   std::shared_ptr<Store> store_;
   CommOptions opts_;
   std::shared_ptr<Engine> engine_;
+  const AlgoChoice algo_;          // resolved once: options, then UCCL_ALGO
+  const size_t small_msg_bytes_;
   ScratchArena scratch_;
+  ExecState exec_;  // reused by each executing operation in turn (see ExecState)
   std::mutex issue_mu_;          // sequence numbers are assigned in issue order
   uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)
   std::vector<uint64_t> p2p_sent_, p2p_recvd_;  // p2p messages per peer (pairs count the same)

@@ -107,6 +107,8 @@ class ConnectionManager {
   // connection waits at most this long, a progress pass saves a failing accept() syscall.
   static constexpr double kAcceptIntervalS = 100e-6;
   double next_accept_s_ = 0;
+  static constexpr int kClockEvery = 16;
+  int calls_since_clock_ = kClockEvery;  // the first call looks at the clock
 };
 
 }  // namespace uccl

@@ -92,7 +92,9 @@ class Engine {
   bool progress_once(Callbacks* done);  // requires mu_
   void fail_everything(const Status& why, Callbacks* done);  // requires mu_
   void thread_main();
-  void idle_backoff(double idle_since);
+  // Spins, yields or sleeps by how long nothing has moved (idle_since).
+  void idle_backoff(double idle_since, double now);
+  static constexpr uint32_t kSpinPasses = 16;  // passes of Engine::wait spun before the backoff
   static void run(Callbacks& cbs);
 
   const int rank_, size_;
@@ -102,7 +104,8 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<OpWork>> queue_;
   Status failed_;
-  Status cause_for_peers_;  // the root cause, handed to endpoints (shm forwards it to the peer)
+  Status cause_for_peers_;  // the root cause, handed to endpoints (they forward it to the peer)
+  uint32_t passes_ = 0;     // progress passes (under mu_), for the occasional deadline check
   std::atomic<bool> failed_flag_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};

@@ -16,6 +16,7 @@
 #include "core/communicator.h"
 #include "core/config.h"
 #include "core/net.h"
+#include "python/core/blocking_call.h"
 #include "python/core/perf_loop.h"
 #include "python/core/py_errors.h"
 #include "python/core/py_store.h"
@@ -220,6 +221,9 @@ PYBIND11_MODULE(_core, m) {
            }, release)
       .def("barrier", [](C& c) { return unwrap(c.barrier()); }, release)
       .def("will_wait", [](C& c) { return WaitToken{c.will_wait()}; }, release)
+      .def("blocking_call", [](C& c, int kind, py::handle in, py::handle out, int op, int root) {
+             return blocking_call(c, static_cast<BlockingKind>(kind), in, out, op, root);
+           })
       .def("split", [](C& c, int color, int key, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;

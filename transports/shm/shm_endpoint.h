@@ -171,6 +171,7 @@ class ShmEndpoint final : public Endpoint {
   bool peer_gone_ = false;  // sends fail; receives complete only from what the ring holds
   Status gone_status_;
   int64_t last_poll_ms_ = 0;
+  uint32_t liveness_calls_ = 0;  // check_liveness() looks at the clock every 16th call
   bool warned_data_ = false;
 
   ShmStats stats_;
