@@ -44,6 +44,8 @@ def parse(argv):
     p.add_argument("-o", "--op", default="sum")
     p.add_argument("-z", "--blocking", type=int, default=1,
                    help="uccl waits for each operation before the next (default 1, like the others' calls)")
+    p.add_argument("--uccl-loop", choices=["python", "cpp"], default="python",
+                   help="time uccl through its Python API like the others (default), or uccl-perf's C++ loop")
     p.add_argument("--stat", choices=["median", "best"], default="median")
     p.add_argument("--libs", default="uccl,gloo,mpi", help="comma separated subset")
     p.add_argument("--transport", default=None, help="force uccl's transport (shm, tcp)")
@@ -63,7 +65,7 @@ def make_runners(a, mpi):
     for name in a.libs:
         if name == "uccl":
             opts = {"transport": a.transport} if a.transport else {}
-            runners.append(libs.UcclRunner(uccl.init(**opts), blocking=bool(a.blocking)))
+            runners.append(libs.UcclRunner(uccl.init(**opts), blocking=bool(a.blocking), loop=a.uccl_loop))
         elif name == "mpi":
             runners.append(libs.MpiRunner(mpi))
         elif name == "gloo":
@@ -89,7 +91,7 @@ def main(argv=None):
     out = print if main_rank else (lambda *_: None)
     load_start = os.getloadavg()
     out(f"# compare {a.coll.name}: {n} ranks, {a.tname}, {a.op if a.coll.reduces else 'none'}, rounds {a.rounds}, "
-        f"iters {a.iters} (<=64K: {a.small_iters}), warmup {a.warmup_iters}, uccl blocking {a.blocking}, "
+        f"iters {a.iters} (<=64K: {a.small_iters}), warmup {a.warmup_iters}, uccl loop {a.uccl_loop} (blocking {a.blocking}), "
         f"stat {a.stat}, host {socket.gethostname()}, load {load_start[0]:.2f}")
     cols = "".join(f" {nm + ' us':>10} {nm + ' busbw':>11}" for nm in names)
     ratios = [o for o in names if o != "uccl"] if "uccl" in names else []
@@ -127,7 +129,7 @@ def main(argv=None):
     if main_rank and a.out:
         doc = {"collective": a.coll.name, "nranks": n, "dtype": a.tname, "op": a.op, "libs": names,
                "rounds": a.rounds, "iters": a.iters, "small_iters": a.small_iters, "warmup": a.warmup_iters,
-               "uccl_blocking": a.blocking, "stat": a.stat, "host": socket.gethostname(),
+               "uccl_blocking": a.blocking, "uccl_loop": a.uccl_loop, "stat": a.stat, "host": socket.gethostname(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "load_start": load_start, "loadavg": os.getloadavg(),
                "command": " ".join(sys.argv), "rows": rows}
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

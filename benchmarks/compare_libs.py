@@ -5,8 +5,10 @@ returns the seconds per operation on this rank. All three work on the *same* num
 (Gloo through torch.from_numpy, which shares it), so page placement and cache state are the
 same for everyone; they run one after the other, never at once.
 
-  * uccl: uccl-perf's C++ loop (_core.perf_loop) after uccl's own barrier; blocking=True waits
-    for each operation before the next, like the other two (their calls return when done).
+  * uccl: by default a Python loop of blocking calls of uccl's Python API, on the same footing
+    as the other two (loop="python"); loop="cpp" times uccl-perf's C++ loop (_core.perf_loop)
+    instead, which shows what the library costs without the Python call. blocking=True (C++
+    loop) waits for each operation before the next, like the other two.
   * Gloo: torch.distributed with backend "gloo" on CPU tensors; a Python loop of blocking calls.
   * Open MPI: mpi4py's buffer methods (Allreduce, ...); a Python loop of blocking calls. mpi4py
     adds well under a microsecond per call; it is part of "MPI from Python" and it is noted in
@@ -28,15 +30,41 @@ def _np(buf, tname, n):
 class UcclRunner:
     name = "uccl"
 
-    def __init__(self, comm, blocking=True):
-        self.comm, self.blocking = comm, blocking
+    def __init__(self, comm, blocking=True, loop="python"):
+        self.comm, self.blocking, self.loop = comm, blocking, loop
 
     def setup(self, coll, count, tname, op, send, recv):
-        bufs = bench.Buffers(max(len(send), len(recv)), send=send, recv=recv)
-        self.m = bench.Measure(self.comm, bufs, coll, tname, op, 0, False, count)
+        if self.loop == "cpp":
+            bufs = bench.Buffers(max(len(send), len(recv)), send=send, recv=recv)
+            self.m = bench.Measure(self.comm, bufs, coll, tname, op, 0, False, count)
+            return
+        c, n, rank = self.comm, self.comm.size, self.comm.rank
+        s = _np(send, tname, coll.send_count(count, n))
+        r = _np(recv, tname, coll.recv_count(count, n))
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        self.fn = {
+            "all_reduce": lambda: c.all_reduce(s, r, op=op),
+            "all_gather": lambda: c.all_gather(s, r),
+            "reduce_scatter": lambda: c.reduce_scatter(s, r, op=op),
+            "broadcast": lambda: c.broadcast(r if rank else s, root=0),
+            "reduce": lambda: c.reduce(s, r, op=op, root=0),
+            "alltoall": lambda: c.all_to_all(s, r),
+            "gather": lambda: c.gather(s, r if rank == 0 else None, root=0),
+            "scatter": lambda: c.scatter(s if rank == 0 else None, r, root=0),
+            "sendrecv": lambda: c.batch_isend_irecv([("send", s, nxt), ("recv", r, prv)]).wait(),
+        }[coll.name]
 
     def time(self, warmup, iters):
-        return self.m.run(warmup, iters, self.blocking) / iters
+        if self.loop == "cpp":
+            return self.m.run(warmup, iters, self.blocking) / iters
+        fn = self.fn
+        for _ in range(warmup):
+            fn()
+        self.comm.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters
 
 
 class MpiRunner:

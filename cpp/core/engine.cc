@@ -202,8 +202,10 @@ Status Engine::wait(OpWork* w, double timeout_s) {
     if (w->done()) break;
     ++passes;
     idle_passes = moved ? 0 : idle_passes + 1;
+    if (idle_passes == 1) idle_since = now_s();
     // A small operation completes within a few passes: spin those without reading the clock
-    // (a read is ~25 ns on the 2-core VM, a pass ~150 ns); the deadline is checked every 64th.
+    // again (a read is ~25 ns on the 2-core VM, a pass ~150 ns); the deadline is checked
+    // every 64th pass.
     if (idle_passes < kSpinPasses && (passes & 63) != 0) continue;
     const double now = now_s();
     if (now > deadline) {
@@ -218,7 +220,6 @@ Status Engine::wait(OpWork* w, double timeout_s) {
       break;
     }
     if (idle_passes < kSpinPasses) continue;
-    if (idle_passes == kSpinPasses) idle_since = now;
     idle_backoff(idle_since, now);
   }
   waiters_.fetch_sub(1);
