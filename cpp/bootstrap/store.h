@@ -25,6 +25,10 @@ class Store {
   virtual Status wait(const std::vector<std::string>& keys, double timeout_s) = 0;
   // Atomically adds delta to an integer key (missing = 0) and returns the new value.
   virtual Result<int64_t> add(const std::string& key, int64_t delta) = 0;
+  // True if this process serves the store (uccl's TcpStore with its server here). Rank 0 says
+  // so to the others, so that when the store disappears with its process they can name rank 0
+  // instead of only an address.
+  virtual bool served_here() const { return false; }
 };
 
 // Prepends a prefix to every key: sub-communicators share their parent's store this way.
@@ -40,6 +44,7 @@ class PrefixStore : public Store {
     return inner_->wait(p, t);
   }
   Result<int64_t> add(const std::string& k, int64_t d) override { return inner_->add(prefix_ + k, d); }
+  bool served_here() const override { return inner_->served_here(); }
 
  private:
   std::shared_ptr<Store> inner_;

@@ -22,6 +22,9 @@ class TcpStoreServer {
   virtual int port() const = 0;
 };
 
+// True while a TcpStoreServer of this process listens on `port`.
+bool tcp_store_port_served_here(int port);
+
 // Connects to host:port, retrying until timeout_s (the server may start after the clients).
 Result<std::shared_ptr<Store>> connect_tcp_store(const std::string& host, int port, double timeout_s);
 

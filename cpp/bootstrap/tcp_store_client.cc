@@ -6,6 +6,7 @@
 // same timeout plus a grace period, so a server that hangs (or a host that vanished without a
 // FIN) still ends in an error rather than a hang. After any I/O error the stream may be out of
 // step, so the client closes the connection and every later call fails with the first error.
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,9 +31,20 @@ struct Reply {
   std::string payload;
 };
 
+bool same_ip(const SockAddr& a, const SockAddr& b) {
+  if (a.family() != b.family()) return false;
+  if (a.family() == AF_INET)
+    return std::memcmp(&reinterpret_cast<const sockaddr_in*>(&a.ss)->sin_addr,
+                       &reinterpret_cast<const sockaddr_in*>(&b.ss)->sin_addr, sizeof(in_addr)) == 0;
+  if (a.family() == AF_INET6)
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a.ss)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(&b.ss)->sin6_addr, sizeof(in6_addr)) == 0;
+  return false;
+}
+
 class TcpStoreClient : public Store {
  public:
-  TcpStoreClient(int fd, std::string server) : fd_(fd), server_(std::move(server)) {}
+  TcpStoreClient(int fd, std::string server, int port) : fd_(fd), server_(std::move(server)), port_(port) {}
   ~TcpStoreClient() override {
     if (fd_ >= 0) close(fd_);
   }
@@ -120,9 +132,22 @@ class TcpStoreClient : public Store {
     return r;
   }
 
+  // Served here if a server of this process has the port and the connection goes to this
+  // machine (the same address at both ends: loopback, or one of this host's addresses).
+  bool served_here() const override {
+    if (!tcp_store_port_served_here(port_)) return false;
+    SockAddr me, peer;
+    me.len = peer.len = sizeof me.ss;
+    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&me.ss), &me.len) != 0 ||
+        getpeername(fd_, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len) != 0)
+      return false;
+    return same_ip(me, peer);
+  }
+
   std::mutex mu_;
   int fd_;
   std::string server_;
+  int port_;
   Status broken_;
 };
 
@@ -133,7 +158,7 @@ Result<std::shared_ptr<Store>> connect_tcp_store(const std::string& host, int po
   if (!addr.ok()) return addr.status().with_context("tcp store");
   Result<int> fd = connect_to(addr.value(), now_s() + timeout_s);
   if (!fd.ok()) return fd.status().with_context("tcp store");
-  return std::shared_ptr<Store>(new TcpStoreClient(fd.value(), addr.value().to_string()));
+  return std::shared_ptr<Store>(new TcpStoreClient(fd.value(), addr.value().to_string(), port));
 }
 
 }  // namespace uccl

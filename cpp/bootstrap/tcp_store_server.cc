@@ -18,6 +18,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -53,12 +55,23 @@ struct Request {
 
 enum class Parse { kIncomplete, kComplete, kGarbage };
 
+std::mutex g_served_mu;
+std::multiset<int> g_served_ports;  // ports served by TcpStoreServers of this process
+
 class TcpStoreServerImpl : public TcpStoreServer {
  public:
   TcpStoreServerImpl(int listen_fd, int wake_fd, int port) : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port) {
+    {
+      std::lock_guard<std::mutex> lock(g_served_mu);
+      g_served_ports.insert(port_);
+    }
     thread_ = std::thread([this] { loop(); });
   }
   ~TcpStoreServerImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(g_served_mu);
+      g_served_ports.erase(g_served_ports.find(port_));
+    }
     stop_.store(true);
     uint64_t one = 1;
     ssize_t rc = write(wake_fd_, &one, sizeof one);
@@ -325,6 +338,11 @@ void TcpStoreServerImpl::wake_parked(double now) {
 }
 
 }  // namespace
+
+bool tcp_store_port_served_here(int port) {
+  std::lock_guard<std::mutex> lock(g_served_mu);
+  return g_served_ports.count(port) > 0;
+}
 
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port) {
   Result<SockAddr> addr = parse_address(host, port);

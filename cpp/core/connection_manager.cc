@@ -82,20 +82,26 @@ ConnectionManager::ConnectionManager(int rank, int size, std::shared_ptr<Store> 
 ConnectionManager::~ConnectionManager() { close_all(); }
 
 Status ConnectionManager::init() {
-  // The job secret and communicator id: rank 0 creates them, everyone else reads them.
+  // The job secret and communicator id: rank 0 creates them, everyone else reads them. With
+  // them goes whether rank 0's process serves the store (uccl.init(), a TcpStore created with
+  // is_server on rank 0): when the store vanishes with that process, errors can then name
+  // rank 0 and not only the store's address.
+  constexpr size_t kBlobBytes = kSecretBytes + 8 + 1;
   if (rank_ == 0) {
-    std::string blob(kSecretBytes + 8, '\0');
-    for (size_t i = 0; i < blob.size(); i += 8) {
+    std::string blob(kBlobBytes, '\0');
+    for (size_t i = 0; i < kSecretBytes + 8; i += 8) {
       uint64_t r = random_u64();
-      std::memcpy(&blob[i], &r, std::min<size_t>(8, blob.size() - i));
+      std::memcpy(&blob[i], &r, 8);
     }
+    blob[kSecretBytes + 8] = store_->served_here() ? 1 : 0;
     UCCL_RETURN_IF_ERROR(store_->set("uccl/secret", blob));
   }
   auto blob = store_->get("uccl/secret", timeout_s_);
   if (!blob.ok()) return blob.status().with_context("waiting for rank 0 to publish the job secret");
-  if (blob.value().size() != kSecretBytes + 8) return Internal("corrupt job secret in the store");
+  if (blob.value().size() != kBlobBytes) return Internal("corrupt job secret in the store");
   std::memcpy(secret_, blob.value().data(), kSecretBytes);
   std::memcpy(&comm_id_, blob.value().data() + kSecretBytes, 8);
+  if (blob.value()[kSecretBytes + 8] == 1) store_rank_ = 0;
 
   // Listeners on the selected interfaces (UCCL_SOCKET_IFNAME or the group's own choice).
   const std::string& spec = opts_.socket_ifname.empty() ? config().socket_ifname : opts_.socket_ifname;
@@ -137,7 +143,7 @@ Result<const PeerInfo*> ConnectionManager::peer_info(int peer, double timeout_s)
     return static_cast<const PeerInfo*>(peer_infos_[peer].get());
   }
   auto text = store_->get("uccl/peer/" + std::to_string(peer), timeout_s);
-  if (!text.ok()) return text.status();
+  if (!text.ok()) return store_error(text.status());
   auto info = PeerInfo::parse(text.value());
   if (!info.ok()) return info.status().with_context("PeerInfo of rank " + std::to_string(peer));
   peer_infos_[peer] = std::make_unique<PeerInfo>(info.take());
@@ -546,6 +552,12 @@ void ConnectionManager::finish_incoming(int from) {
   }
   endpoints_[from].reset(ep);
   UCCL_INFO("rank %d <- rank %d connected: %s", rank_, from, ep->describe().c_str());
+}
+
+Status ConnectionManager::store_error(const Status& s) {
+  if (s.code() == Code::kTimeout || store_rank_ < 0 || store_rank_ == rank_ || store_rank_ >= size_) return s;
+  return Status(Code::kRemoteError, s.message() + " (the store is served by " + peer_context(store_rank_).describe() +
+                                        ", which is gone)", store_rank_);
 }
 
 void ConnectionManager::fail_peer(int peer, const Status& s) {

@@ -83,6 +83,8 @@ class ConnectionManager {
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
   Status send_failure_notice(int peer, const std::string& why, double deadline);
+  // A failed store operation; one that is not a timeout names the rank serving the store.
+  Status store_error(const Status& s);
 
   int rank_, size_;
   std::shared_ptr<Store> store_;
@@ -90,6 +92,7 @@ class ConnectionManager {
   double timeout_s_;
   uint8_t secret_[kSecretBytes] = {};
   uint64_t comm_id_ = 0;
+  int store_rank_ = -1;  // 0 when rank 0's process serves the store, else unknown (-1)
   PeerInfo me_;
   std::vector<int> listen_fds_;
   std::vector<std::unique_ptr<Transport>> transports_;  // indexed by TransportKind, created lazily

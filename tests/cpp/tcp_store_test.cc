@@ -118,6 +118,11 @@ int main() {
     CHECK(b->get("bin", 1).value() == bin);
   }
 
+  // served_here(): the server is in this process (through a prefix view too); it stops being
+  // so once the server is gone.
+  CHECK(a->served_here());
+  CHECK(PrefixStore(a, "p/").served_here());
+
   // A client blocked in get when the server goes away gets kRemoteError, not a hang.
   {
     auto blocked = client(port);
@@ -132,6 +137,7 @@ int main() {
     CHECK(now_s() - t0 < 5);
     CHECK(a->set("x", "y").code() == Code::kRemoteError);
     CHECK(a->get("x", 1).status().code() == Code::kRemoteError);  // stays broken
+    CHECK(!a->served_here());
   }
 
   // Connecting to no server times out after the given time.

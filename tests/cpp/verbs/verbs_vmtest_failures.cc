@@ -195,7 +195,7 @@ int killed_sender(Rank& r) { return broken(r, 0, false, 8, 4 << 20); }
 int retry_exhausted(Rank& r) { return broken(r, 1, true, 6, 1 << 20); }
 
 // fail_all() on one side: its requests fail with the given status; the peer, which stays
-// connected, learns through the liveness socket.
+// connected, learns through the liveness socket, and why.
 int abort_one(Rank& r) {
   std::vector<uint8_t> buf(1 << 20);
   RecvRequest q[2];
@@ -219,6 +219,8 @@ int abort_one(Rank& r) {
   EXPECT(wait_all(r.ep.get(), {&q[0], &q[1]}, 20));
   std::printf("  [rank 1] peer's fail_all seen after %.2f s: %s\n", now_s() - t0, q[0].error.to_string().c_str());
   EXPECT(q[0].state == ReqState::kFailed && q[0].error.code() == Code::kRemoteError);
+  // The note written on the liveness socket before the shutdown carries the root cause.
+  EXPECT(q[0].error.message().find("failed and closed the connection; root cause: test abort") != std::string::npos);
   EXPECT(now_s() - t0 < 3.0);
   return 0;
 }
