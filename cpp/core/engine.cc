@@ -136,7 +136,7 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
     failed_flag_.store(true);
     UCCL_WARN("communicator failed: %s", why.message().c_str());
     conns_->publish_failure(root);  // before closing, so peers can read it
-    conns_->notify_failure(root);   // peers without a connection to us (which would carry it)
+    conns_->notify_failure(root);   // peers with no connection to carry it (<= 0.5 s)
     cause_for_peers_ = Status(Code::kAborted, root);
   }
   bool first = true;
@@ -290,7 +290,7 @@ void Engine::shutdown() {
   {
     // Under the lock: the progress thread tests stop_ under mu_ before it sleeps, so setting
     // it without the lock could fall between that test and the sleep and the wake-up be lost
-    // (a destructor then waited forever in join(); seen once in ~1000 runs of the test suite).
+    // (a rank's exit then hung in join(): seen in the topology loopback tests under load).
     std::lock_guard<std::mutex> lock(mu_);
     first = !stop_.exchange(true);
   }

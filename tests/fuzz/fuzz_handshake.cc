@@ -31,7 +31,8 @@ World& world() {
     auto* w = new World;
     w->server = TcpStoreServer::start("127.0.0.1", 0).take();
     auto store = connect_tcp_store("127.0.0.1", w->server->port(), 10).take();
-    store->set("uccl/secret", std::string(24, '\x5a'));  // what rank 0 would publish
+    // What rank 0 would publish: secret (16), communicator id (8), "serves the store" (1).
+    store->set("uccl/secret", std::string(24, '\x5a') + std::string(1, '\0'));
     w->cm = std::make_unique<ConnectionManager>(1, 2, store, CommOptions{}, 10);  // rank 1 accepts from rank 0
     if (!w->cm->init().ok()) std::abort();
     const std::string& l = w->cm->my_info().listen.at(0);
