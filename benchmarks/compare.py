@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # see RESULTS.md: uccl's torch entry point
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # Gloo runs need no uccl backend registered by torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_libs as libs  # noqa: E402
