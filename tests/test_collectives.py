@@ -2,7 +2,7 @@
 
 World sizes 1, 2, 3, 4, 5, 8; transports tcp only, shm only, auto, and mixed (ranks get
 different UCCL_HOST_ID, so same-"host" pairs use shm and the others tcp); algorithms forced
-with UCCL_ALGO=ring / direct in some scenarios. Each scenario starts its ranks once and runs
+with UCCL_ALGO=ring / direct / rhd in some scenarios. Each scenario starts its ranks once and runs
 the whole sweep inside them (tests/sweeps.py); all_reduce results must be bitwise identical on
 every rank.
 """
@@ -29,6 +29,9 @@ SCENARIOS = [
     ("w8-shm", 8, "shm", None, {}, 0),
     ("w8-mixed", 8, "auto", 3, {}, 1),
     ("w8-tcp-ring", 8, "tcp", None, {"UCCL_ALGO": "ring"}, 0),
+    ("w4-shm-rhd", 4, "shm", None, {"UCCL_ALGO": "rhd"}, 2),
+    ("w8-mixed-rhd", 8, "auto", 2, {"UCCL_ALGO": "rhd"}, 1),
+    ("w2-tcp-rhd-kwarg", 2, "tcp", None, {"comm:algorithm": "rhd"}, 0),
     # transport knobs: tiny shm rings without CMA (pipelining and wrap-around), CMA for
     # everything, many striped sockets, no progress thread
     ("w3-shm-smallring-nocma", 3, "shm", None, {"UCCL_SHM_RING_BYTES": "64K", "UCCL_SHM_CMA": "0"}, 2),
@@ -56,6 +59,8 @@ def test_collectives(sid, world, transport, groups, env, big):
             want = ("local", "local")
         elif forced:
             want = (forced, forced)
+        elif hosts is None and world >= 4 and world & (world - 1) == 0:
+            want = ("direct", "rhd")  # recursive halving/doubling: power-of-two group on one host
         else:
             want = ("direct", "ring")
         # Several hosts with several ranks each: the cost model may pick the hierarchical

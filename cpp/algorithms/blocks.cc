@@ -41,13 +41,15 @@ const char* pick_algorithm(const OpEnv& env, size_t bytes) {
 }
 
 bool algo_choice_valid(const std::string& name) {
-  return name.empty() || name == "auto" || name == "ring" || name == "direct" || name == "hier" || name == "hierarchical";
+  return name.empty() || name == "auto" || name == "ring" || name == "direct" || name == "hier" ||
+         name == "hierarchical" || name == "rhd";
 }
 
 AlgoChoice parse_algo_choice(const std::string& name) {
   if (name == "ring") return AlgoChoice::kRing;
   if (name == "direct") return AlgoChoice::kDirect;
   if (name == "hier" || name == "hierarchical") return AlgoChoice::kHier;
+  if (name == "rhd") return AlgoChoice::kHalvingDoubling;
   return AlgoChoice::kAuto;
 }
 

@@ -1,7 +1,6 @@
 // Collectives that move data without combining it: all_gather(v), broadcast, all_to_all(v),
 // gather, scatter, and the barrier.
 #include <algorithm>
-
 #include <cstring>
 
 #include "algorithms/collectives.h"

@@ -101,8 +101,8 @@ struct ExecState {
 };
 
 // An algorithm forced by UCCL_ALGO or a communicator option (parsed once per communicator).
-enum class AlgoChoice : uint8_t { kAuto, kRing, kDirect, kHier };
-bool algo_choice_valid(const std::string& name);      // "", auto, ring, direct, hier, hierarchical
+enum class AlgoChoice : uint8_t { kAuto, kRing, kDirect, kHier, kHalvingDoubling };
+bool algo_choice_valid(const std::string& name);      // "", auto, ring, direct, hier(archical), rhd
 AlgoChoice parse_algo_choice(const std::string& name);  // of a valid name
 
 // What an executing operation needs from its communicator.

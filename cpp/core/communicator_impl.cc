@@ -18,7 +18,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
   if (!store) return InvalidArgument("a store is required");
   const std::string& algo = !opts.algorithm.empty() ? opts.algorithm : config().algo;
   if (!algo_choice_valid(algo))
-    return InvalidArgument("unknown algorithm '" + algo + "' (option or UCCL_ALGO): expected auto, ring, direct or hier");
+    return InvalidArgument("unknown algorithm '" + algo + "' (option or UCCL_ALGO): expected auto, ring, direct, hier or rhd");
   log_set_rank(rank);
   const double timeout = opts.timeout_s > 0 ? opts.timeout_s : config().timeout_s;
   auto conns = std::make_unique<ConnectionManager>(rank, size, store, opts, timeout);

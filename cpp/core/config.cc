@@ -40,7 +40,7 @@ const std::vector<VarSpec>& specs() {
        [](Config& c, const std::string& v) { c.timeout_s = std::atof(v.c_str()); }},
       {"UCCL_TRANSPORT", "auto", "force a transport between peers: auto, tcp, shm, verbs",
        [](Config& c, const std::string& v) { c.transport = v; }},
-      {"UCCL_ALGO", "auto", "force an algorithm: auto, ring, direct, hier",
+      {"UCCL_ALGO", "auto", "force an algorithm: auto, ring, direct, hier, rhd (recursive halving/doubling all_reduce)",
        [](Config& c, const std::string& v) { c.algo = v; }},
       {"UCCL_HOST_ID", "", "host identity for shared-memory decisions (default: hostname+boot id+netns)",
        [](Config& c, const std::string& v) { c.host_id = v; }},
