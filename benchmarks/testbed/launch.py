@@ -93,9 +93,11 @@ def wait(procs, timeout=600):
         out, err = _read(p.out_file), _read(p.err_file)
         if p.returncode != 0:
             failures.append(f"{desc}: exit {p.returncode}\n{err[-3000:]}")
-        for line in out.splitlines():
-            if line.startswith("RESULT "):
-                results.append(json.loads(line[len("RESULT "):]))
+        # torchrun (like mpirun) forwards its ranks' output concurrently: two RESULT records
+        # can share a line, so decode one JSON object after each marker instead of by lines.
+        decoder = json.JSONDecoder()
+        for part in out.split("RESULT ")[1:]:
+            results.append(decoder.raw_decode(part)[0])
     if failures:
         raise RuntimeError("ranks failed:\n" + "\n".join(failures))
     return sorted(results, key=lambda r: r.get("rank", 0))
