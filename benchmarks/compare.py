@@ -36,7 +36,8 @@ def parse(argv):
     p.add_argument("-e", "--maxbytes", type=perf_args.parse_size, default=256 << 20)
     p.add_argument("-f", "--stepfactor", type=int, default=4)
     p.add_argument("--sizes", default=None, help="explicit comma separated sizes (e.g. 8,64K,1M); overrides -b/-e/-f")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed operations per round")
+    p.add_argument("-n", "--iters", type=int, default=20,
+                   help="timed operations per round, at least (mid sizes get enough to move 64 MiB per round)")
     p.add_argument("--small-iters", type=int, default=200, help="timed operations per round up to 64 KiB")
     p.add_argument("-w", "--warmup_iters", type=int, default=3, help="untimed operations before each round")
     p.add_argument("-R", "--rounds", type=int, default=5, help="alternating rounds per size")
@@ -57,6 +58,16 @@ def parse(argv):
                else perf_args.sizes(a.minbytes, a.maxbytes, 0, a.stepfactor))
     a.libs = [x.strip() for x in a.libs.split(",") if x.strip()]
     return a
+
+
+def iterations(a, nbytes):
+    """Operations per round: --small-iters up to 64 KiB; above, enough to move 64 MiB per
+    round (at most --small-iters, at least -n). With only -n = 10 operations of 256 KiB a round
+    lasts ~0.3 ms, and what it measures is the first operations after another library ran
+    (cold caches): uccl's all_reduce 256 KiB read 46 us that way against 31 us steady."""
+    if nbytes <= (64 << 10):
+        return a.small_iters
+    return max(a.iters, min(a.small_iters, (64 << 20) // nbytes))
 
 
 def make_runners(a, mpi):
@@ -91,7 +102,7 @@ def main(argv=None):
     out = print if main_rank else (lambda *_: None)
     load_start = os.getloadavg()
     out(f"# compare {a.coll.name}: {n} ranks, {a.tname}, {a.op if a.coll.reduces else 'none'}, rounds {a.rounds}, "
-        f"iters {a.iters} (<=64K: {a.small_iters}), warmup {a.warmup_iters}, uccl loop {a.uccl_loop} (blocking {a.blocking}), "
+        f"iters >= {a.iters} (<=64K: {a.small_iters}; 64 MiB per round above), warmup {a.warmup_iters}, uccl loop {a.uccl_loop} (blocking {a.blocking}), "
         f"stat {a.stat}, host {socket.gethostname()}, load {load_start[0]:.2f}")
     cols = "".join(f" {nm + ' us':>10} {nm + ' busbw':>11}" for nm in names)
     ratios = [o for o in names if o != "uccl"] if "uccl" in names else []
@@ -103,7 +114,7 @@ def main(argv=None):
         send, recv = libs.shared_buffers(nbytes, a.tname)
         for r in runners:
             r.setup(a.coll, count, a.tname, a.op, send, recv)
-        iters = a.small_iters if nbytes <= (64 << 10) else a.iters
+        iters = iterations(a, nbytes)
         samples = {nm: [] for nm in names}
         for rnd in range(a.rounds):
             order = runners[rnd % len(runners):] + runners[:rnd % len(runners)]
