@@ -102,6 +102,12 @@ class Communicator:
         finally:
             token.release()
 
+    def _blocking_call(self, kind, x, out, op, root, async_op, scalar):
+        """True if the operation ran on the one-call fast path (blocking, numpy in and out, no
+        scalar); False if the caller must take the general path."""
+        return (not async_op and scalar is None and type(x) is np.ndarray and type(out) is np.ndarray
+                and self._c.blocking_call(kind, x, out, op_code(op), root))
+
     def _same_dtype(self, what, a, b):
         if a.dtype != b.dtype:
             raise InvalidArgument(f"{what}: input and output dtypes differ")
@@ -117,8 +123,7 @@ class Communicator:
     def all_reduce(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over all ranks; in place unless out is given. op: sum prod min max avg premul_sum."""
         out_or_x = x if out is None else out
-        if (not async_op and scalar is None and type(x) is np.ndarray and type(out_or_x) is np.ndarray
-                and self._c.blocking_call(_ALL_REDUCE, x, out_or_x, op_code(op), 0)):
+        if self._blocking_call(_ALL_REDUCE, x, out_or_x, op, 0, async_op, scalar):
             return out_or_x
         s = as_buffer(x, "all_reduce input", writable=out is None)
         r = s if out is None else as_buffer(out, "all_reduce output", writable=True)
@@ -140,8 +145,7 @@ class Communicator:
     def broadcast(self, x, root=0, out=None, async_op=False):
         """Copies root's x to every rank (into x itself unless out is given)."""
         out_or_x = x if out is None else out
-        if (not async_op and type(x) is np.ndarray and type(out_or_x) is np.ndarray
-                and self._c.blocking_call(_BROADCAST, x, out_or_x, 0, int(root))):
+        if self._blocking_call(_BROADCAST, x, out_or_x, "sum", int(root), async_op, None):
             return out_or_x
         s = as_buffer(x, "broadcast buffer", writable=out is None)
         r = s if out is None else as_buffer(out, "broadcast output", writable=True)
@@ -151,8 +155,7 @@ class Communicator:
 
     def all_gather(self, x, out=None, async_op=False):
         """Concatenates every rank's x in rank order (out has size * len(x) elements)."""
-        if (not async_op and type(x) is np.ndarray and type(out) is np.ndarray
-                and self._c.blocking_call(_ALL_GATHER, x, out, 0, 0)):
+        if self._blocking_call(_ALL_GATHER, x, out, "sum", 0, async_op, None):
             return out
         s = as_buffer(x, "all_gather input")
         out = _alloc_like(s.owner, s.count * self.size) if out is None else out
@@ -181,8 +184,7 @@ class Communicator:
 
     def reduce_scatter(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over ranks and leaves block `rank` (len(x) / size elements) in out."""
-        if (not async_op and scalar is None and type(x) is np.ndarray and type(out) is np.ndarray
-                and self._c.blocking_call(_REDUCE_SCATTER, x, out, op_code(op), 0)):
+        if self._blocking_call(_REDUCE_SCATTER, x, out, op, 0, async_op, scalar):
             return out
         s = as_buffer(x, "reduce_scatter input")
         if s.count % self.size:

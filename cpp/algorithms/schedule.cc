@@ -145,12 +145,7 @@ Status ScheduleTask::start_phase(bool* ready) {
 Status ScheduleTask::progress(bool* done) {
   *done = false;
   if (!built_) {
-    if (env_.exec) {
-      x_ = env_.exec;
-    } else {
-      own_ = std::make_unique<ExecState>();
-      x_ = own_.get();
-    }
+    x_ = env_.exec;
     x_->sched.reset(dtype_, op_);
     UCCL_RETURN_IF_ERROR(build_(env_, &x_->sched));
     built_ = true;

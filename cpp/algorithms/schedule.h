@@ -112,7 +112,7 @@ struct OpEnv {
   Envelope envelope;          // op_seq, coll, count, dtype, redop, root of this operation
   ConnectionManager* conns = nullptr;
   ScratchArena* scratch = nullptr;
-  ExecState* exec = nullptr;  // nullptr: the task uses storage of its own
+  ExecState* exec = nullptr;  // the communicator's (required)
   OpStats* stats = nullptr;
   AlgoChoice algo = AlgoChoice::kAuto;  // UCCL_ALGO / the communicator's algorithm option
   std::shared_ptr<const Topology> topo;  // set for collectives that may run hierarchically
@@ -139,8 +139,7 @@ class ScheduleTask {
   DataType dtype_;
   RedOp op_;
   Builder build_;
-  std::unique_ptr<ExecState> own_;  // when env_.exec is not given
-  ExecState* x_ = nullptr;          // set when the operation starts executing
+  ExecState* x_ = nullptr;  // env_.exec, once the operation starts executing
   bool built_ = false;
   size_t phase_ = 0;
   bool posted_ = false;

@@ -232,22 +232,9 @@ void ConnectionManager::probe_lower_rank(int peer) {
       fail_peer(peer, info.status().with_context("waiting for rank " + std::to_string(peer) + " to connect"));
     return;
   }
-  for (const std::string& addr_text : info.value()->listen) {
-    std::string host;
-    int port = 0;
-    if (!split_host_port(addr_text, &host, &port)) continue;
-    auto addr = parse_address(host, port);
-    if (!addr.ok()) continue;
-    auto fd = connect_to(addr.value(), now_s() + 0.3);
-    if (!fd.ok()) continue;
-    HelloHeader h{};
-    h.magic = kHelloMagic;
-    h.version = kProtocolVersion;
-    h.flags = kHelloProbe;
-    std::memcpy(h.secret, secret_, kSecretBytes);
-    h.comm_id = comm_id_;
-    h.from_rank = rank_;
-    h.to_rank = peer;
+  auto fd = connect_listener(*info.value(), 0.3, now_s() + 3600);
+  if (fd.ok()) {
+    const HelloHeader h = hello_to(peer, kHelloProbe);
     send_all(fd.value(), &h, sizeof h, now_s() + 0.3);
     ::close(fd.value());
     return;  // alive: it just has not reached this operation yet
@@ -299,14 +286,8 @@ Status ConnectionManager::start_connect(int peer) {
         break;
       }
       fds.push_back(fd.value());
-      HelloHeader h{};
-      h.magic = kHelloMagic;
-      h.version = kProtocolVersion;
+      HelloHeader h = hello_to(peer, 0);
       h.transport = static_cast<uint8_t>(kind.value());
-      std::memcpy(h.secret, secret_, kSecretBytes);
-      h.comm_id = comm_id_;
-      h.from_rank = rank_;
-      h.to_rank = peer;
       h.channel = ch;
       h.nchannels = n;
       h.offer_bytes = ch == 0 ? offer.size() : 0;
@@ -622,33 +603,41 @@ Status ConnectionManager::send_failure_notice(int peer, const std::string& why, 
   auto info = peer_info(peer, 0.05);  // cached, or a short lookup: the store may be gone
   if (!info.ok()) return info.status();
   const uint32_t len = static_cast<uint32_t>(std::min<size_t>(why.size(), kMaxNoticeBytes));
-  HelloHeader h{};
-  h.magic = kHelloMagic;
-  h.version = kProtocolVersion;
-  h.flags = kHelloFailed;
-  std::memcpy(h.secret, secret_, kSecretBytes);
-  h.comm_id = comm_id_;
-  h.from_rank = rank_;
-  h.to_rank = peer;
+  HelloHeader h = hello_to(peer, kHelloFailed);
   h.nchannels = 1;
   h.offer_bytes = len;
   std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
   msg.append(why, 0, len);
-  Status last = Status(Code::kRemoteError, "no address");
-  for (const std::string& addr_text : info.value()->listen) {
+  auto fd = connect_listener(*info.value(), 0.1, deadline);
+  if (!fd.ok()) return fd.status();
+  Status s = send_all(fd.value(), msg.data(), msg.size(), std::min(deadline, now_s() + 0.1));
+  ::close(fd.value());
+  return s;
+}
+
+HelloHeader ConnectionManager::hello_to(int peer, uint8_t flags) const {
+  HelloHeader h{};
+  h.magic = kHelloMagic;
+  h.version = kProtocolVersion;
+  h.flags = flags;
+  std::memcpy(h.secret, secret_, kSecretBytes);
+  h.comm_id = comm_id_;
+  h.from_rank = rank_;
+  h.to_rank = peer;
+  return h;
+}
+
+Result<int> ConnectionManager::connect_listener(const PeerInfo& info, double per_try_s, double deadline) {
+  Status last = Status(Code::kRemoteError, "rank " + std::to_string(info.rank) + " publishes no address");
+  for (const std::string& addr_text : info.listen) {
     std::string host;
     int port = 0;
     if (!split_host_port(addr_text, &host, &port)) continue;
     auto addr = parse_address(host, port);
     if (!addr.ok()) continue;
-    auto fd = connect_to(addr.value(), std::min(deadline, now_s() + 0.1));
-    if (!fd.ok()) {
-      last = fd.status();
-      continue;
-    }
-    last = send_all(fd.value(), msg.data(), msg.size(), std::min(deadline, now_s() + 0.1));
-    ::close(fd.value());
-    if (last.ok()) return last;
+    auto fd = connect_to(addr.value(), std::min(deadline, now_s() + per_try_s));
+    if (fd.ok()) return fd.value();
+    last = fd.status();
   }
   return last;
 }

@@ -83,6 +83,11 @@ class ConnectionManager {
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
   Status send_failure_notice(int peer, const std::string& why, double deadline);
+  // A hello from this rank to `peer` (authenticated; transport and channel fields left 0).
+  HelloHeader hello_to(int peer, uint8_t flags) const;
+  // A socket to the first of the peer's listeners that accepts (each try bounded by per_try_s),
+  // for the one-shot messages: the liveness probe and the failure notice.
+  Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline);
   // A failed store operation; one that is not a timeout names the rank serving the store.
   Status store_error(const Status& s);
 

@@ -17,20 +17,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import uccl  # noqa: E402
 from harness import run_world  # noqa: E402
+from sweeps import describe_transports  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not uccl.build_info().get("verbs_available"),
                                 reason="verbs transport not usable here: " +
                                 str(uccl.build_info().get("verbs_unavailable_reason")))
-
-
-def transports(comm):
-    out = {}
-    for line in comm.describe().splitlines():
-        line = line.strip()
-        if line.startswith("peer "):
-            head, _, rest = line.partition(":")
-            out[int(head.split()[1])] = rest.split()[0] if rest.split() else ""
-    return out
 
 
 def body_all(ctx):
@@ -56,7 +47,7 @@ def body_all(ctx):
     w.wait()
     chk.equal(got, np.full(5, (me - 1) % n, np.int32), "ring send/recv")
     c.barrier()
-    return transports(c)
+    return describe_transports(c)
 
 
 def hca(rank):
