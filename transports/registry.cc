@@ -1,6 +1,8 @@
 #include "transports/registry.h"
 
 #include "core/config.h"
+#include "core/log.h"
+#include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 #if UCCL_HAVE_VERBS
@@ -46,6 +48,10 @@ bool transport_available(TransportKind kind, std::string* why) {
       return false;
   }
   return false;
+}
+
+void remove_dead_peers_leftovers() {
+  if (int n = shm::remove_stale_segments()) UCCL_INFO("shm: removed %d segment(s) that failed peers left in /dev/shm", n);
 }
 
 }  // namespace uccl

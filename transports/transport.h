@@ -66,6 +66,10 @@ struct SendRequest : Request {
   // time to spare for sharing a copy. shm then lets the receiver pull even very large messages
   // in one copy (CMA) instead of splitting the work over both cores through the ring.
   bool duplex = false;
+  // Where the caller also wants a local copy of the payload (all_gather's own block), or
+  // nullptr. Set only for endpoints whose takes_tee() is true; the request completes after
+  // the copy is made. shm copies a chunk and sends the same chunk while it is still in cache.
+  void* tee = nullptr;
 };
 
 // A receive either copies the incoming bytes to dst, or (reduce == true) combines them:
@@ -99,6 +103,8 @@ class Endpoint {
   // An fd that turns readable/writable when progress may be possible, so an idle engine can
   // sleep in poll(); -1 if the transport must be polled by spinning (shm, verbs).
   virtual int wait_fd() const { return -1; }
+  // Whether post_send() makes SendRequest::tee copies itself (else the caller copies first).
+  virtual bool takes_tee() const { return false; }
   virtual bool has_pending() const = 0;
   // Fails all pending requests with `why` and refuses new ones (abort, or a sibling failure).
   virtual void fail_all(const Status& why) = 0;

@@ -34,6 +34,11 @@ Action& Schedule::add(Action::Kind kind, int peer, void* dst, const void* src, c
 
 void Schedule::send(int peer, const void* src, size_t bytes) { add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes); }
 
+void Schedule::send_tee(int peer, const void* src, size_t bytes, void* tee) {
+  Action& a = add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes);
+  if (tee != src && bytes > 0) a.tee = tee;
+}
+
 void Schedule::recv(int peer, void* dst, size_t bytes) { add(Action::Kind::kRecv, peer, dst, nullptr, nullptr, bytes); }
 
 void Schedule::recv_reduce(int peer, void* dst, const void* acc, size_t bytes) {
@@ -107,36 +112,49 @@ Status ScheduleTask::start_phase(bool* ready) {
   recvs.clear();
   sends.resize(nsend);
   recvs.resize(nrecv);
-  size_t si = 0, ri = 0;
+  // Receives first: a shm receive posted before the matching send starts lets the sender
+  // write straight into it (CMA push), and the peer may be waiting for exactly that offer.
+  size_t ri = 0;
   for (const Action& a : ph.actions) {
-    if (!a.is_comm()) continue;
+    if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
     Endpoint* ep = env_.conns->endpoint(a.peer).value();
-    const int kind = static_cast<int>(ep->kind());
-    const int level = env_.stats ? env_.conns->peer_level(a.peer) : -1;
-    if (a.kind == Action::Kind::kSend) {
-      SendRequest& s = sends[si++];
-      s.data = a.src;
-      s.bytes = a.bytes;
-      s.env = a.own_envelope ? a.env : env_.envelope;
-      s.env.step = x_->send_steps[a.peer]++;
-      s.duplex = 2 * recv_bytes >= a.bytes;  // a ring step, not a root's one-way send
-      if (env_.stats) env_.stats->bytes_sent_by_transport[kind] += a.bytes;
-      if (env_.stats && level >= 0) env_.stats->bytes_sent_by_level[level] += a.bytes;
-      ep->post_send(&s);
-    } else {
-      RecvRequest& r = recvs[ri++];
-      r.dst = a.dst;
-      r.bytes = a.bytes;
-      r.expect = a.own_envelope ? a.env : env_.envelope;
-      r.expect.step = x_->recv_steps[a.peer]++;
-      r.reduce = a.kind == Action::Kind::kRecvReduce;
-      r.acc = a.src2;
-      r.dtype = dt;
-      r.op = op_;
-      if (env_.stats) env_.stats->bytes_received_by_transport[kind] += a.bytes;
-      if (env_.stats && level >= 0) env_.stats->bytes_received_by_level[level] += a.bytes;
-      ep->post_recv(&r);
+    RecvRequest& r = recvs[ri++];
+    r.dst = a.dst;
+    r.bytes = a.bytes;
+    r.expect = a.own_envelope ? a.env : env_.envelope;
+    r.expect.step = x_->recv_steps[a.peer]++;
+    r.reduce = a.kind == Action::Kind::kRecvReduce;
+    r.acc = a.src2;
+    r.dtype = dt;
+    r.op = op_;
+    if (env_.stats) {
+      env_.stats->bytes_received_by_transport[static_cast<int>(ep->kind())] += a.bytes;
+      const int level = env_.conns->peer_level(a.peer);
+      if (level >= 0) env_.stats->bytes_received_by_level[level] += a.bytes;
     }
+    ep->post_recv(&r);
+  }
+  size_t si = 0;
+  for (const Action& a : ph.actions) {
+    if (a.kind != Action::Kind::kSend) continue;
+    Endpoint* ep = env_.conns->endpoint(a.peer).value();
+    SendRequest& s = sends[si++];
+    s.data = a.src;
+    s.bytes = a.bytes;
+    s.env = a.own_envelope ? a.env : env_.envelope;
+    s.env.step = x_->send_steps[a.peer]++;
+    s.duplex = 2 * recv_bytes >= a.bytes;  // a ring step, not a root's one-way send
+    if (a.tee && ep->takes_tee()) {
+      s.tee = a.tee;
+    } else if (a.tee) {
+      std::memmove(a.tee, a.src, a.bytes);
+    }
+    if (env_.stats) {
+      env_.stats->bytes_sent_by_transport[static_cast<int>(ep->kind())] += a.bytes;
+      const int level = env_.conns->peer_level(a.peer);
+      if (level >= 0) env_.stats->bytes_sent_by_level[level] += a.bytes;
+    }
+    ep->post_send(&s);
   }
   *ready = true;
   return Status::Ok();

@@ -3,7 +3,7 @@
 // An algorithm does not loop or block. It builds a Schedule: a list of phases, each a set of
 // actions. Local actions (copy, reduce, scale) of a phase run first, then all its sends and
 // receives are posted together; the phase is over when they all completed. Phases run in
-// order. The executor (ScheduleTask) is advanced by progress() from whichever thread drives
+// order. A send may carry a local copy of its payload (send_tee). The executor (ScheduleTask) is advanced by progress() from whichever thread drives
 // the communicator, so an operation is an explicit state machine as the design asks.
 //
 // Pipelining inside a phase comes from the transports: a large message is streamed (shm ring
@@ -32,6 +32,7 @@ struct Action {
   void* dst = nullptr;
   const void* src = nullptr;   // send data / copy source / reduce lhs / scale source
   const void* src2 = nullptr;  // reduce rhs / reducing receive's accumulator (nullptr: dst)
+  void* tee = nullptr;         // kSend: also copy the payload here (SendRequest::tee)
   size_t bytes = 0;
   double factor = 1.0;         // kScale
   int divisor = 1;             // kDivide
@@ -53,6 +54,10 @@ class Schedule {
   void reset(DataType dtype, RedOp op);
   void new_phase();
   void send(int peer, const void* src, size_t bytes);
+  // A send whose payload is also copied to `tee` on this rank before the phase ends; the
+  // transport may interleave the copy with sending (shm: chunk by chunk, read from cache once).
+  // Nothing else in the phase may read or write `tee`.
+  void send_tee(int peer, const void* src, size_t bytes, void* tee);
   void recv(int peer, void* dst, size_t bytes);
   // dst = op(acc, incoming); acc == nullptr means dst itself.
   void recv_reduce(int peer, void* dst, const void* acc, size_t bytes);

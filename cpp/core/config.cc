@@ -66,6 +66,10 @@ const std::vector<VarSpec>& specs() {
        "one-way shm messages larger than this go through the ring again (memory-bound: both cores copy); "
        "a sender that receives in the same step keeps CMA",
        [](Config& c, const std::string& v) { c.shm_cma_max_bytes = parse_bytes(v); }},
+      {"UCCL_SHM_CMA_PUSH", "1",
+       "where the receiver is ready first, the sender writes into its buffer (process_vm_writev) instead of "
+       "the receiver pulling: the sender's just-written data is read from its own cache",
+       [](Config& c, const std::string& v) { c.shm_cma_push = parse_bool(v); }},
       {"UCCL_SMALL_MSG_BYTES", "64K", "latency-oriented (direct) algorithms up to this many bytes",
        [](Config& c, const std::string& v) { c.small_msg_bytes = parse_bytes(v); }},
       {"UCCL_TOPO_FILE", "", "topology file (JSON or YAML): clusters, hosts, NICs, fabrics, link rates",

@@ -33,6 +33,7 @@ struct Config {
   // wins when the data was just written by the sender (in-place all_reduce), see RESULTS.md.
   size_t shm_cma_min_bytes = 256 << 10;  // UCCL_SHM_CMA_MIN_BYTES
   size_t shm_cma_max_bytes = 16 << 20;   // UCCL_SHM_CMA_MAX_BYTES
+  bool shm_cma_push = true;              // UCCL_SHM_CMA_PUSH
   // algorithms
   size_t small_msg_bytes = 64 << 10;  // UCCL_SMALL_MSG_BYTES: direct algorithms up to here
   // topology

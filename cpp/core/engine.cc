@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "transports/registry.h"
 
 namespace uccl {
 
@@ -149,6 +150,7 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
     if (ep) ep->fail_all(cause_for_peers_);
   // Closing the sockets tells every peer at once, instead of leaving them to their timeouts.
   conns_->close_all();
+  remove_dead_peers_leftovers();
 }
 
 void Engine::idle_backoff(double idle_since, double now) {
@@ -306,6 +308,9 @@ void Engine::shutdown() {
       if (!queue_.empty()) fail_everything(Status(Code::kAborted, "communicator destroyed with operations pending"), &done);
       conns_->close_all();
     }
+    // Once more on the way out of a failed job: a peer killed a moment ago may only now have
+    // dropped the lock on a segment it was creating.
+    if (failed_flag_.load()) remove_dead_peers_leftovers();
     run(done);
   }
 }

@@ -3,6 +3,7 @@
 // left clean in every case.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -296,8 +297,10 @@ void test_setup_errors() {
   CHECK(!ep.ok() && ep.status().code() == Code::kRemoteError);
 }
 
-// A creator that died between start_connect() and finish() leaves its name behind; the next
-// process to connect removes it, but never a fresh one or one whose creator still lives.
+// A creator that died between start_connect() and the peer's open leaves its name behind; the
+// next process to connect (or to see a peer fail) removes it, but never one whose creator still
+// lives: a live creator holds the segment's lock, and an unlocked name with a live pid is left
+// alone until it is older than min_age (the pid may have been reused since).
 void test_stale_segment_janitor() {
   pid_t dead = fork();
   if (dead == 0) _exit(0);
@@ -316,13 +319,39 @@ void test_stale_segment_janitor() {
   };
   auto exists = [](const std::string& path) { return access(path.c_str(), F_OK) == 0; };
   const std::string stale = make(dead, "00000000000000aa", 120);
-  const std::string fresh = make(dead, "00000000000000bb", 0);
-  const std::string alive = make(getppid(), "00000000000000cc", 120);
-  CHECK(shm::remove_stale_segments(60) >= 1);
-  CHECK(!exists(stale));
-  CHECK(exists(fresh) && exists(alive));
-  shm_unlink(fresh.c_str() + 8);
+  const std::string dead_fresh = make(dead, "00000000000000bb", 0);
+  const std::string alive = make(getppid(), "00000000000000cc", 0);
+  const std::string reused = make(getppid(), "00000000000000dd", 120);
+  // A live creator: a child that created a real segment and waits (its lock held).
+  int pipefd[2];
+  CHECK(pipe(pipefd) == 0);
+  pid_t creator = fork();
+  if (creator == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a failed CHECK in the parent must not leave us behind
+    Result<shm::Segment> seg = shm::Segment::create(64 << 10);
+    if (!seg.ok()) _exit(3);
+    const std::string name = seg.value().name();
+    if (write(pipefd[1], name.c_str(), name.size()) != static_cast<ssize_t>(name.size())) _exit(4);
+    pause();  // until SIGKILLed: the segment is never unlinked by us
+    _exit(0);
+  }
+  close(pipefd[1]);  // a child that failed before writing ends the read
+  char buf[128] = {0};
+  CHECK(read(pipefd[0], buf, sizeof buf - 1) > 0);
+  const std::string live = std::string("/dev/shm") + buf;
+  CHECK(exists(live));
+  CHECK(shm::remove_stale_segments(200) >= 2);  // stale, dead_fresh (and any real leftover)
+  CHECK(!exists(stale) && !exists(dead_fresh));
+  CHECK(exists(alive) && exists(reused) && exists(live));
+  CHECK(shm::remove_stale_segments(200) == 0);
+  CHECK(shm::remove_stale_segments(100) == 1 && !exists(reused));  // old enough: pid reused
+  CHECK(exists(live));  // locked: never, whatever its age
+  kill(creator, SIGKILL);
+  CHECK(join(creator) == 128 + SIGKILL);
+  CHECK(shm::remove_stale_segments(60) == 1 && !exists(live));  // the lock died with it
+  CHECK(exists(alive));
   shm_unlink(alive.c_str() + 8);
+  close(pipefd[0]);
 }
 
 }  // namespace

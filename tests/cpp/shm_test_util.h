@@ -164,9 +164,11 @@ inline int leftover_segments() {
 
 inline shm::ShmEndpoint* as_shm(Endpoint* ep) { return dynamic_cast<shm::ShmEndpoint*>(ep); }
 
-inline ShmOptions options(bool cma, size_t ring_bytes = 4 << 20) {
+// push: where the receive was posted first, the sender writes (else the receiver pulls).
+inline ShmOptions options(bool cma, size_t ring_bytes = 4 << 20, bool push = true) {
   ShmOptions o;
   o.cma = cma;
+  o.cma_push = push;
   o.ring_bytes = ring_bytes;
   o.cma_min_bytes = 1 << 20;
   o.cma_max_bytes = SIZE_MAX;  // the tests move 64 MiB through CMA on purpose

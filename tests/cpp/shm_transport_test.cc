@@ -12,8 +12,9 @@ namespace {
 
 const std::vector<size_t> kSizes = {0, 1, 7, 4096 + 3, (4u << 20) + 3, 64u << 20};
 
-// Sends each size one way, then the other way, and checks content and the CMA counters.
-void test_sizes(bool cma) {
+// Sends each size one way, then the other way, and checks content and the CMA counters. The
+// sends say they are exchange steps (duplex), so with push on every CMA message is pushed.
+void test_sizes(bool cma, bool push) {
   auto body = [&](Endpoint* ep) -> int {
     for (size_t k = 0; k < kSizes.size(); ++k) {  // receive from the parent
       std::vector<uint8_t> buf(kSizes[k] + 1, 0xee);
@@ -32,13 +33,14 @@ void test_sizes(bool cma) {
       s.data = payload.data();
       s.bytes = kSizes[k];
       s.env = env_for(100 + k);
+      s.duplex = true;
       ep->post_send(&s);
       CHECK_OK(drive(ep, {&s}));
     }
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
-  pid_t child = fork_pair(options(cma), options(cma), &ep, body);
+  pid_t child = fork_pair(options(cma, 4 << 20, push), options(cma, 4 << 20, push), &ep, body);
   CHECK(leftover_segments() == 0);  // unlinked as soon as setup finished
   std::printf("  %s\n", ep->describe().c_str());
   CHECK(ep->describe().find(cma ? "(pid" : "no cma") != std::string::npos);
@@ -48,6 +50,7 @@ void test_sizes(bool cma) {
     s.data = payload.data();
     s.bytes = kSizes[k];
     s.env = env_for(k);
+    s.duplex = true;  // push is for exchange steps
     ep->post_send(&s);
     CHECK_OK(drive(ep.get(), {&s}));
   }
@@ -62,13 +65,20 @@ void test_sizes(bool cma) {
     CHECK(check_payload(buf.data(), kSizes[k], 100 + k));
   }
   const shm::ShmStats& st = as_shm(ep.get())->stats();
-  std::printf("  cma=%d: ring sends %llu, cma sends %llu, ring recvs %llu, cma recvs %llu\n", cma,
-              (unsigned long long)st.ring_sends, (unsigned long long)st.cma_sends, (unsigned long long)st.ring_recvs,
-              (unsigned long long)st.cma_recvs);
+  std::printf("  cma=%d push=%d: ring sends %llu, cma sends %llu, push sends %llu, ring recvs %llu, cma recvs %llu, "
+              "push recvs %llu\n",
+              cma, push, (unsigned long long)st.ring_sends, (unsigned long long)st.cma_sends,
+              (unsigned long long)st.push_sends, (unsigned long long)st.ring_recvs, (unsigned long long)st.cma_recvs,
+              (unsigned long long)st.push_recvs);
   if (cma && as_shm(ep.get())->cma_send_enabled()) {
-    CHECK(st.cma_sends == 2 && st.cma_recvs == 2);  // 4 MiB+3 and 64 MiB
+    // 4 MiB+3 and 64 MiB each way
+    if (push) {
+      CHECK(st.push_sends == 2 && st.push_recvs == 2 && st.cma_sends == 0 && st.cma_recvs == 0);
+    } else {
+      CHECK(st.cma_sends == 2 && st.cma_recvs == 2 && st.push_sends == 0 && st.push_recvs == 0);
+    }
   } else {
-    CHECK(st.cma_sends == 0 && st.cma_recvs == 0);
+    CHECK(st.cma_sends == 0 && st.cma_recvs == 0 && st.push_sends == 0 && st.push_recvs == 0);
   }
   CHECK(ep->counters().messages_sent == kSizes.size());
   CHECK(join(child) == 0);
@@ -99,7 +109,7 @@ void test_asymmetric_options() {
       CHECK_OK(drive(ep, {&s, &r}));
       CHECK(check_payload(in.data(), sizes[k], k));
     }
-    CHECK(as_shm(ep)->stats().cma_sends == 0);
+    CHECK(as_shm(ep)->stats().cma_sends == 0 && as_shm(ep)->stats().push_sends == 0);
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
@@ -120,6 +130,7 @@ void test_asymmetric_options() {
     CHECK(check_payload(in.data(), sizes[k], 50 + k));
   }
   CHECK(as_shm(ep.get())->stats().cma_sends == 0);  // the child does not allow CMA
+  CHECK(as_shm(ep.get())->stats().push_sends == 0);
   CHECK(join(child_pid) == 0);
 }
 
@@ -163,7 +174,8 @@ void test_same_process(bool cma) {
     CHECK(check_payload(in_a.data(), bytes, 2));
     CHECK(check_payload(in_b.data(), bytes, 1));
   }
-  CHECK((as_shm(ea.get())->stats().cma_sends > 0) == cma);
+  const shm::ShmStats& st = as_shm(ea.get())->stats();
+  CHECK((st.cma_sends + st.push_sends > 0) == cma);
 }
 
 // Only messages inside [cma_min_bytes, cma_max_bytes] take the CMA path.
@@ -196,7 +208,7 @@ void test_cma_window() {
     CHECK_OK(drive(ep.get(), {&s}));
   }
   const shm::ShmStats& st = as_shm(ep.get())->stats();
-  CHECK(st.cma_sends == 2 && st.ring_sends == 2);
+  CHECK(st.cma_sends + st.push_sends == 2 && st.ring_sends == 2);
   CHECK(join(child) == 0);
 }
 
@@ -255,7 +267,7 @@ void test_fifo_many() {
 
 // Both sides send and receive `bytes` at once, `iters` times, with rings much smaller than the
 // messages: the ring-allreduce step pattern. Must never deadlock.
-void test_bidirectional(bool cma, size_t bytes, int iters) {
+void test_bidirectional(bool cma, size_t bytes, int iters, bool push = true) {
   auto exchange = [=](Endpoint* ep, uint64_t my_seed, uint64_t peer_seed) -> int {
     std::vector<uint8_t> out = make_payload(bytes, my_seed), in(bytes);
     for (int it = 0; it < iters; ++it) {
@@ -275,7 +287,7 @@ void test_bidirectional(bool cma, size_t bytes, int iters) {
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
-  pid_t child = fork_pair(options(cma, 256 << 10), options(cma, 256 << 10), &ep,
+  pid_t child = fork_pair(options(cma, 256 << 10, push), options(cma, 256 << 10, push), &ep,
                           [&](Endpoint* e) { return exchange(e, 2, 1); });
   CHECK(exchange(ep.get(), 1, 2) == 0);
   CHECK(join(child) == 0);
@@ -344,10 +356,12 @@ void test_reduce(DataType dt, RedOp op, size_t count, bool cma, bool with_acc) {
 }  // namespace
 
 int main() {
-  std::puts("sizes, cma on");
-  test_sizes(true);
+  std::puts("sizes, cma push");
+  test_sizes(true, true);
+  std::puts("sizes, cma pull");
+  test_sizes(true, false);
   std::puts("sizes, cma off");
-  test_sizes(false);
+  test_sizes(false, true);
   std::puts("same process");
   test_same_process(true);
   test_same_process(false);
@@ -362,6 +376,7 @@ int main() {
   test_bidirectional(true, (16u << 20) + 5, 3);
   test_bidirectional(false, 1000, 200);
   test_bidirectional(true, 64u << 20, 1);
+  test_bidirectional(true, (16u << 20) + 5, 3, false);
   std::puts("reduce receives");
   for (bool cma : {false, true}) {
     for (bool acc : {false, true}) {

@@ -65,5 +65,12 @@ ssize_t cma_read(pid_t pid, void* local, uintptr_t remote, size_t bytes) {
   return n < 0 ? -errno : n;
 }
 
+ssize_t cma_write(pid_t pid, uintptr_t remote, const void* local, size_t bytes) {
+  iovec l{const_cast<void*>(local), bytes};
+  iovec r{reinterpret_cast<void*>(remote), bytes};
+  ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
+  return n < 0 ? -errno : n;
+}
+
 }  // namespace shm
 }  // namespace uccl

@@ -1,4 +1,5 @@
-// Cross-memory attach (CMA): process_vm_readv copies straight from another process's memory.
+// Cross-memory attach (CMA): process_vm_readv / process_vm_writev copy straight from or into
+// another process's memory.
 //
 // Why probe instead of assuming: CMA needs ptrace permission over the peer (same uid, no
 // Yama restriction or PR_SET_PTRACER, no seccomp filter, same pid namespace for the pid to
@@ -30,6 +31,8 @@ bool cma_probe(pid_t pid, uintptr_t address, uint64_t value);
 // One process_vm_readv of up to `bytes` from (pid, remote) into local. Returns bytes read
 // (possibly fewer: the kernel stops at page boundaries it cannot pin) or -errno.
 ssize_t cma_read(pid_t pid, void* local, uintptr_t remote, size_t bytes);
+// The other way: one process_vm_writev of up to `bytes` from local into (pid, remote).
+ssize_t cma_write(pid_t pid, uintptr_t remote, const void* local, size_t bytes);
 
 }  // namespace shm
 }  // namespace uccl

@@ -72,8 +72,10 @@ void ShmEndpoint::post_send(SendRequest* r) {
   if (r->bytes > 0 && r->data == nullptr)
     return fail(r, InvalidArgument("shm send of " + std::to_string(r->bytes) + " bytes from a null buffer"));
   sendq_.push_back(r);
-  // Eager: a lone small message leaves right now instead of at the next progress() call.
-  if (sendq_.size() == 1) send_step();
+  // Eager: a lone small message leaves right now instead of at the next progress() call. A
+  // large one waits for it: pushing or writing it here would hold back whatever the caller
+  // posts next, such as the receive whose offer the peer may be waiting for.
+  if (sendq_.size() == 1 && r->bytes < opt_.cma_min_bytes) send_step();
 }
 
 void ShmEndpoint::post_recv(RecvRequest* r) {
@@ -89,6 +91,11 @@ void ShmEndpoint::post_recv(RecvRequest* r) {
                                      " bytes is not a whole number of " + dtype_name(r->dtype) + " elements"));
   }
   recvq_.push_back(r);
+  // Message numbers match receives to sends (both FIFO); a sender waiting to push message m
+  // learns from recvs_posted that receive m exists, and from offers[] whether it may push.
+  const uint64_t msg = rx_posted_++;
+  if (opt_.cma && opt_.cma_push && !r->reduce && r->bytes >= opt_.cma_min_bytes && r->bytes > 0) offer_push(msg, r);
+  rx_ctl_->recvs_posted.store(rx_posted_, std::memory_order_release);
   if (peer_gone_) drain_after_peer_gone();
 }
 
@@ -135,7 +142,7 @@ void ShmEndpoint::check_liveness() {
 
 Status ShmEndpoint::peer_gone_status() const {
   const CloseNote& n = ctl_->close_note[1 - side_];
-  if (n.set.load(std::memory_order_acquire) == 0) return peer_closed_error(peer_, "shared memory peer exited");
+  if (!peer_left_note()) return peer_closed_error(peer_, "shared memory peer exited");
   std::string text(n.text, strnlen(n.text, sizeof n.text));
   if (text.compare(0, sizeof(kAbortNotePrefix) - 1, kAbortNotePrefix) == 0)
     return peer_failed_error(peer_, text.substr(sizeof(kAbortNotePrefix) - 1));
@@ -159,6 +166,7 @@ void ShmEndpoint::on_peer_gone() {
   // Acks the peer wrote before it went away still count (its writes happened before its
   // socket closed); nothing else we send can be delivered or acknowledged any more.
   if (!unacked_.empty()) reap_sends();
+  if (pushing_) end_push();
   for (SendRequest* r : sendq_) fail(r, gone_status_);
   for (const Unacked& u : unacked_) fail(u.r, gone_status_);
   sendq_.clear();
@@ -179,6 +187,8 @@ void ShmEndpoint::die(const Status& s) {
   if (dead_) return;
   dead_ = true;
   dead_status_ = s;
+  if (pushing_) end_push();
+  revoke_offers();  // before the receives below fail and their buffers go back to the caller
   for (SendRequest* r : sendq_) fail(r, s);
   for (const Unacked& u : unacked_) fail(u.r, s);
   for (RecvRequest* r : recvq_) fail(r, s);

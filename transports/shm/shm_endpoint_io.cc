@@ -52,24 +52,49 @@ bool ShmEndpoint::cma_send_enabled() {
 bool ShmEndpoint::send_step() {
   if (sendq_.empty()) return false;
   SendRequest* r = sendq_.front();
-  return tx_in_message_ ? send_piece(r) : send_start(r);
+  if (!tx_in_message_) return send_start(r);
+  return pushing_ ? push_chunk(r) : send_piece(r);
+}
+
+void ShmEndpoint::write_header(const SendRequest* r, uint32_t flags, uint64_t cma_seq) {
+  MsgHeader* h = reinterpret_cast<MsgHeader*>(tx_data_ + (tx_head_ & ring_mask_));
+  h->env = r->env;
+  h->bytes = r->bytes;
+  h->flags = flags;
+  h->magic = kMsgMagic;
+  h->cma_address = flags == kMsgCma ? reinterpret_cast<uintptr_t>(r->data) : 0;
+  h->cma_seq = cma_seq;
+  tx_head_ += kLine;
+  ++tx_msgs_;
+}
+
+// The ring and pull paths make the tee copy in one go, once the message is on its way.
+void ShmEndpoint::copy_tee(SendRequest* r) {
+  if (r->tee && r->bytes) std::memcpy(r->tee, r->data, r->bytes);
 }
 
 bool ShmEndpoint::send_start(SendRequest* r) {
   const bool cma = r->bytes >= opt_.cma_min_bytes && (r->bytes <= opt_.cma_max_bytes || r->duplex) &&
                    r->bytes > 0 && cma_send_enabled();
+  // Push only where this side also receives in the step: then both cores are busy with their
+  // own copies either way, and the sender's copy reads from its own cache. A one-way message
+  // is pulled, so the receiver copies while the sender goes on (a root's local copy):
+  // broadcast 1 MiB on 2 ranks took 114 us pushed against 93 us pulled.
+  if (cma && r->duplex && push_enabled()) {
+    switch (claim_offer(r)) {
+      case Offer::kWait: return false;
+      case Offer::kTaken:
+        tx_in_message_ = pushing_ = true;
+        tx_off_ = 0;
+        return push_chunk(r);
+      case Offer::kNone: break;
+    }
+  }
   const uint64_t padded = align_up(r->bytes, kLine);
   const bool whole = !cma && padded <= piece_;  // header and payload go out in one publish
   if (!tx_reserve(kLine + (whole ? padded : 0))) return false;
 
-  MsgHeader* h = reinterpret_cast<MsgHeader*>(tx_data_ + (tx_head_ & ring_mask_));
-  h->env = r->env;
-  h->bytes = r->bytes;
-  h->flags = cma ? kMsgCma : kMsgInline;
-  h->magic = kMsgMagic;
-  h->cma_address = cma ? reinterpret_cast<uintptr_t>(r->data) : 0;
-  h->cma_seq = cma ? ++cma_posted_ : 0;
-  tx_head_ += kLine;
+  write_header(r, cma ? kMsgCma : kMsgInline, cma ? ++cma_posted_ : 0);
   if (cma) {
     ++stats_.cma_sends;
   } else {
@@ -81,6 +106,7 @@ bool ShmEndpoint::send_start(SendRequest* r) {
   }
   if (cma || whole) {
     tx_publish();
+    copy_tee(r);
     sendq_.pop_front();
     send_written(r, cma ? cma_posted_ : 0);
     return true;
@@ -88,6 +114,7 @@ bool ShmEndpoint::send_start(SendRequest* r) {
   tx_in_message_ = true;
   tx_off_ = 0;
   send_piece(r);  // the header is published together with the first piece
+  copy_tee(r);
   return true;
 }
 
@@ -153,14 +180,14 @@ bool ShmEndpoint::recv_step() {
     if (!recv_start(r)) return false;
     if (!rx_in_message_) return true;  // finished (zero bytes) or failed
   }
-  return (rx_hdr_.flags & kMsgCma) ? recv_cma_chunk(r) : recv_ring_piece(r);
+  return rx_hdr_.flags == kMsgCma ? recv_cma_chunk(r) : recv_ring_piece(r);
 }
 
 bool ShmEndpoint::recv_start(RecvRequest* r) {
   if (rx_available(kLine) < kLine) return false;
   std::memcpy(&rx_hdr_, rx_data_ + (rx_tail_ & ring_mask_), kLine);
-  const bool cma = rx_hdr_.flags & kMsgCma;
-  if (rx_hdr_.magic != kMsgMagic || (cma && rx_hdr_.cma_seq != cma_acked_ + 1)) {
+  const bool cma = rx_hdr_.flags == kMsgCma;
+  if (rx_hdr_.magic != kMsgMagic || rx_hdr_.flags > kMsgPush || (cma && rx_hdr_.cma_seq != cma_acked_ + 1)) {
     fatal(Status(Code::kRemoteError, peer_.describe() + ": corrupt shared memory ring (bad message header)",
                  peer_.peer_rank),
           "found a corrupt message header in the shared memory ring");
@@ -176,6 +203,12 @@ bool ShmEndpoint::recv_start(RecvRequest* r) {
     return true;
   }
   rx_tail_ += kLine;
+  if (rx_hdr_.flags == kMsgPush) {  // the payload is already in r->dst
+    rx_ctl_->tail.store(rx_tail_, std::memory_order_release);
+    ++stats_.push_recvs;
+    finish_recv(r);
+    return true;
+  }
   if (r->bytes == 0) {
     rx_ctl_->tail.store(rx_tail_, std::memory_order_release);
     ++stats_.ring_recvs;
@@ -251,8 +284,8 @@ bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
   }
   if (got < 0) {
     if (got == -EINTR || got == -EAGAIN) return false;
-    if (got == -ESRCH) {
-      on_peer_gone();
+    if (got == -ESRCH || (got == -EFAULT && peer_left_note())) {
+      on_peer_gone();  // gone, or failed and gave its buffer back: its note says why
       return true;
     }
     fatal(Status(Code::kRemoteError,

@@ -47,6 +47,31 @@ Result<void*> map_shared(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
+bool lock_segment(int fd) {
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
+  return fcntl(fd, F_OFD_SETLK, &l) == 0;
+}
+
+namespace {
+
+// Gone, or exited and not yet reaped by its parent (a zombie still answers kill(pid, 0)).
+bool process_gone(int pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[512];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  return paren && paren[1] == ' ' && paren[2] == 'Z';
+}
+
+}  // namespace
+
 int remove_stale_segments(double min_age_s) {
   DIR* dir = opendir("/dev/shm");
   if (!dir) return 0;
@@ -58,12 +83,18 @@ int remove_stale_segments(double min_age_s) {
     char hexpart[32];
     if (std::sscanf(e->d_name, "uccl-%d-%31[0-9a-f]", &pid, hexpart) != 2 || std::strlen(hexpart) != 16) continue;
     if (pid <= 0 || pid == getpid()) continue;
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // creator alive (or not ours to probe)
     const std::string path = std::string("/dev/shm/") + e->d_name;
+    const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
     struct stat st;
-    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
-    if (static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) < min_age_s) continue;
-    if (shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0) ++removed;
+    const double age = fstat(fd, &st) == 0 ? static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) +
+                                                   (now.tv_nsec - st.st_mtim.tv_nsec) * 1e-9
+                                            : -1;
+    // Our lock (released by close below) only proves that nobody else holds one.
+    const bool stale = S_ISREG(st.st_mode) && st.st_uid == geteuid() && age >= 0 && lock_segment(fd) &&
+                       (process_gone(pid) || age >= min_age_s);
+    if (stale && shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0) ++removed;
+    close(fd);
   }
   closedir(dir);
   return removed;
@@ -84,9 +115,11 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     bytes_ = o.bytes_;
     name_ = std::move(o.name_);
     linked_ = o.linked_;
+    lock_fd_ = o.lock_fd_;
     o.base_ = nullptr;
     o.bytes_ = 0;
     o.linked_ = false;
+    o.lock_fd_ = -1;
   }
   return *this;
 }
@@ -102,9 +135,10 @@ char* Segment::ring_data(int ring) const {
 }
 
 void Segment::unlink() {
-  if (!linked_) return;
+  if (linked_) shm_unlink(name_.c_str());  // ENOENT: the peer already removed it
   linked_ = false;
-  shm_unlink(name_.c_str());  // ENOENT: the peer already removed it
+  if (lock_fd_ >= 0) close(lock_fd_);  // after the name is gone: a janitor never sees it unlocked
+  lock_fd_ = -1;
 }
 
 Result<Segment> Segment::create(size_t ring_bytes) {
@@ -125,6 +159,10 @@ Result<Segment> Segment::create(size_t ring_bytes) {
   Segment seg;
   seg.name_ = name;
   seg.linked_ = true;  // from here on, failure paths unlink through the destructor
+  // Locked at once and for as long as the name exists: remove_stale_segments() tells a dead
+  // creator's leftover from a live one's by the lock. A filesystem without OFD locks (none we
+  // know of for tmpfs) only loses that: the segment still works.
+  if (lock_segment(fd)) seg.lock_fd_ = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   int err = posix_fallocate(fd, 0, static_cast<off_t>(total));
   if (err != 0) {
     close(fd);

@@ -21,20 +21,36 @@
 #include <string>
 
 #include "core/status.h"
+#include "transports/transport.h"
 
 namespace uccl {
 namespace shm {
 
 constexpr uint64_t kSegmentMagic = 0x316d68736c636375ull;  // "ucclshm1"
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;
+constexpr uint32_t kPushOfferSlots = 8;  // receives a reader may offer ahead of the writer
 constexpr size_t kControlBytes = 4096;
 
 // One direction's counters. Monotonic 64-bit byte counts never wrap in practice (584 years at
 // 1 TB/s), so "free space" is ring_bytes - (head - tail) without any wrap bookkeeping.
+// A receive the reader posted, offered to the writer for a CMA push (see shm_endpoint.h).
+// `msg` is ((message number + 1) << 2) | PushState, 0 while empty or being rewritten; it
+// decides who owns the slot, so the reader never reuses one the writer is pushing into.
+enum PushState : uint64_t { kPushOffered = 0, kPushClaimed = 1, kPushCancel = 2, kPushFinished = 3 };
+struct PushOffer {
+  alignas(64) std::atomic<uint64_t> msg;
+  std::atomic<uint64_t> address;  // where the receive's bytes go, in the reader's memory
+  std::atomic<uint64_t> bytes;
+  std::atomic<uint64_t> expect[4];  // the receive's Envelope, as words (read racing a rewrite)
+};
+static_assert(sizeof(Envelope) == 4 * sizeof(uint64_t), "an Envelope fills PushOffer::expect");
+
 struct RingControl {
   alignas(128) std::atomic<uint64_t> head;  // writer: bytes published
   alignas(128) std::atomic<uint64_t> tail;  // reader: bytes consumed
   std::atomic<uint64_t> cma_done;           // reader: CMA messages fully pulled (acks the sender)
+  std::atomic<uint64_t> recvs_posted;       // reader: receives posted (message numbers offered up to)
+  PushOffer offers[kPushOfferSlots];        // reader: offers[m % slots] for message m
 };
 
 // Why an endpoint shut its liveness socket, so that the peer's error can say more than "exited".
@@ -84,13 +100,19 @@ class Segment {
   size_t bytes_ = 0;
   std::string name_;
   bool linked_ = false;
+  int lock_fd_ = -1;  // creator: holds the segment's lock while the name exists
 };
 
 // Removes "/dev/shm/uccl-<pid>-*" left behind by a creator that died between start_connect()
-// and finish() (the only window in which a name exists). Conservative on purpose: only our
-// own files, only when <pid> no longer exists, and only when older than `min_age_s`, so that a
-// live setup in another pid namespace sharing /dev/shm is never touched. Returns the count.
+// and the peer's open (the only window in which a name exists), e.g. SIGKILLed while its peer
+// was still connecting. A creator holds an exclusive lock on its segment (an OFD lock, which
+// dies with its last holder) for as long as the name exists, so a name nobody locks is stale
+// when its creator is gone (or a zombie) in our pid namespace, or older than `min_age_s` (a pid
+// reused since). A live creator in another pid namespace sharing /dev/shm keeps its lock, so it
+// is never touched. Only our own files. Returns the count.
 int remove_stale_segments(double min_age_s = 60);
+// The creator's side of that: the lock that says "alive" (taken on an open segment fd).
+bool lock_segment(int fd);
 
 // Rounds a requested ring size to what the segment uses: a power of two, at least 4 pieces.
 size_t effective_ring_bytes(size_t requested, size_t piece_bytes);

@@ -129,6 +129,7 @@ class ShmTransport final : public Transport {
     opt_.piece_bytes &= ~static_cast<size_t>(shm::kLine - 1);
     opt_.ring_bytes = shm::effective_ring_bytes(opt_.ring_bytes, opt_.piece_bytes);
     opt_.cma_chunk_bytes = std::max<size_t>(opt_.cma_chunk_bytes, 4096);
+    opt_.push_chunk_bytes = std::max<size_t>(opt_.push_chunk_bytes, 4096);
     opt_.cma_bounce_bytes = std::max<size_t>(opt_.cma_bounce_bytes, 4096) & ~static_cast<size_t>(shm::kLine - 1);
   }
   TransportKind kind() const override { return TransportKind::kShm; }
@@ -192,6 +193,7 @@ ShmOptions ShmOptions::from_config() {
   o.cma = c.shm_cma;
   o.cma_min_bytes = c.shm_cma_min_bytes;
   o.cma_max_bytes = c.shm_cma_max_bytes;
+  o.cma_push = c.shm_cma_push;
   return o;
 }
 

@@ -41,6 +41,10 @@ struct ShmOptions {
   size_t cma_max_bytes = 16 << 20;
   size_t piece_bytes = 64 << 10;     // the writer publishes (and the reader consumes) this much at a time
   size_t cma_chunk_bytes = 1 << 20;  // a CMA copy pulls this much per process_vm_readv call
+  // Push instead of pull where the receiver posted first (ShmEndpoint, "CMA push"): the sender
+  // writes into the receiver's buffer with process_vm_writev, a chunk at a time.
+  bool cma_push = true;
+  size_t push_chunk_bytes = 256 << 10;  // stays in L2 between the tee copy and the write
   size_t cma_bounce_bytes = 128 << 10;  // a CMA reduce pulls this much, then reduces it (stays in L2)
   static ShmOptions from_config();
 };

@@ -2,6 +2,7 @@
 // The byte-moving halves live in tcp_endpoint_send.cc and tcp_endpoint_recv.cc.
 #include "transports/tcp/tcp_endpoint.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -216,6 +217,31 @@ void TcpEndpoint::fatal(const Status& why, bool send_abort_frame) {
   }
 }
 
+// Writes the rest of the part in flight on `s` (its bytes are still the caller's: requests
+// fail only after this), waiting for room until `deadline`. The peer is receiving that part,
+// so this normally takes microseconds; a peer that is gone or stuck ends it early.
+bool TcpEndpoint::finish_part_in_flight(Socket& s, double deadline) {
+  TxPart& p = s.txq.front();
+  const size_t part_len = sizeof(PartHeader) + p.hdr.part_bytes;
+  while (p.done < part_len) {
+    const uint8_t* from = p.done < sizeof(PartHeader) ? reinterpret_cast<const uint8_t*>(&p.hdr) + p.done
+                                                      : p.data + (p.done - sizeof(PartHeader));
+    const size_t len = p.done < sizeof(PartHeader) ? sizeof(PartHeader) - p.done : part_len - p.done;
+    const ssize_t n = ::send(s.fd, from, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      p.done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    const int ms = static_cast<int>((deadline - now_s()) * 1000);
+    if (ms <= 0) return false;
+    pollfd pfd{s.fd, POLLOUT, 0};
+    if (::poll(&pfd, 1, ms) <= 0) return false;
+  }
+  return true;
+}
+
 void TcpEndpoint::send_abort_frames(const std::string& why) {
   const size_t len = std::min(why.size(), kMaxCloseNoteBytes);
   PartHeader h;
@@ -223,9 +249,12 @@ void TcpEndpoint::send_abort_frames(const std::string& why) {
   h.total_bytes = h.part_bytes = len;
   std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
   frame.append(why, 0, len);
+  // A part half written cannot be interrupted (the peer would read the frame as payload), so
+  // it is finished first; a large message is striped over every socket, and a frame on none of
+  // them would leave the peer with "connection reset" instead of the cause.
+  const double deadline = now_s() + kAbortFrameBudgetSeconds;
   for (auto& s : socks_) {
-    // A part half written cannot be interrupted: the peer would read the frame as payload.
-    if (!s.txq.empty() && s.txq.front().done > 0) continue;
+    if (!s.txq.empty() && s.txq.front().done > 0 && !finish_part_in_flight(s, deadline)) continue;
     // Best effort: a small write into the socket buffer; a peer that is gone makes it fail.
     (void)::send(s.fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   }

@@ -128,6 +128,8 @@ class TcpEndpoint final : public Endpoint {
   // it why, unless the endpoint is only being destroyed (that is no failure of this rank).
   void fatal(const Status& why, bool send_abort_frame = true);
   void send_abort_frames(const std::string& why);
+  bool finish_part_in_flight(Socket& s, double deadline);
+  static constexpr double kAbortFrameBudgetSeconds = 0.05;  // per endpoint, for parts in flight
   // The peer is gone: its error, with the root cause from its abort frame when it left one.
   Status peer_gone(const std::string& detail);
   bool find_abort_note(Socket& s, std::string* note);

@@ -1,0 +1,161 @@
+// CMA push of the shm transport across two processes: tee copies on every path, a receive that
+// fails before or in the middle of a push (no byte may land in its buffer afterwards), and a
+// mismatched offer (no push, the receiver reports the mismatch).
+#include <unistd.h>
+
+#include <atomic>
+
+#include "shm_test_util.h"
+
+using namespace shmtest;
+
+namespace {
+
+constexpr uint8_t kUntouched = 0xee;
+
+bool all_bytes(const std::vector<uint8_t>& v, size_t from, uint8_t value) {
+  for (size_t i = from; i < v.size(); ++i)
+    if (v[i] != value) return false;
+  return true;
+}
+
+// A send with a tee: the receiver gets the payload and the tee buffer holds the same bytes,
+// whichever way the message went (push, pull, ring pieces, one inline ring message). Only an
+// exchange step (duplex) is pushed; a one-way send is pulled so the receiver does the copy.
+void test_tee(bool cma, bool push, bool duplex, size_t bytes, bool expect_push) {
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> in(bytes + 1, kUntouched);
+    RecvRequest r;
+    r.dst = in.data();
+    r.bytes = bytes;
+    r.expect = env_for(1);
+    ep->post_recv(&r);
+    CHECK_OK(drive(ep, {&r}));
+    CHECK(check_payload(in.data(), bytes, 1));
+    CHECK(in[bytes] == kUntouched);
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  const ShmOptions o = options(cma, 4 << 20, push);
+  pid_t child = fork_pair(o, o, &ep, body);
+  CHECK(ep->takes_tee());
+  std::vector<uint8_t> payload = make_payload(bytes, 1), tee(bytes + 1, kUntouched);
+  SendRequest s;
+  s.data = payload.data();
+  s.bytes = bytes;
+  s.env = env_for(1);
+  s.tee = tee.data();
+  s.duplex = duplex;
+  ep->post_send(&s);
+  CHECK_OK(drive(ep.get(), {&s}));
+  CHECK(check_payload(tee.data(), bytes, 1));
+  CHECK(tee[bytes] == kUntouched);
+  const shm::ShmStats& st = as_shm(ep.get())->stats();
+  std::printf("  %zu bytes, cma=%d push=%d duplex=%d: ring %llu, cma %llu, push %llu\n", bytes, cma, push, duplex,
+              (unsigned long long)st.ring_sends, (unsigned long long)st.cma_sends, (unsigned long long)st.push_sends);
+  CHECK(st.push_sends == (expect_push ? 1u : 0u));
+  CHECK(join(child) == 0);
+}
+
+// The receiver posts a large receive (an offer), then fails. Either before the sender claims
+// the offer (revoked: the sender falls back to a pull header that is never read) or while the
+// sender pushes (the receiver asks it to stop and waits). After fail_all() returns, the buffer
+// never changes again, and the sender's send fails with the receiver's root cause.
+void test_fail_during_push(bool mid_push) {
+  const size_t bytes = mid_push ? (256u << 20) : (8u << 20);
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> in(bytes, kUntouched);
+    RecvRequest r;
+    r.dst = in.data();
+    r.bytes = bytes;
+    r.expect = env_for(1);
+    ep->post_recv(&r);
+    if (mid_push) {
+      // The payload's first byte is pattern(0, 2) = 14, so the push has begun when it changes.
+      const double deadline = now_s() + 30;
+      while (reinterpret_cast<volatile uint8_t*>(in.data())[0] == kUntouched) CHECK(now_s() < deadline);
+    }
+    const double t0 = now_s();
+    ep->fail_all(Status(Code::kAborted, "test abort"));
+    CHECK(now_s() - t0 < 1.0);  // the writer stopped at a chunk boundary, not at the wait's bound
+    CHECK(r.state == ReqState::kFailed);
+    const std::vector<uint8_t> snapshot = in;
+    usleep(300 * 1000);  // a sender that kept writing would change the buffer meanwhile
+    CHECK(in == snapshot);
+    if (mid_push) {
+      CHECK(!all_bytes(in, 0, kUntouched));         // the push had started...
+      CHECK(in.back() == kUntouched);               // ...and stopped before the end
+    } else {
+      CHECK(all_bytes(in, 0, kUntouched));
+    }
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(true), options(true), &ep, body);
+  std::vector<uint8_t> payload = make_payload(bytes, 2);
+  SendRequest s;
+  s.data = payload.data();
+  s.bytes = bytes;
+  s.env = env_for(1);
+  s.duplex = true;
+  if (!mid_push) usleep(100 * 1000);  // let the receiver post and fail first
+  ep->post_send(&s);
+  Status st = drive(ep.get(), {&s}, 20);
+  std::printf("  %s: sender got %s\n", mid_push ? "mid-push" : "before the push", st.to_string().c_str());
+  CHECK(!st.ok());
+  CHECK(st.message().find("test abort") != std::string::npos);
+  if (as_shm(ep.get())->cma_send_enabled()) CHECK(as_shm(ep.get())->stats().push_sends == 0);
+  CHECK(join(child) == 0);
+}
+
+// An offer that does not fit the message (another size) is not used: no byte is written into
+// the receiver's buffer, and the receiver reports the mismatch from the pull header.
+void test_mismatched_offer() {
+  const size_t want = 2u << 20, sent = 3u << 20;
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> in(want, kUntouched);
+    RecvRequest r;
+    r.dst = in.data();
+    r.bytes = want;
+    r.expect = env_for(1);
+    ep->post_recv(&r);
+    Status st = drive(ep, {&r}, 10);
+    CHECK(st.code() == Code::kMismatch);
+    CHECK(all_bytes(in, 0, kUntouched));
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  pid_t child = fork_pair(options(true), options(true), &ep, body);
+  std::vector<uint8_t> payload = make_payload(sent, 3);
+  SendRequest s;
+  s.data = payload.data();
+  s.bytes = sent;
+  s.env = env_for(1);
+  s.duplex = true;
+  ep->post_send(&s);
+  Status st = drive(ep.get(), {&s}, 10);
+  std::printf("  sender got %s\n", st.to_string().c_str());
+  CHECK(!st.ok());
+  CHECK(as_shm(ep.get())->stats().push_sends == 0);
+  CHECK(join(child) == 0);
+}
+
+}  // namespace
+
+int main() {
+  std::puts("tee");
+  test_tee(true, true, true, (4u << 20) + 3, true);    // pushed, chunk by chunk
+  test_tee(true, true, false, (4u << 20) + 3, false);  // one-way: pulled by the receiver
+  test_tee(true, false, true, (4u << 20) + 3, false);  // push off: pulled
+  test_tee(false, true, true, (1u << 20) + 5, false);  // ring pieces
+  test_tee(false, true, true, 100, false);             // one inline ring message
+  std::puts("receiver fails before the push");
+  test_fail_during_push(false);
+  std::puts("receiver fails in the middle of a push");
+  test_fail_during_push(true);
+  std::puts("mismatched offer");
+  test_mismatched_offer();
+  CHECK(leftover_segments() == 0);
+  std::puts("shm_push_test ok");
+  return 0;
+}
