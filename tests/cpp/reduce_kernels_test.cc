@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "core/reduce.h"
+#include "core/stream_copy.h"
 
 using namespace uccl;
 
@@ -159,8 +160,25 @@ void check_case(DataType dt, RedOp op, size_t count, int alias, std::mt19937_64&
 
 }  // namespace
 
+// stream_copy: every destination alignment and sizes around the 64-byte body, bytes outside
+// [dst, dst + n) untouched.
+void check_stream_copy(std::mt19937_64& rng) {
+  std::vector<uint8_t> src(4096 + 128), dst(4096 + 256);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  for (size_t n : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(127), size_t(200), size_t(4096)})
+    for (size_t doff = 0; doff < 64; doff += 3)
+      for (size_t soff : {size_t(0), size_t(5)}) {
+        std::fill(dst.begin(), dst.end(), 0xa5);
+        stream_copy(dst.data() + 64 + doff, src.data() + soff, n);
+        CHECK(std::memcmp(dst.data() + 64 + doff, src.data() + soff, n) == 0);
+        for (size_t i = 0; i < dst.size(); ++i)
+          if (i < 64 + doff || i >= 64 + doff + n) CHECK(dst[i] == 0xa5);
+      }
+}
+
 int main() {
   std::mt19937_64 rng(12345);
+  check_stream_copy(rng);
   const size_t counts[] = {0, 1, 7, 8, 15, 16, 17, 33, 2047, 2048, 2049, 5000};
   for (int dt = 0; dt < kNumDataTypes; ++dt)
     for (int op = 0; op < kNumRedOps; ++op)

@@ -145,6 +145,8 @@ void test_mismatched_offer() {
 int main() {
   std::puts("tee");
   test_tee(true, true, true, (4u << 20) + 3, true);    // pushed, chunk by chunk
+  test_tee(true, true, true, (16u << 20) + 3, true);   // pushed, the tee copy streaming
+  test_tee(true, true, false, (16u << 20) + 3, false); // pulled, the tee copy streaming
   test_tee(true, true, false, (4u << 20) + 3, false);  // one-way: pulled by the receiver
   test_tee(true, false, true, (4u << 20) + 3, false);  // push off: pulled
   test_tee(false, true, true, (1u << 20) + 5, false);  // ring pieces

@@ -133,6 +133,7 @@ class ShmEndpoint final : public Endpoint {
   void copy_to_ring(uint64_t pos, const void* src, size_t n);
   void write_header(const SendRequest* r, uint32_t flags, uint64_t cma_seq);
   void copy_tee(SendRequest* r);
+  void tee_copy(const SendRequest* r, size_t offset, size_t n);  // bytes [offset, offset + n)
   enum class Offer { kWait, kNone, kTaken };
   Offer claim_offer(const SendRequest* r);
   bool push_chunk(SendRequest* r);

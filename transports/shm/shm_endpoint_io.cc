@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/reduce.h"
+#include "core/stream_copy.h"
 #include "transports/shm/shm_cma.h"
 #include "transports/shm/shm_endpoint.h"
 
@@ -68,9 +69,19 @@ void ShmEndpoint::write_header(const SendRequest* r, uint32_t flags, uint64_t cm
   ++tx_msgs_;
 }
 
+void ShmEndpoint::tee_copy(const SendRequest* r, size_t offset, size_t n) {
+  char* dst = static_cast<char*>(r->tee) + offset;
+  const char* src = static_cast<const char*>(r->data) + offset;
+  if (r->bytes >= opt_.tee_stream_min_bytes) {
+    stream_copy(dst, src, n);  // nobody reads the copy soon, and it is far larger than the caches
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 // The ring and pull paths make the tee copy in one go, once the message is on its way.
 void ShmEndpoint::copy_tee(SendRequest* r) {
-  if (r->tee && r->bytes) std::memcpy(r->tee, r->data, r->bytes);
+  if (r->tee && r->bytes) tee_copy(r, 0, r->bytes);
 }
 
 bool ShmEndpoint::send_start(SendRequest* r) {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/stream_copy.h"
 #include "transports/shm/shm_cma.h"
 #include "transports/shm/shm_endpoint.h"
 
@@ -139,7 +140,7 @@ bool ShmEndpoint::push_chunk(SendRequest* r) {
     const uint64_t n = std::min<uint64_t>(r->bytes - tx_off_, opt_.push_chunk_bytes);
     const char* src = static_cast<const char*>(r->data) + tx_off_;
     // The tee copy reads the chunk into cache, and the write reads it from there.
-    if (r->tee) std::memcpy(static_cast<char*>(r->tee) + tx_off_, src, n);
+    if (r->tee) tee_copy(r, tx_off_, n);
     const ssize_t got = cma_write(peer_pid_, push_address_ + tx_off_, src, n);
     if (got == -EINTR || got == -EAGAIN || got == 0) return false;
     if (got < 0) {

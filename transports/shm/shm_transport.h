@@ -45,6 +45,7 @@ struct ShmOptions {
   // writes into the receiver's buffer with process_vm_writev, a chunk at a time.
   bool cma_push = true;
   size_t push_chunk_bytes = 256 << 10;  // stays in L2 between the tee copy and the write
+  size_t tee_stream_min_bytes = 16 << 20;  // tee copies this large bypass the cache (stream_copy)
   size_t cma_bounce_bytes = 128 << 10;  // a CMA reduce pulls this much, then reduces it (stays in L2)
   static ShmOptions from_config();
 };
