@@ -3,8 +3,9 @@
 // An algorithm does not loop or block. It builds a Schedule: a list of phases, each a set of
 // actions. Local actions (copy, reduce, scale) of a phase run first, then all its sends and
 // receives are posted together; the phase is over when they all completed. Phases run in
-// order. A send may carry a local copy of its payload (send_tee). The executor (ScheduleTask) is advanced by progress() from whichever thread drives
-// the communicator, so an operation is an explicit state machine as the design asks.
+// order. A send may carry a local copy of its payload (send_tee). The executor (ScheduleTask)
+// is advanced by progress() from whichever thread drives the communicator, so an operation is
+// an explicit state machine as the design asks.
 //
 // Pipelining inside a phase comes from the transports: a large message is streamed (shm ring
 // pieces, tcp socket chunks) and a reducing receive combines each piece as it lands, so a ring

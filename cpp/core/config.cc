@@ -67,8 +67,8 @@ const std::vector<VarSpec>& specs() {
        "a sender that receives in the same step keeps CMA",
        [](Config& c, const std::string& v) { c.shm_cma_max_bytes = parse_bytes(v); }},
       {"UCCL_SHM_CMA_PUSH", "1",
-       "where the receiver is ready first, the sender writes into its buffer (process_vm_writev) instead of "
-       "the receiver pulling: the sender's just-written data is read from its own cache",
+       "in exchange steps the sender writes large shm messages into the posted receive (process_vm_writev) "
+       "instead of the receiver pulling them: the sender reads its just-written data from its own cache",
        [](Config& c, const std::string& v) { c.shm_cma_push = parse_bool(v); }},
       {"UCCL_SMALL_MSG_BYTES", "64K", "latency-oriented (direct) algorithms up to this many bytes",
        [](Config& c, const std::string& v) { c.small_msg_bytes = parse_bytes(v); }},

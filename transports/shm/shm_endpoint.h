@@ -22,14 +22,16 @@
 //    allreduce whose 512 KiB halves went through CMA ran at 6 GB/s busbw against 10 by ring;
 //    from 1 MiB halves up CMA wins (copies up to 2.5x, a whole step's work moves to one side).
 //    Very large messages (ShmOptions::cma_max_bytes) go back to the ring: see there.
-//  * CMA push (ShmOptions::cma_push): where the receive was posted before the send starts, the
-//    sender writes the payload into the receiver's buffer with process_vm_writev and then
-//    sends a header flagged kMsgPush; the receive completes on that header, the send at once.
-//    The sender reads its own data, which it usually just wrote or copied (all_gather's own
-//    block, all_reduce's reduced half), from its own cache instead of a puller snooping it out
-//    of the other core's: 2-rank all_gather of 512 KiB blocks 42 -> 33 us per call on the
-//    2-core VM (C model of the two schemes, alternating runs), and with a tee copy interleaved
-//    chunk by chunk (SendRequest::tee) 2-8 MiB blocks 10-16% faster.
+//  * CMA push (ShmOptions::cma_push), for the large sends of exchange steps (SendRequest::
+//    duplex): the sender waits until the matching receive is posted, writes the payload into
+//    the receiver's buffer with process_vm_writev and then sends a header flagged kMsgPush;
+//    the receive completes on that header, the send at once. The sender reads its own data,
+//    which it usually just wrote or copied (all_gather's own block, all_reduce's reduced half),
+//    from its own cache instead of a puller snooping it out of the other core's: 2-rank
+//    all_gather of 512 KiB blocks 42 -> 33 us per call on the 2-core VM in a C model of the
+//    two schemes (benchmarks/micro/cma_all_gather_model.c), 2-8 MiB blocks 10-16% faster with
+//    the tee copy interleaved chunk by chunk (SendRequest::tee). One-way sends are still
+//    pulled: then the receiver copies while the sender goes on.
 //    Offers: every posted receive bumps ring.recvs_posted; a large plain one also fills
 //    ring.offers[m % kPushOfferSlots] for message number m with its address, size and envelope.
 //    A sender whose next message m is large waits until recvs_posted > m, then claims the offer
