@@ -60,7 +60,7 @@ const std::vector<VarSpec>& specs() {
        "single-copy cross-memory attach (process_vm_readv) for large shm messages; the process then allows "
        "ptrace-attach by same-user processes (PR_SET_PTRACER_ANY)",
        [](Config& c, const std::string& v) { c.shm_cma = parse_bool(v); }},
-      {"UCCL_SHM_CMA_MIN_BYTES", "256K", "shm messages at least this large use single-copy CMA",
+      {"UCCL_SHM_CMA_MIN_BYTES", "128K", "shm messages at least this large use single-copy CMA",
        [](Config& c, const std::string& v) { c.shm_cma_min_bytes = parse_bytes(v); }},
       {"UCCL_SHM_CMA_MAX_BYTES", "16M",
        "one-way shm messages larger than this go through the ring again (memory-bound: both cores copy); "

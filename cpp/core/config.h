@@ -28,10 +28,12 @@ struct Config {
   // shm
   size_t shm_ring_bytes = 4 << 20;   // UCCL_SHM_RING_BYTES
   bool shm_cma = true;               // UCCL_SHM_CMA
-  // 256K, not 1M: below ~1M the two-copy ring lost to a single process_vm_readv by 2x on the
-  // 2-core VM (all_gather 1 MiB: 79 -> 38 us, Open MPI 43-50 us); below ~256K the ring still
-  // wins when the data was just written by the sender (in-place all_reduce), see RESULTS.md.
-  size_t shm_cma_min_bytes = 256 << 10;  // UCCL_SHM_CMA_MIN_BYTES
+  // 128K: below ~1M the two-copy ring lost to a single process_vm_readv by 2x on the 2-core VM
+  // (all_gather 1 MiB: 79 -> 38 us, Open MPI 43-50 us). Pulling data the sender had just
+  // written kept the ring ahead below 256K (in-place all_reduce); since exchange steps push
+  // (the sender copies from its own cache), 128K wins too: all_reduce 256 KiB 28 -> 18 us,
+  // all_gather 256 KiB in place 14.6 -> 6.7 us. 64K lost (a direct all_reduce 64 KiB 13 -> 19 us).
+  size_t shm_cma_min_bytes = 128 << 10;  // UCCL_SHM_CMA_MIN_BYTES
   size_t shm_cma_max_bytes = 16 << 20;   // UCCL_SHM_CMA_MAX_BYTES
   bool shm_cma_push = true;              // UCCL_SHM_CMA_PUSH
   // algorithms
