@@ -80,6 +80,12 @@ void* ScratchArena::get(size_t bytes) {
   return buf_;
 }
 
+void ScheduleTask::count_traffic(const Endpoint& ep, const Action& a, uint64_t* by_transport, uint64_t* by_level) {
+  by_transport[static_cast<int>(ep.kind())] += a.bytes;
+  const int level = env_.conns->peer_level(a.peer);
+  if (level >= 0) by_level[level] += a.bytes;
+}
+
 Status ScheduleTask::start_phase(bool* ready) {
   Phase& ph = x_->sched.phase(phase_);
   *ready = false;
@@ -127,11 +133,7 @@ Status ScheduleTask::start_phase(bool* ready) {
     r.acc = a.src2;
     r.dtype = dt;
     r.op = op_;
-    if (env_.stats) {
-      env_.stats->bytes_received_by_transport[static_cast<int>(ep->kind())] += a.bytes;
-      const int level = env_.conns->peer_level(a.peer);
-      if (level >= 0) env_.stats->bytes_received_by_level[level] += a.bytes;
-    }
+    if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_received_by_transport, env_.stats->bytes_received_by_level);
     ep->post_recv(&r);
   }
   size_t si = 0;
@@ -149,11 +151,7 @@ Status ScheduleTask::start_phase(bool* ready) {
     } else if (a.tee) {
       std::memmove(a.tee, a.src, a.bytes);
     }
-    if (env_.stats) {
-      env_.stats->bytes_sent_by_transport[static_cast<int>(ep->kind())] += a.bytes;
-      const int level = env_.conns->peer_level(a.peer);
-      if (level >= 0) env_.stats->bytes_sent_by_level[level] += a.bytes;
-    }
+    if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_sent_by_transport, env_.stats->bytes_sent_by_level);
     ep->post_send(&s);
   }
   *ready = true;

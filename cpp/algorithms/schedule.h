@@ -141,6 +141,8 @@ class ScheduleTask {
 
  private:
   Status start_phase(bool* ready);
+  // Adds a posted message's bytes to the operation's statistics (by transport and by level).
+  void count_traffic(const Endpoint& ep, const Action& a, uint64_t* by_transport, uint64_t* by_level);
   OpEnv env_;
   DataType dtype_;
   RedOp op_;

@@ -9,6 +9,14 @@
 #include "core/log.h"
 
 namespace uccl {
+namespace {
+
+// The communicator's algorithm option, or UCCL_ALGO where the option is empty or "auto".
+const std::string& algorithm_name(const CommOptions& opts) {
+  return !opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : config().algo;
+}
+
+}  // namespace
 
 Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, std::shared_ptr<Store> store,
                                                            const CommOptions& opts) {
@@ -16,7 +24,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
   if (rank < 0 || rank >= size)
     return InvalidArgument("rank " + std::to_string(rank) + " out of range for size " + std::to_string(size));
   if (!store) return InvalidArgument("a store is required");
-  const std::string& algo = !opts.algorithm.empty() ? opts.algorithm : config().algo;
+  const std::string& algo = algorithm_name(opts);
   if (!algo_choice_valid(algo))
     return InvalidArgument("unknown algorithm '" + algo + "' (option or UCCL_ALGO): expected auto, ring, direct, hier or rhd");
   log_set_rank(rank);
@@ -33,7 +41,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
 CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts,
                                    std::shared_ptr<Engine> engine)
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)),
-      algo_(parse_algo_choice(!opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : config().algo)),
+      algo_(parse_algo_choice(algorithm_name(opts))),
       small_msg_bytes_(config().small_msg_bytes) {
   p2p_sent_.assign(size, 0);
   p2p_recvd_.assign(size, 0);

@@ -26,9 +26,7 @@ void test_tee(bool cma, bool push, bool duplex, size_t bytes, bool expect_push) 
   auto body = [&](Endpoint* ep) -> int {
     std::vector<uint8_t> in(bytes + 1, kUntouched);
     RecvRequest r;
-    r.dst = in.data();
-    r.bytes = bytes;
-    r.expect = env_for(1);
+    make_recv(&r, in.data(), bytes, env_for(1));
     ep->post_recv(&r);
     CHECK_OK(drive(ep, {&r}));
     CHECK(check_payload(in.data(), bytes, 1));
@@ -41,11 +39,8 @@ void test_tee(bool cma, bool push, bool duplex, size_t bytes, bool expect_push) 
   CHECK(ep->takes_tee());
   std::vector<uint8_t> payload = make_payload(bytes, 1), tee(bytes + 1, kUntouched);
   SendRequest s;
-  s.data = payload.data();
-  s.bytes = bytes;
-  s.env = env_for(1);
+  make_send(&s, payload.data(), bytes, env_for(1), duplex);
   s.tee = tee.data();
-  s.duplex = duplex;
   ep->post_send(&s);
   CHECK_OK(drive(ep.get(), {&s}));
   CHECK(check_payload(tee.data(), bytes, 1));
@@ -66,9 +61,7 @@ void test_fail_during_push(bool mid_push) {
   auto body = [&](Endpoint* ep) -> int {
     std::vector<uint8_t> in(bytes, kUntouched);
     RecvRequest r;
-    r.dst = in.data();
-    r.bytes = bytes;
-    r.expect = env_for(1);
+    make_recv(&r, in.data(), bytes, env_for(1));
     ep->post_recv(&r);
     if (mid_push) {
       // The payload's first byte is pattern(0, 2) = 14, so the push has begun when it changes.
@@ -94,10 +87,7 @@ void test_fail_during_push(bool mid_push) {
   pid_t child = fork_pair(options(true), options(true), &ep, body);
   std::vector<uint8_t> payload = make_payload(bytes, 2);
   SendRequest s;
-  s.data = payload.data();
-  s.bytes = bytes;
-  s.env = env_for(1);
-  s.duplex = true;
+  make_send(&s, payload.data(), bytes, env_for(1), true);
   if (!mid_push) usleep(100 * 1000);  // let the receiver post and fail first
   ep->post_send(&s);
   Status st = drive(ep.get(), {&s}, 20);
@@ -115,9 +105,7 @@ void test_mismatched_offer() {
   auto body = [&](Endpoint* ep) -> int {
     std::vector<uint8_t> in(want, kUntouched);
     RecvRequest r;
-    r.dst = in.data();
-    r.bytes = want;
-    r.expect = env_for(1);
+    make_recv(&r, in.data(), want, env_for(1));
     ep->post_recv(&r);
     Status st = drive(ep, {&r}, 10);
     CHECK(st.code() == Code::kMismatch);
@@ -128,10 +116,7 @@ void test_mismatched_offer() {
   pid_t child = fork_pair(options(true), options(true), &ep, body);
   std::vector<uint8_t> payload = make_payload(sent, 3);
   SendRequest s;
-  s.data = payload.data();
-  s.bytes = sent;
-  s.env = env_for(1);
-  s.duplex = true;
+  make_send(&s, payload.data(), sent, env_for(1), true);
   ep->post_send(&s);
   Status st = drive(ep.get(), {&s}, 10);
   std::printf("  sender got %s\n", st.to_string().c_str());

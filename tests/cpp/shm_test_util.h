@@ -150,6 +150,19 @@ inline Envelope env_for(uint64_t seq, uint32_t step = 0, uint64_t count = 0) {
   return e;
 }
 
+// Requests filled for the common case (filled in place: transports keep their address).
+inline void make_send(SendRequest* s, const void* data, size_t bytes, const Envelope& env, bool duplex = false) {
+  s->data = data;
+  s->bytes = bytes;
+  s->env = env;
+  s->duplex = duplex;
+}
+inline void make_recv(RecvRequest* r, void* dst, size_t bytes, const Envelope& expect) {
+  r->dst = dst;
+  r->bytes = bytes;
+  r->expect = expect;
+}
+
 // Segments this test process created ("/dev/shm/uccl-<pid>-*"); must be 0 after setup.
 inline int leftover_segments() {
   int n = 0;

@@ -123,8 +123,12 @@ void ShmEndpoint::check_liveness() {
   const int64_t ms = coarse_ms();
   if (ms == last_poll_ms_) return;
   last_poll_ms_ = ms;
+  if (peer_seems_gone()) on_peer_gone();
+}
+
+bool ShmEndpoint::peer_seems_gone() {
   pollfd fds[2] = {{fd_, POLLIN | POLLRDHUP, 0}, {pidfd_, POLLIN, 0}};
-  if (poll(fds, pidfd_ >= 0 ? 2 : 1, 0) <= 0) return;
+  if (poll(fds, pidfd_ >= 0 ? 2 : 1, 0) <= 0) return false;
   const pollfd& p = fds[0];
   bool gone = (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) || (pidfd_ >= 0 && fds[1].revents);
   if (!gone && (p.revents & POLLIN)) {
@@ -137,7 +141,7 @@ void ShmEndpoint::check_liveness() {
       UCCL_WARN("shm endpoint to %s: ignoring unexpected data on the liveness socket", peer_.describe().c_str());
     }
   }
-  if (gone) on_peer_gone();
+  return gone;
 }
 
 Status ShmEndpoint::peer_gone_status() const {

@@ -115,7 +115,6 @@ class ShmEndpoint final : public Endpoint {
 
   const ShmStats& stats() const { return stats_; }
   bool cma_send_enabled();  // may our large sends use CMA? (false until the peer's probe verdict)
-  bool push_enabled();      // may we write into the peer (our own probe's verdict, and options)?
 
  private:
   struct Unacked {
@@ -134,8 +133,8 @@ class ShmEndpoint final : public Endpoint {
   void tx_publish();
   void copy_to_ring(uint64_t pos, const void* src, size_t n);
   void write_header(const SendRequest* r, uint32_t flags, uint64_t cma_seq);
-  void copy_tee(SendRequest* r);
-  void tee_copy(const SendRequest* r, size_t offset, size_t n);  // bytes [offset, offset + n)
+  void tee_copy(const SendRequest* r, size_t offset, size_t n);  // bytes [offset, offset + n), if r has a tee
+  bool push_enabled();  // may we write into the peer (our own probe's verdict, and options)?
   enum class Offer { kWait, kNone, kTaken };
   Offer claim_offer(const SendRequest* r);
   bool push_chunk(SendRequest* r);
@@ -154,6 +153,7 @@ class ShmEndpoint final : public Endpoint {
 
   // ---- liveness and failure (shm_endpoint.cc)
   void check_liveness();
+  bool peer_seems_gone();  // polls the liveness socket and the peer's pidfd once, now
   void on_peer_gone();
   void drain_after_peer_gone();
   void fatal(const Status& s, const std::string& note);  // local verdict: note for the peer, shut down

@@ -70,6 +70,7 @@ void ShmEndpoint::write_header(const SendRequest* r, uint32_t flags, uint64_t cm
 }
 
 void ShmEndpoint::tee_copy(const SendRequest* r, size_t offset, size_t n) {
+  if (!r->tee || n == 0) return;
   char* dst = static_cast<char*>(r->tee) + offset;
   const char* src = static_cast<const char*>(r->data) + offset;
   if (r->bytes >= opt_.tee_stream_min_bytes) {
@@ -77,11 +78,6 @@ void ShmEndpoint::tee_copy(const SendRequest* r, size_t offset, size_t n) {
   } else {
     std::memcpy(dst, src, n);
   }
-}
-
-// The ring and pull paths make the tee copy in one go, once the message is on its way.
-void ShmEndpoint::copy_tee(SendRequest* r) {
-  if (r->tee && r->bytes) tee_copy(r, 0, r->bytes);
 }
 
 bool ShmEndpoint::send_start(SendRequest* r) {
@@ -117,7 +113,7 @@ bool ShmEndpoint::send_start(SendRequest* r) {
   }
   if (cma || whole) {
     tx_publish();
-    copy_tee(r);
+    tee_copy(r, 0, r->bytes);  // the ring and pull paths copy in one go, once the message is out
     sendq_.pop_front();
     send_written(r, cma ? cma_posted_ : 0);
     return true;
@@ -125,7 +121,7 @@ bool ShmEndpoint::send_start(SendRequest* r) {
   tx_in_message_ = true;
   tx_off_ = 0;
   send_piece(r);  // the header is published together with the first piece
-  copy_tee(r);
+  tee_copy(r, 0, r->bytes);
   return true;
 }
 

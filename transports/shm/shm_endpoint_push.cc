@@ -1,6 +1,5 @@
 // CMA push: receive offers, the sender's claim and chunked process_vm_writev, and the
 // receiver's revocation when it fails. See "CMA push" in shm_endpoint.h for the protocol.
-#include <poll.h>
 #include <time.h>
 
 #include <algorithm>
@@ -8,7 +7,6 @@
 #include <cstring>
 
 #include "core/log.h"
-#include "core/stream_copy.h"
 #include "transports/shm/shm_cma.h"
 #include "transports/shm/shm_endpoint.h"
 
@@ -79,11 +77,7 @@ void ShmEndpoint::revoke_offers() {
         continue;
       }
       // Cancel requested: the writer is mid-push. A writer that is gone writes no more.
-      if (peer_gone_) break;
-      pollfd fds[2] = {{fd_, POLLRDHUP, 0}, {pidfd_, POLLIN, 0}};
-      if (poll(fds, pidfd_ >= 0 ? 2 : 1, 0) > 0 &&
-          ((fds[0].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) || (pidfd_ >= 0 && fds[1].revents)))
-        break;
+      if (peer_gone_ || peer_seems_gone()) break;
       if (deadline == 0) deadline = now_seconds() + kCancelWaitSeconds;
       if (now_seconds() > deadline) {
         UCCL_WARN("shm endpoint to %s: the peer did not stop writing into a failed receive within %.0f s; "
@@ -140,7 +134,7 @@ bool ShmEndpoint::push_chunk(SendRequest* r) {
     const uint64_t n = std::min<uint64_t>(r->bytes - tx_off_, opt_.push_chunk_bytes);
     const char* src = static_cast<const char*>(r->data) + tx_off_;
     // The tee copy reads the chunk into cache, and the write reads it from there.
-    if (r->tee) tee_copy(r, tx_off_, n);
+    tee_copy(r, tx_off_, n);
     const ssize_t got = cma_write(peer_pid_, push_address_ + tx_off_, src, n);
     if (got == -EINTR || got == -EAGAIN || got == 0) return false;
     if (got < 0) {
