@@ -111,7 +111,10 @@ def trial(k, args):
             problems.append(f"rank {r} took {took:.1f}s")
         if procs[r].exitcode not in (0, None):
             problems.append(f"rank {r} exit code {procs[r].exitcode}")
-    leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("uccl")]
+    # Only this trial's segments ("uccl-<pid>-..."): other jobs on the machine may hold their own.
+    pids = {p.pid for p in procs}
+    leftovers = [f for f in os.listdir("/dev/shm")
+                 if f.startswith("uccl-") and f.split("-")[1].isdigit() and int(f.split("-")[1]) in pids]
     if leftovers:
         problems.append(f"/dev/shm leftovers {leftovers}")
     return victim, kill_op, kill_delay, worst, problems
