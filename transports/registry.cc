@@ -1,7 +1,7 @@
 #include "transports/registry.h"
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"

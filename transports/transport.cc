@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 
 namespace uccl {
 

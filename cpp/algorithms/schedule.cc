@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "core/connection_manager.h"
-#include "core/log.h"
-#include "core/reduce.h"
+#include "base/log.h"
+#include "base/reduce.h"
 
 namespace uccl {
 

@@ -5,8 +5,8 @@
 #include <set>
 
 #include "algorithms/collectives.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 namespace uccl {
 namespace {

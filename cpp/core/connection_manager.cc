@@ -8,12 +8,12 @@
 #include <cerrno>
 #include <random>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/net.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/net.h"
 #include "core/loopback_endpoint.h"
 #include "topology/local_host.h"
-#include "topology/path_choice.h"
+#include "transports/path_choice.h"
 #include "topology/topology.h"
 #include "transports/registry.h"
 

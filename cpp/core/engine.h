@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 #include "core/connection_manager.h"
 
 namespace uccl {

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 namespace uccl {
 namespace {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "uccl/status.h"
 #include "topology/peer_info.h"
 #include "topology/topo_value.h"
 

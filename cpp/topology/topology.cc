@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <set>
 
-#include "core/log.h"
-#include "topology/path_choice.h"
+#include "base/log.h"
+#include "transports/path_choice.h"
 
 namespace uccl {
 

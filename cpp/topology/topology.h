@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/store.h"
-#include "core/status.h"
+#include "uccl/store.h"
+#include "uccl/status.h"
 #include "topology/peer_info.h"
 
 namespace uccl {

@@ -1,4 +1,4 @@
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 
 namespace uccl {
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/store.h"
-#include "core/dtype.h"
-#include "core/status.h"
+#include "uccl/store.h"
+#include "uccl/types.h"
+#include "uccl/status.h"
 
 namespace uccl {
 
