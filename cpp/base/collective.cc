@@ -1,4 +1,4 @@
-#include "uccl/communicator.h"
+#include "uccl/types.h"
 
 namespace uccl {
 

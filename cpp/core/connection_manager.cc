@@ -131,7 +131,7 @@ Status ConnectionManager::init() {
   me_.hostname = host;
   me_.pid = getpid();
   // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
-  UCCL_RETURN_IF_ERROR(describe_local_host(&me_));
+  UCCL_RETURN_IF_ERROR(describe_local_host(&me_, local_rdma_nics()));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());
 }
 

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/schedule.h"
+#include "core/schedule_executor.h"
 #include "uccl/communicator.h"
 #include "core/connection_manager.h"
 

@@ -1,4 +1,5 @@
-// Communicator and Work: the public C++ API of uccl.
+// Communicator: the public C++ API of uccl (the one header an embedder includes; it brings
+// args.h, work.h, options.h, status.h and store.h along).
 //
 // A Communicator is a group of `size` ranks that run collectives together. Every operation is
 // asynchronous: it returns a Work at once, and operations on one communicator complete in the
@@ -20,149 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "uccl/store.h"
-#include "uccl/types.h"
+#include "uccl/args.h"
+#include "uccl/options.h"
 #include "uccl/status.h"
+#include "uccl/store.h"
+#include "uccl/work.h"
 
 namespace uccl {
-
-// Values travel in the Envelope: append only.
-enum class Collective : uint8_t {
-  kAllReduce = 0,
-  kAllGather = 1,
-  kReduceScatter = 2,
-  kBroadcast = 3,
-  kReduce = 4,
-  kAllToAll = 5,
-  kGather = 6,
-  kScatter = 7,
-  kSendRecv = 8,  // a batch of point-to-point sends and receives
-  kBarrier = 9,
-  kAllGatherV = 10,
-  kReduceScatterV = 11,
-  kAllToAllV = 12,
-};
-const char* collective_name(Collective c);
-
-struct AllReduceArgs {
-  const void* send = nullptr;
-  void* recv = nullptr;  // may equal send
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  RedOp op = RedOp::kSum;
-  double scalar = 1.0;  // premul_sum factor
-};
-struct ReduceArgs : AllReduceArgs {
-  int root = 0;  // recv is only written (and may be null) off the root
-};
-struct BroadcastArgs {
-  const void* send = nullptr;  // read on the root only
-  void* recv = nullptr;        // written on every rank (root too, unless recv == send)
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  int root = 0;
-};
-struct AllGatherArgs {
-  const void* send = nullptr;  // count elements; may equal recv + rank*count (in place)
-  void* recv = nullptr;        // size * count elements
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-};
-struct AllGatherVArgs {
-  const void* send = nullptr;  // recv_counts[rank] elements
-  void* recv = nullptr;
-  std::vector<size_t> recv_counts;  // one per rank
-  std::vector<size_t> recv_displs;  // one per rank (empty = packed)
-  DataType dtype = DataType::kFloat32;
-};
-struct ReduceScatterArgs {
-  const void* send = nullptr;  // size * count elements
-  void* recv = nullptr;        // count elements; may equal send + rank*count (in place)
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  RedOp op = RedOp::kSum;
-  double scalar = 1.0;
-};
-struct ReduceScatterVArgs {
-  const void* send = nullptr;  // sum(recv_counts) elements, rank blocks packed in rank order
-  void* recv = nullptr;        // recv_counts[rank] elements
-  std::vector<size_t> recv_counts;
-  DataType dtype = DataType::kFloat32;
-  RedOp op = RedOp::kSum;
-  double scalar = 1.0;
-};
-struct AllToAllArgs {
-  const void* send = nullptr;  // size * count elements, block j goes to rank j
-  void* recv = nullptr;        // size * count elements, block j came from rank j
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-};
-struct AllToAllVArgs {
-  const void* send = nullptr;
-  void* recv = nullptr;
-  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // one per rank
-  DataType dtype = DataType::kFloat32;
-};
-struct GatherArgs {
-  const void* send = nullptr;  // count elements
-  void* recv = nullptr;        // size * count elements on the root
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  int root = 0;
-};
-struct ScatterArgs {
-  const void* send = nullptr;  // size * count elements on the root
-  void* recv = nullptr;        // count elements
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  int root = 0;
-};
-// One point-to-point operation of a batch (torch's batch_isend_irecv, or a single send/recv).
-struct P2POp {
-  bool is_send = true;
-  void* buf = nullptr;
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  int peer = 0;
-  uint32_t tag = 0;  // p2p ops to one peer match in order; the tag must then be equal too
-};
-
-// Bytes moved by one operation, split by transport kind (issue: where did the bytes go).
-struct OpStats {
-  uint64_t bytes_sent_by_transport[4] = {0, 0, 0, 0};  // indexed by TransportKind
-  uint64_t bytes_received_by_transport[4] = {0, 0, 0, 0};
-  // The same bytes split by topology level of the peer: 0 same host, 1 same cluster, 2 other
-  // cluster (topology/topology.h), so tests can check what crossed the slow links.
-  uint64_t bytes_sent_by_level[3] = {0, 0, 0};
-  uint64_t bytes_received_by_level[3] = {0, 0, 0};
-  std::string algorithm;
-};
-
-class Work {
- public:
-  virtual ~Work() = default;
-  // Waits until the operation finished; timeout_s < 0 means the communicator's default
-  // (UCCL_TIMEOUT_S). Drives progress from the calling thread. On timeout the communicator
-  // is marked failed (the peers may be stuck in the middle of the same operation).
-  virtual Status wait(double timeout_s = -1) = 0;
-  virtual bool is_completed() = 0;  // non-blocking
-  virtual Status status() = 0;      // Ok while pending or done, the error once failed
-  virtual uint64_t seq() const = 0;
-  virtual Collective collective() const = 0;
-  virtual OpStats stats() = 0;
-  // Runs fn once when the work finishes (at once if it already has), on the thread that
-  // completed it. fn must not block or call back into the communicator.
-  virtual void on_complete(std::function<void(const Status&)> fn) = 0;
-};
-using WorkPtr = std::shared_ptr<Work>;
-
-struct CommOptions {
-  double timeout_s = -1;       // < 0: UCCL_TIMEOUT_S
-  std::string transport;       // "", "auto", "tcp", "shm" (and later "verbs"): overrides UCCL_TRANSPORT
-  std::string algorithm;       // "", "auto", "ring", "direct", ...: overrides UCCL_ALGO
-  std::string socket_ifname;   // overrides UCCL_SOCKET_IFNAME for this communicator
-  std::string name;            // shown in logs
-};
 
 class Communicator {
  public:
