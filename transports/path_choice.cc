@@ -1,87 +1,97 @@
 #include "transports/path_choice.h"
 
-#include <algorithm>
+#include "transports/registry.h"
 
 namespace uccl {
 namespace {
 
-bool is_rdma(const NicInfo& n) { return n.kind == "ib" || n.kind == "roce"; }
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    std::string n = s.substr(b, e - b);
+    n.erase(0, n.find_first_not_of(' '));
+    n.erase(n.find_last_not_of(' ') + 1);
+    if (!n.empty()) out.push_back(n);
+    b = e + 1;
+  }
+  return out;
+}
+
+std::string known_names() {
+  std::string s = "auto";
+  for (const TransportEntry* e : transport_table()) s += ", " + e->name;
+  return s;
+}
+
+PathChoice make_choice(const TransportEntry& e, const PathVerdict& v, const std::vector<std::string>& addresses) {
+  PathChoice pc;
+  pc.kind = e.id;
+  pc.name = e.name;
+  pc.my_nic = v.my_nic;
+  pc.peer_nic = v.peer_nic;
+  pc.fabric = v.fabric;
+  pc.target = v.target;
+  pc.why = v.why;
+  pc.peer_addresses = addresses;
+  return pc;
+}
 
 }  // namespace
 
 std::string PathChoice::describe() const {
-  std::string s = transport_name(kind);
-  if (kind == TransportKind::kShm) return s + " (same host)";
+  std::string s = name;
   if (!my_nic.empty()) s += " via " + my_nic;
-  if (kind == TransportKind::kTcp && !peer_addresses.empty()) s += " -> " + peer_addresses[0];
-  else if (!peer_nic.empty()) s += " -> " + peer_nic;
+  if (!target.empty()) s += " -> " + target;
   return s + " (" + why + ")";
 }
 
-PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer, bool verbs_usable) {
-  PathChoice pc;
-  // Rank the peer's listening addresses. Its NIC entries of kind tcp carry the listen
-  // address; one on a fabric we share comes first, then by rate.
-  struct Cand {
-    std::string addr, my_nic, peer_nic, fabric;
-    int tier;
-    double gbps;
-  };
-  std::vector<Cand> cands;
-  for (const std::string& addr : peer.listen) {
-    Cand c{addr, "", "", "", 1, 0};
-    for (auto& pn : peer.nics) {
-      if (pn.kind != "tcp" || pn.address != addr) continue;
-      c.peer_nic = pn.name;
-      c.gbps = pn.gbps;
-      for (auto& mn : me.nics)
-        if (mn.kind == "tcp" && !mn.fabric.empty() && mn.fabric == pn.fabric) {
-          c.tier = 0;
-          c.my_nic = mn.name;
-          c.fabric = pn.fabric;
-          c.gbps = mn.gbps > 0 && pn.gbps > 0 ? std::min(mn.gbps, pn.gbps) : std::max(mn.gbps, pn.gbps);
-        }
+Result<std::vector<PathChoice>> path_candidates(const PeerInfo& me, const PeerInfo& peer, const std::string& forced) {
+  std::vector<std::string> addresses;
+  for (const AddressChoice& a : rank_peer_addresses(me, peer)) addresses.push_back(a.address);
+  const bool automatic = forced.empty() || forced == "auto";
+  std::vector<const TransportEntry*> entries;
+  if (automatic) {
+    entries = transport_table();
+  } else {
+    for (const std::string& n : split_names(forced)) {
+      const TransportEntry* e = find_transport(n);
+      if (!e) return InvalidArgument("unknown transport '" + n + "' (UCCL_TRANSPORT or the transport option; expected " +
+                                     known_names() + ")");
+      entries.push_back(e);
     }
-    cands.push_back(c);
   }
-  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
-    return a.tier != b.tier ? a.tier < b.tier : a.gbps > b.gbps;
-  });
-  for (auto& c : cands) pc.peer_addresses.push_back(c.addr);  // handshakes always use tcp
-  if (me.host_id == peer.host_id) {
-    pc.kind = TransportKind::kShm;
-    pc.why = "same host";
-    return pc;
+  std::vector<PathChoice> out;
+  std::string left_out;  // why each transport cannot carry this pair
+  for (const TransportEntry* e : entries) {
+    std::string why;
+    PathVerdict v = e->can_connect(me, peer);
+    if (!v.ok) why = v.why;
+    else if (!e->available(&why)) why = "not available here" + (why.empty() ? std::string() : ": " + why);
+    if (why.empty()) {
+      out.push_back(make_choice(*e, v, addresses));
+      continue;
+    }
+    // A better transport the pair could use but this process cannot: say so on the path.
+    if (automatic && v.ok && out.empty()) left_out += (left_out.empty() ? "" : "; ") + e->name + " " + why;
+    if (!automatic) left_out += (left_out.empty() ? "" : "; ") + e->name + ": " + why;
   }
-  // RDMA: the fastest pair of NICs of the same kind on the same (known) fabric.
-  double best = -1;
-  const NicInfo *mine = nullptr, *theirs = nullptr;
-  for (auto& a : me.nics)
-    for (auto& b : peer.nics)
-      if (is_rdma(a) && is_rdma(b) && a.kind == b.kind && !a.fabric.empty() && a.fabric == b.fabric &&
-          std::min(a.gbps, b.gbps) > best) {
-        best = std::min(a.gbps, b.gbps);
-        mine = &a;
-        theirs = &b;
-      }
-  if (mine && verbs_usable) {
-    pc.kind = TransportKind::kVerbs;
-    pc.my_nic = mine->name;
-    pc.peer_nic = theirs->name;
-    pc.fabric = mine->fabric;
-    pc.why = mine->kind + " fabric " + mine->fabric;
-    return pc;
-  }
-  pc.kind = TransportKind::kTcp;
-  if (!cands.empty()) {
-    pc.my_nic = cands[0].my_nic;
-    pc.peer_nic = cands[0].peer_nic;
-    pc.fabric = cands[0].fabric;
-  }
-  if (mine) pc.why = "common " + mine->kind + " fabric " + mine->fabric + " but verbs is not available";
-  else if (!pc.fabric.empty()) pc.why = "same network " + pc.fabric;
-  else pc.why = "routed, no common fabric";
-  return pc;
+  if (out.empty())
+    return NotSupported("no transport can reach rank " + std::to_string(peer.rank) + " (host " + peer.hostname + ")" +
+                        (automatic ? "" : " among '" + forced + "'") + (left_out.empty() ? "" : ": " + left_out));
+  if (automatic && !left_out.empty()) out[0].why += "; " + left_out;
+  return out;
+}
+
+PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer) {
+  auto c = path_candidates(me, peer, "auto");
+  if (c.ok()) return c.value()[0];
+  PathChoice none;
+  none.name = "none";
+  none.why = c.status().message();
+  return none;
 }
 
 }  // namespace uccl

@@ -1,15 +1,15 @@
-// Which path two ranks use: the best one they have in common.
+// Which path two ranks use: the best transport of the table that can carry the pair.
 //
-//   same host (equal host_id)                     -> shm
-//   an RDMA NIC each, same kind and same fabric   -> verbs (when the verbs transport is usable)
-//   otherwise                                     -> tcp, over the best common network
+// Each transport states its own rule (TransportEntry::can_connect, in its folder):
 //
-// Two RDMA NICs talk only when they sit on the same fabric (IB and RoCE never talk directly,
-// nor do two IB subnets), so the fabric label decides, not the kind alone. For TCP every
-// routable address works, but the peer's addresses are tried in order of preference: first
-// those on a fabric one of this rank's NICs is attached to (same cluster network), fastest
-// first, then the rest. That is what makes a data-parallel group inside a cluster ride the
-// cluster fabric while a pipeline group across clusters uses the network both can reach.
+//   shm    same host (equal host_id)
+//   verbs  an RDMA NIC each, same kind and same fabric (when verbs is usable in this process)
+//   tcp    always, over the best common network
+//
+// and the table's priorities order them (shm, verbs, tcp). The choice is made from the two
+// ranks' PeerInfo alone, so both ends of a pair reach the same answer. The handshake itself
+// always runs over TCP, to the peer's listen addresses ranked by rank_peer_addresses()
+// (topology/peer_info.h): those on a fabric this rank is attached to first, fastest first.
 #pragma once
 
 #include <string>
@@ -21,15 +21,24 @@
 namespace uccl {
 
 struct PathChoice {
-  TransportKind kind = TransportKind::kTcp;
+  TransportKind kind{};
+  std::string name;              // the transport's name
   std::string my_nic, peer_nic;  // names of the NICs chosen ("" for shm)
   std::string fabric;            // common fabric, "" if none (routed)
-  std::vector<std::string> peer_addresses;  // tcp: peer listen addresses, best first
+  std::string target;            // the peer's NIC or address the path ends at
+  std::vector<std::string> peer_addresses;  // the peer's listen addresses, best first
   std::string why;
-  std::string describe() const;  // "tcp via eth0 -> 10.210.1.2:4000 (same fabric c0)"
+  std::string describe() const;  // "tcp via eth0 -> 10.210.1.2:4000 (same network c0)"
 };
 
-// verbs_usable: the verbs transport is built and has a device (registry's transport_available).
-PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer, bool verbs_usable = false);
+// The transports that can carry me <-> peer, best first, for the connection manager to try in
+// order. `forced` is "" or "auto" (every available entry whose rule agrees, by priority), or a
+// comma-separated list of names tried in that order (UCCL_TRANSPORT / CommOptions::transport).
+// Errors: kInvalidArgument for an unknown name, kNotSupported when no transport is left (the
+// message says why each was left out).
+Result<std::vector<PathChoice>> path_candidates(const PeerInfo& me, const PeerInfo& peer, const std::string& forced);
+
+// The first candidate in auto mode (for describe() and tests).
+PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer);
 
 }  // namespace uccl

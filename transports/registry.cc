@@ -1,71 +1,102 @@
 #include "transports/registry.h"
 
-#include "base/config.h"
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
 #include "base/log.h"
 #include "topology/local_host.h"
-#include "transports/shm/shm_segment.h"
-#include "transports/shm/shm_transport.h"
-#include "transports/tcp/tcp_transport.h"
-#if UCCL_HAVE_VERBS
-#include "transports/verbs/verbs_transport.h"
-#endif
 
 namespace uccl {
+namespace {
 
-std::unique_ptr<Transport> make_transport(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::kTcp: return make_tcp_transport(config().nsocks_per_peer);
-    case TransportKind::kShm: return make_shm_transport();
-    case TransportKind::kVerbs:
-#if UCCL_HAVE_VERBS
-      if (transport_available(kind, nullptr)) return make_verbs_transport();
-#endif
-      return nullptr;
-    case TransportKind::kStaged: return nullptr;
+struct Table {
+  std::mutex mu;
+  std::vector<std::unique_ptr<TransportEntry>> entries;  // stable addresses
+};
+Table& table() {
+  static Table* t = new Table;  // never destroyed: progress threads may ask during exit
+  return *t;
+}
+
+[[noreturn]] void bad_entry(const std::string& name, const char* what) {
+  std::fprintf(stderr, "uccl: transport registration '%s': %s\n", name.c_str(), what);
+  std::abort();
+}
+
+}  // namespace
+
+const TextSetting kTransport("general", "UCCL_TRANSPORT", "auto",
+                             "force transports between peers: auto, or names tried in order (tcp, shm, verbs, "
+                             "\"shm,tcp\")",
+                             any_text());  // names are checked against the table when used
+
+bool register_transport(TransportEntry entry) {
+  if (entry.name.empty() || !entry.make || !entry.can_connect) bad_entry(entry.name, "name, make and can_connect are required");
+  if (static_cast<int>(entry.id) >= kMaxTransports) bad_entry(entry.name, "id must be below kMaxTransports");
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto& e : t.entries)
+    if (e->name == entry.name || e->id == entry.id) bad_entry(entry.name, "name or id already registered");
+  t.entries.push_back(std::make_unique<TransportEntry>(std::move(entry)));
+  return true;
+}
+
+void unregister_transport(const std::string& name) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.entries.erase(std::remove_if(t.entries.begin(), t.entries.end(), [&](auto& e) { return e->name == name; }),
+                  t.entries.end());
+}
+
+std::vector<const TransportEntry*> transport_table() {
+  Table& t = table();
+  std::vector<const TransportEntry*> out;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (auto& e : t.entries) out.push_back(e.get());
   }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TransportEntry* a, const TransportEntry* b) { return a->priority > b->priority; });
+  return out;
+}
+
+const TransportEntry* find_transport(TransportKind id) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto& e : t.entries)
+    if (e->id == id) return e.get();
   return nullptr;
 }
 
-Result<TransportKind> transport_kind_from_name(const std::string& name) {
-  if (name == "tcp") return TransportKind::kTcp;
-  if (name == "shm") return TransportKind::kShm;
-  if (name == "verbs" || name == "ib" || name == "roce") return TransportKind::kVerbs;
-  return InvalidArgument("unknown transport '" + name + "' (expected auto, tcp, shm or verbs)");
+const TransportEntry* find_transport(const std::string& name) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto& e : t.entries)
+    if (e->name == name || std::find(e->aliases.begin(), e->aliases.end(), name) != e->aliases.end()) return e.get();
+  return nullptr;
 }
 
-bool transport_available(TransportKind kind, std::string* why) {
-  switch (kind) {
-    case TransportKind::kTcp:
-    case TransportKind::kShm: return true;
-    case TransportKind::kVerbs:
-#if UCCL_HAVE_VERBS
-      return verbs_available(why);
-#else
-      if (why) *why = "not built (UCCL_WITH_VERBS)";
-      return false;
-#endif
-    case TransportKind::kStaged:
-      if (why) *why = "not built";
-      return false;
-  }
-  return false;
+const char* transport_name(TransportKind k) {
+  const TransportEntry* e = find_transport(k);
+  return e ? e->name.c_str() : "unknown";
 }
 
 void remove_dead_peers_leftovers() {
-  if (int n = shm::remove_stale_segments()) UCCL_INFO("shm: removed %d segment(s) that failed peers left in /dev/shm", n);
+  for (const TransportEntry* e : transport_table())
+    if (e->cleanup) e->cleanup();
 }
 
 std::vector<NicInfo> local_rdma_nics() {
-#if UCCL_HAVE_VERBS
+  bool listed = false;
   std::vector<NicInfo> out;
-  for (const VerbsNic& v : list_verbs_nics()) {
-    if (!v.active) continue;
-    out.push_back({v.name, v.link_layer, v.fabric, v.address, v.gbps});
+  for (const TransportEntry* e : transport_table()) {
+    if (!e->local_nics) continue;
+    listed = true;
+    for (auto& n : e->local_nics()) out.push_back(n);
   }
-  return out;
-#else
-  return discover_rdma_nics();
-#endif
+  return listed ? out : discover_rdma_nics();
 }
 
 }  // namespace uccl

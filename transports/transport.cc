@@ -11,16 +11,6 @@
 
 namespace uccl {
 
-const char* transport_name(TransportKind k) {
-  switch (k) {
-    case TransportKind::kTcp: return "tcp";
-    case TransportKind::kShm: return "shm";
-    case TransportKind::kVerbs: return "verbs";
-    case TransportKind::kStaged: return "staged";
-  }
-  return "unknown";
-}
-
 std::string PeerContext::describe() const {
   std::string s = "rank " + std::to_string(peer_rank) + " (host " + (peer_host.empty() ? "?" : peer_host);
   if (!peer_address.empty()) s += ", " + peer_address;

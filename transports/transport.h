@@ -1,6 +1,6 @@
 // The transport contract: how bytes move between two ranks.
 //
-// Every transport (tcp, shm, verbs, staged) implements Endpoint the same way:
+// Every transport (tcp, shm, verbs) implements Endpoint the same way:
 //  * post_send / post_recv never block. They queue a request that the caller owns and keeps
 //    alive until it is no longer pending.
 //  * progress() never blocks either: it moves as many bytes as it can right now and returns.
@@ -22,12 +22,17 @@
 #include <string>
 #include <vector>
 
-#include "uccl/types.h"
 #include "uccl/status.h"
+#include "uccl/types.h"
+#include "uccl/work.h"
 
 namespace uccl {
 
-enum class TransportKind : uint8_t { kTcp = 0, kShm = 1, kVerbs = 2, kStaged = 3 };
+// A transport's id on the wire (the handshake names the transport by it) and in OpStats.
+// These are the ids of the transports in this tree; a new transport takes a free number below
+// kMaxTransports (uccl/work.h) in its registration (transports/registry.h) and needs no name here.
+enum class TransportKind : uint8_t { kTcp = 0, kShm = 1, kVerbs = 2 };
+// The registered transport's name, or "unknown".
 const char* transport_name(TransportKind k);
 
 // Travels in front of every message. It names the operation the sender is executing so that a
@@ -167,7 +172,9 @@ class Transport {
   // How many authenticated sockets the core should open for one connection.
   virtual int sockets_per_connection() const { return 1; }
   virtual Result<PendingConnect*> start_connect(const PeerContext& peer) = 0;
-  // Takes ownership of `fds`. Returns a new Endpoint owned by the caller.
+  // Returns a new Endpoint owned by the caller, which then owns `fds`. On failure the fds stay
+  // the caller's: the core sends the refusal on them (kNotSupported makes the connecting side
+  // try its next transport) and closes them.
   virtual Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer,
                                    std::string* answer, const std::vector<int>& fds) = 0;
 };

@@ -14,10 +14,17 @@ def main(out=sys.stdout):
     print(f"  verbs usable here: {'yes' if info['verbs_available'] else 'no'}"
           f"{' (' + reason + ')' if reason and not info['verbs_available'] else ''}", file=out)
     print("\nsettings (UCCL_*):", file=out)
+    section = None
     for v in config():
+        if v.get("section") != section:
+            section = v.get("section")
+            print(f"  [{section}]", file=out)
         mark = "*" if v["is_set"] else " "
         print(f" {mark}{v['name']:28s} = {v['value']!s:10s} (default {v['default']!s}) {v['meaning']}", file=out)
-    print("  (* = set in the environment)", file=out)
+        if v.get("error"):
+            print(f"   ! refused: {v['error']}", file=out)
+    print("  (* = set in the environment; ! = refused: the default is used, and creating a communicator fails)",
+          file=out)
     print("\nnetwork interfaces:", file=out)
     for i in _core.interfaces():
         speed = f"{i['speed_gbps']:g} Gbit/s" if i["speed_gbps"] else "speed unknown"

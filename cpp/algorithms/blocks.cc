@@ -5,6 +5,12 @@
 
 namespace uccl {
 
+const TextSetting kAlgo("algorithms", "UCCL_ALGO", "auto",
+                        "force an algorithm: auto, ring, direct, hier, rhd (recursive halving/doubling all_reduce)",
+                        any_text());  // checked by Communicator::create with the option (algo_choice_valid)
+const BytesSetting kSmallMsgBytes("algorithms", "UCCL_SMALL_MSG_BYTES", "64K",
+                                  "latency-oriented (direct) algorithms up to this many bytes", bytes_at_least(0));
+
 size_t Blocks::total() const {
   size_t t = 0;
   for (size_t c : cnt) t += c;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "transports/transport.h"
 #include "uccl/args.h"
 #include "uccl/work.h"
@@ -97,6 +98,9 @@ class ScratchArena {
 
 // An algorithm forced by UCCL_ALGO or a communicator option (parsed once per communicator).
 enum class AlgoChoice : uint8_t { kAuto, kRing, kDirect, kHier, kHalvingDoubling };
+// UCCL_ALGO and UCCL_SMALL_MSG_BYTES (the communicator's options may override the first).
+extern const TextSetting kAlgo;
+extern const BytesSetting kSmallMsgBytes;
 bool algo_choice_valid(const std::string& name);      // "", auto, ring, direct, hier(archical), rhd
 AlgoChoice parse_algo_choice(const std::string& name);  // of a valid name
 

@@ -1,116 +1,187 @@
 #include "base/config.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
-#include <functional>
-#include <string>
+#include <cstring>
 
 namespace uccl {
 namespace {
 
-// One row per variable. `apply` parses the text (env value or default) into Config.
-struct VarSpec {
-  const char* name;
-  const char* def;
-  const char* meaning;
-  std::function<void(Config&, const std::string&)> apply;
-};
-
-size_t parse_bytes(const std::string& s) {
-  // Accepts plain numbers and K/M/G suffixes (binary), e.g. "4M".
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (end && (*end == 'k' || *end == 'K')) v *= 1024;
-  if (end && (*end == 'm' || *end == 'M')) v *= 1024 * 1024;
-  if (end && (*end == 'g' || *end == 'G')) v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
+// Every declared variable, in registration order (a file's variables in declaration order).
+std::vector<const ConfigVar*>& registry() {
+  static std::vector<const ConfigVar*> vars;
+  return vars;
 }
-bool parse_bool(const std::string& s) { return !(s == "0" || s == "false" || s == "no" || s == "off" || s.empty()); }
-int parse_int(const std::string& s) { return std::atoi(s.c_str()); }
+std::mutex& registry_mu() {
+  static std::mutex mu;
+  return mu;
+}
 
-const std::vector<VarSpec>& specs() {
-  static const std::vector<VarSpec> table = {
-      {"UCCL_DEBUG", "WARN", "log level on stderr: NONE, WARN, INFO (transport per peer, algorithm per op), TRACE",
-       [](Config& c, const std::string& v) {
-         c.debug = v == "NONE" ? LogLevel::kNone : v == "INFO" ? LogLevel::kInfo
-                 : v == "TRACE" ? LogLevel::kTrace : LogLevel::kWarn;
-       }},
-      {"UCCL_DEBUG_FILE", "", "write logs to this file instead of stderr",
-       [](Config& c, const std::string& v) { c.debug_file = v; }},
-      {"UCCL_TIMEOUT_S", "600", "default timeout in seconds for every wait (connect, collectives, store)",
-       [](Config& c, const std::string& v) { c.timeout_s = std::atof(v.c_str()); }},
-      {"UCCL_TRANSPORT", "auto", "force a transport between peers: auto, tcp, shm, verbs",
-       [](Config& c, const std::string& v) { c.transport = v; }},
-      {"UCCL_ALGO", "auto", "force an algorithm: auto, ring, direct, hier, rhd (recursive halving/doubling all_reduce)",
-       [](Config& c, const std::string& v) { c.algo = v; }},
-      {"UCCL_HOST_ID", "", "host identity for shared-memory decisions (default: hostname+boot id+netns)",
-       [](Config& c, const std::string& v) { c.host_id = v; }},
-      {"UCCL_PROGRESS_THREAD", "1", "run a background progress thread for asynchronous ops",
-       [](Config& c, const std::string& v) { c.progress_thread = parse_bool(v); }},
-      {"UCCL_NSOCKS_PERPEER", "2", "TCP sockets per peer; large messages are striped across them",
-       [](Config& c, const std::string& v) { c.nsocks_per_peer = parse_int(v); }},
-      {"UCCL_SOCKET_IFNAME", "", "interfaces to use (NCCL syntax: prefixes, ^exclude, =exact)",
-       [](Config& c, const std::string& v) { c.socket_ifname = v; }},
-      {"UCCL_SOCKET_FAMILY", "", "restrict sockets to AF_INET or AF_INET6",
-       [](Config& c, const std::string& v) { c.socket_family = v; }},
-      {"UCCL_TCP_STRIPE_MIN_BYTES", "256K", "messages at least this large are striped across the sockets of a peer",
-       [](Config& c, const std::string& v) { c.tcp_stripe_min_bytes = parse_bytes(v); }},
-      {"UCCL_SHM_RING_BYTES", "4M", "size of each shared-memory ring (one per direction and peer)",
-       [](Config& c, const std::string& v) { c.shm_ring_bytes = parse_bytes(v); }},
-      {"UCCL_SHM_CMA", "1",
-       "single-copy cross-memory attach (process_vm_readv) for large shm messages; the process then allows "
-       "ptrace-attach by same-user processes (PR_SET_PTRACER_ANY)",
-       [](Config& c, const std::string& v) { c.shm_cma = parse_bool(v); }},
-      {"UCCL_SHM_CMA_MIN_BYTES", "128K", "shm messages at least this large use single-copy CMA",
-       [](Config& c, const std::string& v) { c.shm_cma_min_bytes = parse_bytes(v); }},
-      {"UCCL_SHM_CMA_MAX_BYTES", "16M",
-       "one-way shm messages larger than this go through the ring again (memory-bound: both cores copy); "
-       "a sender that receives in the same step keeps CMA",
-       [](Config& c, const std::string& v) { c.shm_cma_max_bytes = parse_bytes(v); }},
-      {"UCCL_SHM_CMA_PUSH", "1",
-       "in exchange steps the sender writes large shm messages into the posted receive (process_vm_writev) "
-       "instead of the receiver pulling them: the sender reads its just-written data from its own cache",
-       [](Config& c, const std::string& v) { c.shm_cma_push = parse_bool(v); }},
-      {"UCCL_SMALL_MSG_BYTES", "64K", "latency-oriented (direct) algorithms up to this many bytes",
-       [](Config& c, const std::string& v) { c.small_msg_bytes = parse_bytes(v); }},
-      {"UCCL_TOPO_FILE", "", "topology file (JSON or YAML): clusters, hosts, NICs, fabrics, link rates",
-       [](Config& c, const std::string& v) { c.topo_file = v; }},
-      {"UCCL_CLUSTER", "", "name of the cluster this rank belongs to",
-       [](Config& c, const std::string& v) { c.cluster = v; }},
-      {"UCCL_IB_HCA", "", "RDMA devices to use (NCCL syntax: mlx5_0:1,mlx5_1, ^exclude, =exact)",
-       [](Config& c, const std::string& v) { c.ib_hca = v; }},
-      {"UCCL_IB_GID_INDEX", "-1", "RoCE GID index (-1: pick the RoCE v2 IPv4 GID)",
-       [](Config& c, const std::string& v) { c.ib_gid_index = parse_int(v); }},
-      {"UCCL_IB_QPS_PER_CONNECTION", "1", "RC queue pairs per peer; large messages are striped",
-       [](Config& c, const std::string& v) { c.ib_qps_per_connection = parse_int(v); }},
-      {"UCCL_IB_TIMEOUT", "18", "IB ack timeout exponent (4.096us * 2^value)",
-       [](Config& c, const std::string& v) { c.ib_timeout = parse_int(v); }},
-      {"UCCL_IB_RETRY_CNT", "7", "IB transport retry count",
-       [](Config& c, const std::string& v) { c.ib_retry_cnt = parse_int(v); }},
-      {"UCCL_IB_TC", "0", "IB traffic class", [](Config& c, const std::string& v) { c.ib_tc = parse_int(v); }},
-      {"UCCL_IB_SL", "0", "IB service level", [](Config& c, const std::string& v) { c.ib_sl = parse_int(v); }},
-  };
-  return table;
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\n"), e = s.find_last_not_of(" \t\n");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+// The whole text as a number, or false.
+bool to_double(const std::string& text, double* out) {
+  const std::string t = trim(text);
+  if (t.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  *out = std::strtod(t.c_str(), &end);
+  return errno == 0 && end && *end == '\0' && std::isfinite(*out);
 }
 
 }  // namespace
 
-const Config& config() {
-  static const Config cfg = [] {
-    Config c;
-    for (const VarSpec& s : specs()) {
-      const char* env = std::getenv(s.name);
-      s.apply(c, env ? std::string(env) : std::string(s.def));
-    }
-    return c;
-  }();
-  return cfg;
+ConfigVar::ConfigVar(const char* section, const char* name, const char* def, const char* meaning)
+    : section_(section), name_(name), def_(def), meaning_(meaning) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry().push_back(this);
 }
 
-std::vector<ConfigVar> config_table() {
-  std::vector<ConfigVar> out;
-  for (const VarSpec& s : specs()) {
-    const char* env = std::getenv(s.name);
-    out.push_back({s.name, env ? env : s.def, s.def, s.meaning, env != nullptr});
+void ConfigVar::load() const {
+  std::call_once(once_, [this] {
+    auto* self = const_cast<ConfigVar*>(this);
+    Status d = self->parse(def_);
+    if (!d.ok()) {  // a bug in the declaration, not the user's doing
+      error_ = Internal(std::string(name_) + ": the declared default '" + def_ + "' is invalid: " + d.message());
+      return;
+    }
+    const char* env = std::getenv(name_);
+    if (!env) return;
+    Status s = self->parse(env);
+    if (!s.ok()) {
+      error_ = InvalidArgument(std::string(name_) + "='" + env + "': expected " + s.message() + " (using the default, " +
+                               (*def_ ? std::string(def_) : std::string("unset")) + ")");  // parse() left it
+    }
+  });
+}
+
+Status ConfigVar::error() const {
+  load();
+  return error_;
+}
+
+Setting<int>::Parser int_in(int lo, int hi) {
+  return [lo, hi](const std::string& text, int* out) -> std::string {
+    double v = 0;
+    if (to_double(text, &v) && v == std::floor(v) && v >= lo && v <= hi) {
+      *out = static_cast<int>(v);
+      return "";
+    }
+    return "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  };
+}
+
+Setting<size_t>::Parser bytes_at_least(size_t lo) {
+  return [lo](const std::string& text, size_t* out) -> std::string {
+    const std::string expected =
+        "a byte count of at least " + std::to_string(lo) + " (a number, optionally with a K, M or G suffix)";
+    std::string t = trim(text);
+    double mult = 1;
+    if (!t.empty()) {
+      const char c = t.back();
+      if (c == 'k' || c == 'K') mult = 1024.0;
+      if (c == 'm' || c == 'M') mult = 1024.0 * 1024;
+      if (c == 'g' || c == 'G') mult = 1024.0 * 1024 * 1024;
+      if (mult > 1) t.pop_back();
+    }
+    double v = 0;
+    if (!to_double(t, &v) || v < 0 || v * mult < static_cast<double>(lo) || v * mult > 1e18) return expected;
+    *out = static_cast<size_t>(v * mult);
+    return "";
+  };
+}
+
+Setting<bool>::Parser boolean() {
+  return [](const std::string& text, bool* out) -> std::string {
+    std::string t = trim(text);
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (t == "1" || t == "true" || t == "yes" || t == "on") *out = true;
+    else if (t.empty() || t == "0" || t == "false" || t == "no" || t == "off") *out = false;
+    else return "a boolean (1/0, true/false, yes/no, on/off)";
+    return "";
+  };
+}
+
+Setting<double>::Parser number_above(double lo) {
+  return [lo](const std::string& text, double* out) -> std::string {
+    double v = 0;
+    if (to_double(text, &v) && v > lo) {
+      *out = v;
+      return "";
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "a number above %g", lo);
+    return buf;
+  };
+}
+
+Setting<std::string>::Parser any_text() {
+  return [](const std::string& text, std::string* out) -> std::string {
+    *out = text;
+    return "";
+  };
+}
+
+Setting<std::string>::Parser one_of(std::vector<std::string> choices) {
+  return [choices](const std::string& text, std::string* out) -> std::string {
+    const std::string t = trim(text);
+    if (std::find(choices.begin(), choices.end(), t) != choices.end()) {
+      *out = t;
+      return "";
+    }
+    std::string list;
+    for (auto& c : choices) list += (list.empty() ? "" : ", ") + (c.empty() ? std::string("(empty)") : c);
+    return "one of " + list;
+  };
+}
+
+const DoubleSetting kTimeoutS("general", "UCCL_TIMEOUT_S", "600",
+                              "default timeout in seconds for every wait (connect, collectives, store)",
+                              number_above(0));
+
+namespace {
+
+// The table's order: general first, then the sections by name; names in order inside one
+// (independent of the order in which the declaring files happen to be initialized).
+std::vector<const ConfigVar*> sorted_vars() {
+  std::vector<const ConfigVar*> vars;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu());
+    vars = registry();
+  }
+  auto rank = [](const ConfigVar* v) { return std::string(v->section()) == "general" ? std::string() : v->section(); };
+  std::sort(vars.begin(), vars.end(), [&](const ConfigVar* a, const ConfigVar* b) {
+    return rank(a) != rank(b) ? rank(a) < rank(b) : std::strcmp(a->name(), b->name()) < 0;
+  });
+  return vars;
+}
+
+}  // namespace
+
+Status config_status() {
+  std::string bad;
+  Code code = Code::kOk;
+  for (const ConfigVar* v : sorted_vars()) {
+    Status s = v->error();
+    if (s.ok()) continue;
+    bad += (bad.empty() ? "" : "; ") + s.message();
+    if (code != Code::kInternal) code = s.code();
+  }
+  return bad.empty() ? Status::Ok() : Status(code, "invalid configuration: " + bad);
+}
+
+std::vector<ConfigRow> config_table() {
+  std::vector<ConfigRow> out;
+  for (const ConfigVar* v : sorted_vars()) {
+    const char* env = std::getenv(v->name());
+    Status s = v->error();
+    out.push_back({v->section(), v->name(), env ? env : v->def(), v->def(), v->meaning(), env != nullptr,
+                   s.ok() ? std::string() : s.message()});
   }
   return out;
 }

@@ -1,67 +1,131 @@
-// The one place uccl reads its UCCL_* environment variables.
+// UCCL_* environment variables: each one is declared once, next to the code that uses it.
 //
-// Every variable is declared once in config.cc's table with its default and meaning; that
-// table fills Config and is printed by `python -m uccl.info`. Nothing else calls getenv for a
-// UCCL_* name (grep for it). Values are read once, at first use, so a process sees one config.
+//   // transports/tcp/tcp_transport.cc
+//   const IntSetting kNsocksPerPeer("tcp", "UCCL_NSOCKS_PERPEER", "2",
+//                                   "TCP sockets per peer; ...", int_in(1, 64));
+//   ... kNsocksPerPeer.get() ...
+//
+// Why declarations and not one central struct: a transport (or any part) brings its own knobs
+// with its folder, and adding one touches one file. Every declared variable registers itself,
+// so the table that `python -m uccl.info` and the README print (config_table()) is assembled
+// from all of them. The default is written once, as text, in the declaration: the table shows
+// that text and the value is parsed from it by the same parser as the environment's.
+//
+// Values are read once per variable, at first use, so a process sees one configuration.
+// A value that does not parse is refused: the variable keeps its default, and config_status()
+// (checked by Communicator::create) names the variable, the text and what was expected. No
+// other code calls getenv for a UCCL_* name (grep for it).
+//
+// Declare settings at namespace scope and do not call get() from another static initializer
+// (the declaring file's objects may not be constructed yet).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
+
+#include "uccl/status.h"
 
 namespace uccl {
 
 enum class LogLevel : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
-struct Config {
-  LogLevel debug = LogLevel::kWarn;  // UCCL_DEBUG
-  std::string debug_file;            // UCCL_DEBUG_FILE
-  double timeout_s = 600;            // UCCL_TIMEOUT_S
-  std::string transport = "auto";    // UCCL_TRANSPORT: auto|tcp|shm|verbs
-  std::string algo = "auto";         // UCCL_ALGO
-  std::string host_id;               // UCCL_HOST_ID
-  bool progress_thread = true;       // UCCL_PROGRESS_THREAD
-  // tcp
-  int nsocks_per_peer = 2;           // UCCL_NSOCKS_PERPEER
-  std::string socket_ifname;         // UCCL_SOCKET_IFNAME (NCCL syntax)
-  std::string socket_family;         // UCCL_SOCKET_FAMILY: "", AF_INET, AF_INET6
-  size_t tcp_stripe_min_bytes = 256 << 10;  // UCCL_TCP_STRIPE_MIN_BYTES
-  // shm
-  size_t shm_ring_bytes = 4 << 20;   // UCCL_SHM_RING_BYTES
-  bool shm_cma = true;               // UCCL_SHM_CMA
-  // 128K: below ~1M the two-copy ring lost to a single process_vm_readv by 2x on the 2-core VM
-  // (all_gather 1 MiB: 79 -> 38 us, Open MPI 43-50 us). Pulling data the sender had just
-  // written kept the ring ahead below 256K (in-place all_reduce); since exchange steps push
-  // (the sender copies from its own cache), 128K wins too: all_reduce 256 KiB 28 -> 18 us,
-  // all_gather 256 KiB in place 14.6 -> 6.7 us. 64K lost (a direct all_reduce 64 KiB 13 -> 19 us).
-  size_t shm_cma_min_bytes = 128 << 10;  // UCCL_SHM_CMA_MIN_BYTES
-  size_t shm_cma_max_bytes = 16 << 20;   // UCCL_SHM_CMA_MAX_BYTES
-  bool shm_cma_push = true;              // UCCL_SHM_CMA_PUSH
-  // algorithms
-  size_t small_msg_bytes = 64 << 10;  // UCCL_SMALL_MSG_BYTES: direct algorithms up to here
-  // topology
-  std::string topo_file;             // UCCL_TOPO_FILE
-  std::string cluster;               // UCCL_CLUSTER
-  // verbs
-  std::string ib_hca;                // UCCL_IB_HCA
-  int ib_gid_index = -1;             // UCCL_IB_GID_INDEX (-1: pick the RoCE v2 IPv4 GID)
-  int ib_qps_per_connection = 1;     // UCCL_IB_QPS_PER_CONNECTION
-  int ib_timeout = 18;               // UCCL_IB_TIMEOUT (4.096us * 2^timeout)
-  int ib_retry_cnt = 7;              // UCCL_IB_RETRY_CNT
-  int ib_tc = 0;                     // UCCL_IB_TC
-  int ib_sl = 0;                     // UCCL_IB_SL
+class ConfigVar {
+ public:
+  // `section` groups the table (general first, then the other sections; names in order).
+  ConfigVar(const char* section, const char* name, const char* def, const char* meaning);
+  ConfigVar(const ConfigVar&) = delete;
+  ConfigVar& operator=(const ConfigVar&) = delete;
+  const char* section() const { return section_; }
+  const char* name() const { return name_; }
+  const char* def() const { return def_; }
+  const char* meaning() const { return meaning_; }
+  // Why the environment's text was refused (Ok when unset or valid). Loads the variable.
+  Status error() const;
+
+ protected:
+  virtual ~ConfigVar() = default;
+  // Parses `text` into the value, or says what was expected ("an integer from 1 to 64").
+  virtual Status parse(const std::string& text) = 0;
+  // Once per variable: the default, then the environment's text when it parses.
+  void load() const;
+
+ private:
+  const char* section_;
+  const char* name_;
+  const char* def_;
+  const char* meaning_;
+  mutable std::once_flag once_;
+  mutable Status error_;
 };
 
-// The process-wide configuration, read from the environment on first call.
-const Config& config();
+// A typed setting: the parser turns text into T or explains what it expected.
+template <class T>
+class Setting : public ConfigVar {
+ public:
+  // Returns "" when the text is valid, else what was expected.
+  using Parser = std::function<std::string(const std::string& text, T* out)>;
+  Setting(const char* section, const char* name, const char* def, const char* meaning, Parser parser)
+      : ConfigVar(section, name, def, meaning), parser_(std::move(parser)) {}
+  const T& get() const {
+    load();
+    return value_;
+  }
+  // The declared default, parsed (for option structs whose fields start at the default).
+  T default_value() const {
+    T v{};
+    parser_(def(), &v);
+    return v;
+  }
 
-struct ConfigVar {
+ private:
+  Status parse(const std::string& text) override {
+    T v{};
+    std::string expected = parser_(text, &v);
+    if (!expected.empty()) return InvalidArgument(expected);
+    value_ = std::move(v);
+    return Status::Ok();
+  }
+  Parser parser_;
+  T value_{};
+};
+
+using IntSetting = Setting<int>;
+using BytesSetting = Setting<size_t>;
+using BoolSetting = Setting<bool>;
+using DoubleSetting = Setting<double>;
+using TextSetting = Setting<std::string>;
+
+// Parsers. Every one accepts surrounding spaces and refuses anything else it does not know.
+Setting<int>::Parser int_in(int lo, int hi);
+// Plain numbers or K/M/G suffixes (binary): "4M", "256K", "1048576".
+Setting<size_t>::Parser bytes_at_least(size_t lo);
+// 1/0, true/false, yes/no, on/off (any case); empty is false.
+Setting<bool>::Parser boolean();
+Setting<double>::Parser number_above(double lo);
+Setting<std::string>::Parser any_text();
+// One of `choices` (exact); "" is accepted only when listed.
+Setting<std::string>::Parser one_of(std::vector<std::string> choices);
+
+// The general settings, used on several floors.
+extern const DoubleSetting kTimeoutS;  // UCCL_TIMEOUT_S
+
+// Ok, or InvalidArgument naming every variable whose text was refused and what it expected.
+Status config_status();
+
+struct ConfigRow {
+  std::string section;
   std::string name;
   std::string value;    // as set in the environment, or the default
   std::string def;
   std::string meaning;
   bool is_set;          // present in the environment
+  std::string error;    // why the environment's text was refused ("" when valid)
 };
-// Every UCCL_* variable with its value, default and meaning (for `python -m uccl.info`).
-std::vector<ConfigVar> config_table();
+// Every declared UCCL_* variable (for `python -m uccl.info` and the README).
+std::vector<ConfigRow> config_table();
 
 }  // namespace uccl

@@ -9,9 +9,29 @@
 
 namespace uccl {
 
-static std::atomic<int> g_rank{-1};
+namespace {
 
-bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(config().debug); }
+Setting<LogLevel>::Parser log_level() {
+  return [](const std::string& text, LogLevel* out) -> std::string {
+    std::string name;
+    std::string expected = one_of({"NONE", "WARN", "INFO", "TRACE"})(text, &name);
+    if (!expected.empty()) return expected;
+    *out = name == "NONE" ? LogLevel::kNone : name == "INFO" ? LogLevel::kInfo : name == "TRACE" ? LogLevel::kTrace
+                                                                                                 : LogLevel::kWarn;
+    return "";
+  };
+}
+
+const Setting<LogLevel> kDebug("general", "UCCL_DEBUG", "WARN",
+                               "log level on stderr: NONE, WARN, INFO (transport per peer, algorithm per op), TRACE",
+                               log_level());
+const TextSetting kDebugFile("general", "UCCL_DEBUG_FILE", "", "write logs to this file instead of stderr", any_text());
+
+std::atomic<int> g_rank{-1};
+
+}  // namespace
+
+bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(kDebug.get()); }
 
 void log_set_rank(int rank) {
   int expected = -1;
@@ -22,7 +42,7 @@ void log_message(LogLevel level, const char* fmt, ...) {
   if (!log_enabled(level)) return;
   static std::mutex mu;
   static FILE* out = [] {
-    const std::string& path = config().debug_file;
+    const std::string& path = kDebugFile.get();
     if (path.empty()) return stderr;
     FILE* f = std::fopen(path.c_str(), "a");
     return f ? f : stderr;

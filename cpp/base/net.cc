@@ -28,6 +28,11 @@
 
 namespace uccl {
 
+const TextSetting kSocketIfname("network", "UCCL_SOCKET_IFNAME", "",
+                                "interfaces to use (NCCL syntax: prefixes, ^exclude, =exact)", any_text());
+const TextSetting kSocketFamily("network", "UCCL_SOCKET_FAMILY", "", "restrict sockets to AF_INET or AF_INET6",
+                                one_of({"", "AF_INET", "AF_INET6"}));
+
 // ---- addresses -------------------------------------------------------------------------------
 
 int SockAddr::port() const {
@@ -110,7 +115,7 @@ Result<SockAddr> parse_address(const std::string& text, int port) {
   }
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
-  const std::string& fam = config().socket_family;
+  const std::string& fam = kSocketFamily.get();
   hints.ai_family = fam == "AF_INET" ? AF_INET : fam == "AF_INET6" ? AF_INET6 : AF_UNSPEC;
   addrinfo* res = nullptr;
   int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);

@@ -9,9 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "uccl/status.h"
 
 namespace uccl {
+
+// UCCL_SOCKET_IFNAME (NCCL syntax) and UCCL_SOCKET_FAMILY ("", AF_INET, AF_INET6).
+extern const TextSetting kSocketIfname, kSocketFamily;
 
 // An IPv4 or IPv6 socket address.
 struct SockAddr {

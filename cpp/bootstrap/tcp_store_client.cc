@@ -87,7 +87,7 @@ class TcpStoreClient : public Store {
 
  private:
   static int64_t to_ms(double s) { return s <= 0 ? 0 : s > 9e15 ? static_cast<int64_t>(9e15) : static_cast<int64_t>(s * 1000); }
-  static double io_deadline() { return now_s() + config().timeout_s; }
+  static double io_deadline() { return now_s() + kTimeoutS.get(); }
 
   Status check_error(const Reply& r, const std::string& what) const {
     if (r.status == ReplyStatus::kOk) return Status::Ok();

@@ -17,7 +17,7 @@ std::string describe_path(const PeerInfo& me, const PeerInfo& peer) { return cho
 
 // The communicator's algorithm option, or UCCL_ALGO where the option is empty or "auto".
 const std::string& algorithm_name(const CommOptions& opts) {
-  return !opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : config().algo;
+  return !opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : kAlgo.get();
 }
 
 }  // namespace
@@ -28,11 +28,12 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
   if (rank < 0 || rank >= size)
     return InvalidArgument("rank " + std::to_string(rank) + " out of range for size " + std::to_string(size));
   if (!store) return InvalidArgument("a store is required");
+  UCCL_RETURN_IF_ERROR(config_status());  // a UCCL_* value that does not parse is refused here
   const std::string& algo = algorithm_name(opts);
   if (!algo_choice_valid(algo))
     return InvalidArgument("unknown algorithm '" + algo + "' (option or UCCL_ALGO): expected auto, ring, direct, hier or rhd");
   log_set_rank(rank);
-  const double timeout = opts.timeout_s > 0 ? opts.timeout_s : config().timeout_s;
+  const double timeout = opts.timeout_s > 0 ? opts.timeout_s : kTimeoutS.get();
   auto conns = std::make_unique<ConnectionManager>(rank, size, store, opts, timeout);
   Status s = conns->init();
   if (!s.ok()) return s.with_context("creating communicator (rank " + std::to_string(rank) + ")");
@@ -46,7 +47,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> st
                                    std::shared_ptr<Engine> engine)
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)),
       algo_(parse_algo_choice(algorithm_name(opts))),
-      small_msg_bytes_(config().small_msg_bytes) {
+      small_msg_bytes_(kSmallMsgBytes.get()) {
   p2p_sent_.assign(size, 0);
   p2p_recvd_.assign(size, 0);
 }

@@ -11,58 +11,14 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "core/connection_state.h"
 #include "core/loopback_endpoint.h"
 #include "topology/local_host.h"
-#include "transports/path_choice.h"
 #include "topology/topology.h"
 #include "transports/registry.h"
 
 namespace uccl {
-
-// An outgoing connection (we are the lower rank): sockets sent their hello, acks pending.
-struct ConnectionManager::Outgoing {
-  int peer = -1;
-  TransportKind kind = TransportKind::kTcp;
-  std::unique_ptr<PendingConnect> pending;
-  std::vector<int> fds;
-  std::vector<size_t> ack_read;       // bytes of (header + answer) read so far, per socket
-  std::vector<AckHeader> acks;
-  std::string answer;                 // channel 0's answer
-  double deadline = 0;
-};
-
-// An accepted socket whose hello is still being read.
-struct ConnectionManager::Incoming {
-  int fd = -1;
-  std::string peer_addr;
-  HelloHeader hello{};
-  size_t got = 0;          // bytes of hello header + offer read so far
-  std::string offer;
-  double deadline = 0;
-};
-
-// Authenticated sockets of one incoming connection, waiting for all its channels.
-struct ConnectionManager::Assembling {
-  TransportKind kind = TransportKind::kTcp;
-  std::vector<int> fds;
-  std::string offer;
-  int have = 0;
-};
-
 namespace {
-
-// "1.2.3.4:5" or "[::1]:5" -> (host, port)
-bool split_host_port(const std::string& s, std::string* host, int* port) {
-  size_t colon = s.rfind(':');
-  if (colon == std::string::npos) return false;
-  *host = s.substr(0, colon);
-  if (!host->empty() && (*host)[0] == '[') *host = host->substr(1, host->size() - 2);
-  *port = std::atoi(s.c_str() + colon + 1);
-  return true;
-}
-
-// start_connect()'s answer while the peer has not created the communicator yet (try again).
-const char* const kNotPublishedYet = "peer info not published yet";
 
 uint64_t random_u64() {
   std::random_device rd;
@@ -76,7 +32,9 @@ ConnectionManager::ConnectionManager(int rank, int size, std::shared_ptr<Store> 
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), timeout_s_(timeout_s) {
   endpoints_.resize(size);
   peer_errors_.resize(size);
-  transports_.resize(4);
+  next_path_.assign(size, 0);
+  fallback_notes_.resize(size);
+  transports_.resize(kMaxTransports);
 }
 
 ConnectionManager::~ConnectionManager() { close_all(); }
@@ -104,8 +62,8 @@ Status ConnectionManager::init() {
   if (blob.value()[kSecretBytes + 8] == 1) store_rank_ = 0;
 
   // Listeners on the selected interfaces (UCCL_SOCKET_IFNAME or the group's own choice).
-  const std::string& spec = opts_.socket_ifname.empty() ? config().socket_ifname : opts_.socket_ifname;
-  auto ifs = select_interfaces(spec, config().socket_family);
+  const std::string& spec = opts_.socket_ifname.empty() ? kSocketIfname.get() : opts_.socket_ifname;
+  auto ifs = select_interfaces(spec, kSocketFamily.get());
   if (ifs.empty()) return InvalidArgument("no network interface matches UCCL_SOCKET_IFNAME='" + spec + "'");
   for (auto& nif : ifs) {
     if (listen_fds_.size() >= 4) break;
@@ -120,7 +78,7 @@ Status ConnectionManager::init() {
     set_nonblocking(fd.value(), true);
     listen_fds_.push_back(fd.value());
     me_.listen.push_back(a.to_string());
-    me_.nics.push_back({nif.name, "tcp", config().cluster, a.to_string(), nif.speed_gbps});
+    me_.nics.push_back({nif.name, "tcp", kCluster.get(), a.to_string(), nif.speed_gbps});
   }
   if (listen_fds_.empty()) return Status(Code::kSystemError, "could not open any listening socket");
 
@@ -150,24 +108,10 @@ Result<const PeerInfo*> ConnectionManager::peer_info(int peer, double timeout_s)
   return static_cast<const PeerInfo*>(peer_infos_[peer].get());
 }
 
-Result<TransportKind> ConnectionManager::choose_transport(const PeerInfo& peer) {
-  const std::string& forced = !opts_.transport.empty() && opts_.transport != "auto" ? opts_.transport : config().transport;
-  const bool same_host = peer.host_id == me_.host_id;
-  if (forced == "tcp") return TransportKind::kTcp;
-  if (forced == "shm") {
-    if (!same_host)
-      return NotSupported("UCCL_TRANSPORT=shm but rank " + std::to_string(peer.rank) + " is on another host (" +
-                          peer.hostname + ")");
-    return TransportKind::kShm;
-  }
-  if (forced != "auto" && !forced.empty()) {
-    auto kind = transport_kind_from_name(forced);
-    if (!kind.ok()) return kind.status();
-    return kind.value();
-  }
-  // The best common path (topology/path_choice.h): shm on one host, verbs on a shared RDMA
-  // fabric once that transport is usable, tcp otherwise.
-  return choose_path(me_, peer, transport_available(TransportKind::kVerbs, nullptr)).kind;
+Result<std::vector<PathChoice>> ConnectionManager::paths_to(const PeerInfo& peer) {
+  // The communicator's transport option, else UCCL_TRANSPORT: "auto" or names in order.
+  const std::string& forced = !opts_.transport.empty() && opts_.transport != "auto" ? opts_.transport : kTransport.get();
+  return path_candidates(me_, peer, forced);
 }
 
 int ConnectionManager::peer_level(int peer) const {
@@ -177,9 +121,19 @@ int ConnectionManager::peer_level(int peer) const {
 }
 
 Transport* ConnectionManager::transport(TransportKind kind) {
+  if (static_cast<int>(kind) >= kMaxTransports) return nullptr;
   auto& t = transports_[static_cast<int>(kind)];
-  if (!t) t = make_transport(kind);
+  if (!t) {
+    const TransportEntry* e = find_transport(kind);
+    if (e) t = e->make();
+  }
   return t.get();
+}
+
+void ConnectionManager::note_fallback(int peer, const std::string& what) {
+  UCCL_INFO("rank %d <-> rank %d: %s; trying the next transport", rank_, peer, what.c_str());
+  std::string& n = fallback_notes_[peer];
+  n += (n.empty() ? "" : "; ") + what;
 }
 
 PeerContext ConnectionManager::peer_context(int peer) {
@@ -210,8 +164,7 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
     return static_cast<Endpoint*>(nullptr);
   }
   if (!outgoing_.count(peer)) {
-    Status s = start_connect(peer);
-    if (s.code() == Code::kTimeout && s.message() == kNotPublishedYet) return static_cast<Endpoint*>(nullptr);
+    Status s = start_connect(peer);  // Ok also while the peer has not published its info yet
     if (!s.ok()) {
       peer_errors_[peer] = s;
       return s;
@@ -220,60 +173,48 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
   return static_cast<Endpoint*>(nullptr);
 }
 
-void ConnectionManager::probe_lower_rank(int peer) {
-  const double now = now_s();
-  ProbeState& st = probes_[peer];
-  if (st.waiting_since == 0) st.waiting_since = now;
-  if (now - st.waiting_since < 1.0 || now - st.last_probe < 1.0 || assembling_.count(peer)) return;
-  st.last_probe = now;
-  auto info = peer_info(peer, 0.05);
-  if (!info.ok()) {
-    if (info.status().code() != Code::kTimeout)  // the store itself is gone (it lived in a dead rank)
-      fail_peer(peer, info.status().with_context("waiting for rank " + std::to_string(peer) + " to connect"));
-    return;
-  }
-  auto fd = connect_listener(*info.value(), 0.3, now_s() + 3600);
-  if (fd.ok()) {
-    const HelloHeader h = hello_to(peer, kHelloProbe);
-    send_all(fd.value(), &h, sizeof h, now_s() + 0.3);
-    ::close(fd.value());
-    return;  // alive: it just has not reached this operation yet
-  }
-  fail_peer(peer, Status(Code::kRemoteError,
-                         peer_context(peer).describe() + " is not listening any more (it exited before connecting)",
-                         peer));
-}
-
 Status ConnectionManager::start_connect(int peer) {
   // A short lookup: if the peer has not created the communicator yet, try again later.
   auto info = peer_info(peer, 0.05);
-  if (!info.ok()) {
-    if (info.status().code() == Code::kTimeout) return Status(Code::kTimeout, kNotPublishedYet);
-    return info.status();
-  }
-  auto kind = choose_transport(*info.value());
-  if (!kind.ok()) return kind.status();
-  Transport* t = transport(kind.value());
-  if (!t) return NotSupported(std::string("transport ") + transport_name(kind.value()) + " is not built");
+  if (!info.ok()) return info.status().code() == Code::kTimeout ? Status::Ok() : info.status();
+  auto paths = paths_to(*info.value());
+  if (!paths.ok()) return paths.status().with_context("connecting to " + peer_context(peer).describe());
   PeerContext ctx = peer_context(peer);
-  auto pending = t->start_connect(ctx);
-  if (!pending.ok()) return pending.status().with_context("connecting to " + ctx.describe());
+  // Walk the candidates from where the last attempt stopped: a transport that answered
+  // kNotSupported (here, or in the peer's accept) is a normal answer, and the next one is tried.
+  for (size_t& i = next_path_[peer]; i < paths.value().size(); ++i) {
+    const PathChoice& path = paths.value()[i];
+    Transport* t = transport(path.kind);
+    if (!t) {
+      note_fallback(peer, path.name + " is not built here");
+      continue;
+    }
+    auto pending = t->start_connect(ctx);
+    if (!pending.ok() && pending.status().code() == Code::kNotSupported) {
+      note_fallback(peer, path.name + " refused here: " + pending.status().message());
+      continue;
+    }
+    if (!pending.ok()) return pending.status().with_context("connecting to " + ctx.describe());
+    return dial(peer, path, t, std::unique_ptr<PendingConnect>(pending.value()));
+  }
+  return Status(Code::kNotSupported,
+                "no transport could connect to " + ctx.describe() + ": " + fallback_notes_[peer], peer);
+}
 
+Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, std::unique_ptr<PendingConnect> pending) {
+  PeerContext ctx = peer_context(peer);
   auto out = std::make_unique<Outgoing>();
   out->peer = peer;
-  out->kind = kind.value();
-  out->pending.reset(pending.value());
+  out->kind = path.kind;
+  out->pending = std::move(pending);
   out->deadline = now_s() + timeout_s_;
   const std::string offer = out->pending->offer();
   const int n = t->sockets_per_connection();
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
   // The peer's addresses, those on a network we share first (the cluster fabric before a
   // routed path): tcp then rides the best common network.
-  for (const std::string& addr_text : choose_path(me_, *info.value()).peer_addresses) {
-    std::string host;
-    int port = 0;
-    if (!split_host_port(addr_text, &host, &port)) continue;
-    auto addr = parse_address(host, port);
+  for (const std::string& addr_text : path.peer_addresses) {
+    auto addr = parse_address(addr_text, 0);
     if (!addr.ok()) continue;
     std::vector<int> fds;
     Status s;
@@ -287,7 +228,7 @@ Status ConnectionManager::start_connect(int peer) {
       }
       fds.push_back(fd.value());
       HelloHeader h = hello_to(peer, 0);
-      h.transport = static_cast<uint8_t>(kind.value());
+      h.transport = static_cast<uint8_t>(path.kind);
       h.channel = ch;
       h.nchannels = n;
       h.offer_bytes = ch == 0 ? offer.size() : 0;
@@ -305,8 +246,7 @@ Status ConnectionManager::start_connect(int peer) {
   if (out->fds.empty()) return last;
   out->ack_read.assign(n, 0);
   out->acks.assign(n, AckHeader{});
-  UCCL_INFO("rank %d -> rank %d: connecting over %s (%d socket%s)", rank_, peer, transport_name(kind.value()), n,
-            n > 1 ? "s" : "");
+  UCCL_INFO("rank %d -> rank %d: connecting over %s (%d socket%s)", rank_, peer, path.name.c_str(), n, n > 1 ? "s" : "");
   outgoing_[peer] = std::move(out);
   return Status::Ok();
 }
@@ -362,6 +302,16 @@ bool ConnectionManager::progress_outgoing() {
       else if (a.status != 0 && err.ok())
         err = Status(static_cast<Code>(a.status), ctx.describe() + " refused the connection: " + o.answer, o.peer);
     }
+    if (err.code() == Code::kNotSupported) {
+      // The peer cannot take this transport: the next endpoint() call tries the next one.
+      for (int fd : o.fds) ::close(fd);
+      note_fallback(o.peer, std::string(transport_name(o.kind)) + " refused by rank " + std::to_string(o.peer) + ": " +
+                                o.answer);
+      ++next_path_[o.peer];
+      it = outgoing_.erase(it);
+      moved = true;
+      continue;
+    }
     if (err.ok() && !all_done && now_s() > o.deadline)
       err = Status(Code::kTimeout, ctx.describe() + " did not answer the connection handshake", o.peer);
     if (!err.ok()) {
@@ -387,166 +337,6 @@ bool ConnectionManager::progress_outgoing() {
   return moved;
 }
 
-bool ConnectionManager::accept_new() {
-  bool moved = false;
-  for (int lfd : listen_fds_) {
-    for (;;) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      int fd = ::accept(lfd, reinterpret_cast<sockaddr*>(&ss), &len);
-      if (fd < 0) break;
-      set_nonblocking(fd, true);
-      set_socket_options(fd);
-      auto in = std::make_unique<Incoming>();
-      in->fd = fd;
-      SockAddr a;
-      std::memcpy(&a.ss, &ss, len);
-      a.len = len;
-      in->peer_addr = a.to_string();
-      in->deadline = now_s() + std::min(timeout_s_, 30.0);
-      incoming_.push_back(std::move(in));
-      moved = true;
-    }
-  }
-  return moved;
-}
-
-bool ConnectionManager::progress_incoming() {
-  bool moved = false;
-  for (size_t i = 0; i < incoming_.size();) {
-    Incoming& in = *incoming_[i];
-    std::string why;
-    bool complete = false;
-    for (;;) {
-      size_t want;
-      char* dst;
-      if (in.got < sizeof(HelloHeader)) {
-        want = sizeof(HelloHeader) - in.got;
-        dst = reinterpret_cast<char*>(&in.hello) + in.got;
-      } else {
-        if (in.got == sizeof(HelloHeader)) {
-          if (in.hello.magic == kHelloMagic && (in.hello.flags & kHelloProbe) && in.hello.comm_id == comm_id_ &&
-              std::memcmp(in.hello.secret, secret_, kSecretBytes) == 0) {
-            why = "probe";  // a peer checking that this rank is alive: nothing to log
-            break;
-          }
-          why = validate_hello(in.hello, secret_, comm_id_, rank_, size_);
-          if (!why.empty()) break;
-          in.offer.resize(in.hello.offer_bytes);
-        }
-        size_t body = in.got - sizeof(HelloHeader);
-        if (body == in.hello.offer_bytes) {
-          complete = true;
-          break;
-        }
-        want = in.hello.offer_bytes - body;
-        dst = &in.offer[body];
-      }
-      ssize_t r = ::recv(in.fd, dst, want, 0);
-      if (r > 0) {
-        in.got += r;
-        moved = true;
-        continue;
-      }
-      if (r == 0) why = "closed before finishing the handshake";
-      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) why = std::string("recv: ") + strerror(errno);
-      break;
-    }
-    if (why.empty() && !complete && now_s() > in.deadline) why = "handshake not completed in time";
-    if (!why.empty()) {
-      if (why != "probe") UCCL_WARN("refused a connection from %s: %s", in.peer_addr.c_str(), why.c_str());
-      ::close(in.fd);
-      incoming_.erase(incoming_.begin() + i);
-      moved = true;
-      continue;
-    }
-    if (complete && in.hello.flags == kHelloFailed) {
-      // The peer failed: ops that need it fail at once and say why, instead of waiting for a
-      // connection that will never come (or, if it is a lower rank, probing its listener).
-      const int from = in.hello.from_rank;
-      if (!endpoints_[from]) fail_peer(from, peer_failed_error(peer_context(from), in.offer));
-      ::close(in.fd);
-      incoming_.erase(incoming_.begin() + i);
-      moved = true;
-      continue;
-    }
-    if (complete) {
-      const int from = in.hello.from_rank;
-      auto& asmb = assembling_[from];
-      if (!asmb) {
-        asmb = std::make_unique<Assembling>();
-        asmb->kind = static_cast<TransportKind>(in.hello.transport);
-        asmb->fds.assign(in.hello.nchannels, -1);
-      }
-      if (in.hello.channel < asmb->fds.size() && asmb->fds[in.hello.channel] < 0 && !endpoints_[from]) {
-        asmb->fds[in.hello.channel] = in.fd;
-        asmb->have++;
-        if (in.hello.channel == 0) asmb->offer = in.offer;
-      } else {
-        UCCL_WARN("refused a duplicate connection from rank %d (%s)", from, in.peer_addr.c_str());
-        ::close(in.fd);
-      }
-      incoming_.erase(incoming_.begin() + i);
-      if (asmb->have == static_cast<int>(asmb->fds.size())) finish_incoming(from);
-      moved = true;
-      continue;
-    }
-    ++i;
-  }
-  return moved;
-}
-
-void ConnectionManager::finish_incoming(int from) {
-  std::unique_ptr<Assembling> a = std::move(assembling_[from]);
-  assembling_.erase(from);
-  // The peer's info is in the store already (it connected after reading it); fetch for messages.
-  peer_info(from, std::min(timeout_s_, 5.0));
-  PeerContext ctx = peer_context(from);
-  Transport* t = transport(a->kind);
-  std::string answer;
-  Status err;
-  Endpoint* ep = nullptr;
-  if (!t) {
-    err = NotSupported(std::string("transport ") + transport_name(a->kind) + " is not built on rank " +
-                       std::to_string(rank_));
-  } else {
-    // The ack must be on the wire before the transport's first byte, so send it first for the
-    // secondary sockets, and for channel 0 right after accept() produced the answer.
-    auto r = t->accept(ctx, a->offer, &answer, a->fds);
-    if (r.ok()) ep = r.value();
-    else err = r.status();
-  }
-  for (size_t ch = 0; ch < a->fds.size(); ++ch) {
-    const std::string& body = !err.ok() ? err.message() : (ch == 0 ? answer : std::string());
-    AckHeader h{kAckMagic, err.ok() ? 0u : static_cast<uint32_t>(err.code()), static_cast<uint32_t>(body.size())};
-    std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
-    msg += body;
-    Status s = send_all(a->fds[ch], msg.data(), msg.size(), now_s() + 10);
-    if (!s.ok() && err.ok()) err = s.with_context("acknowledging " + ctx.describe());
-  }
-  if (!err.ok()) {
-    if (ep) delete ep;
-    else
-      for (int fd : a->fds) ::close(fd);
-    fail_peer(from, err.with_context("accepting a connection from " + ctx.describe()));
-    return;
-  }
-  endpoints_[from].reset(ep);
-  UCCL_INFO("rank %d <- rank %d connected: %s", rank_, from, ep->describe().c_str());
-}
-
-Status ConnectionManager::store_error(const Status& s) {
-  if (s.code() == Code::kTimeout || store_rank_ < 0 || store_rank_ == rank_ || store_rank_ >= size_) return s;
-  return Status(Code::kRemoteError, s.message() + " (the store is served by " + peer_context(store_rank_).describe() +
-                                        ", which is gone)", store_rank_);
-}
-
-void ConnectionManager::fail_peer(int peer, const Status& s) {
-  if (!peer_errors_[peer].ok()) return;  // the first error is the one that says why
-  UCCL_WARN("connection to rank %d failed: %s", peer, s.message().c_str());
-  peer_errors_[peer] = s;
-}
-
 bool ConnectionManager::progress() {
   bool moved = false;
   if (!outgoing_.empty()) moved |= progress_outgoing();
@@ -568,78 +358,6 @@ bool ConnectionManager::progress() {
   }
   if (!incoming_.empty()) moved |= progress_incoming();
   return moved;
-}
-
-void ConnectionManager::publish_failure(const std::string& why) {
-  Status s = store_->set("uccl/failed/" + std::to_string(rank_), why);
-  if (!s.ok()) UCCL_WARN("could not publish the failure cause: %s", s.message().c_str());
-}
-
-std::string ConnectionManager::peer_failure(int peer, double timeout_s) {
-  auto r = store_->get("uccl/failed/" + std::to_string(peer), timeout_s);
-  return r.ok() ? r.value() : std::string();
-}
-
-void ConnectionManager::notify_failure(const std::string& why) {
-  const double deadline = now_s() + 0.5;
-  // In a large job each failing rank would otherwise connect to every other rank, and the
-  // cascade multiplies that; the nearest ranks are the ring and tree neighbours that wait.
-  constexpr int kMaxNotices = 64;
-  int sent = 0;
-  std::vector<bool> tried(size_, false);
-  tried[rank_] = true;
-  for (int d = 1; d < size_ && sent < kMaxNotices && now_s() < deadline; ++d) {
-    const int peer = d % 2 ? (rank_ + (d + 1) / 2) % size_ : (rank_ - d / 2 + size_) % size_;  // +1, -1, +2, -2, ...
-    if (tried[peer]) continue;
-    tried[peer] = true;
-    if (endpoints_[peer] || !peer_errors_[peer].ok()) continue;  // they learn through the connection
-    Status s = send_failure_notice(peer, why, deadline);
-    if (s.ok()) ++sent;
-    else UCCL_INFO("no failure notice to rank %d: %s", peer, s.message().c_str());
-  }
-}
-
-Status ConnectionManager::send_failure_notice(int peer, const std::string& why, double deadline) {
-  auto info = peer_info(peer, 0.05);  // cached, or a short lookup: the store may be gone
-  if (!info.ok()) return info.status();
-  const uint32_t len = static_cast<uint32_t>(std::min<size_t>(why.size(), kMaxNoticeBytes));
-  HelloHeader h = hello_to(peer, kHelloFailed);
-  h.nchannels = 1;
-  h.offer_bytes = len;
-  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
-  msg.append(why, 0, len);
-  auto fd = connect_listener(*info.value(), 0.1, deadline);
-  if (!fd.ok()) return fd.status();
-  Status s = send_all(fd.value(), msg.data(), msg.size(), std::min(deadline, now_s() + 0.1));
-  ::close(fd.value());
-  return s;
-}
-
-HelloHeader ConnectionManager::hello_to(int peer, uint8_t flags) const {
-  HelloHeader h{};
-  h.magic = kHelloMagic;
-  h.version = kProtocolVersion;
-  h.flags = flags;
-  std::memcpy(h.secret, secret_, kSecretBytes);
-  h.comm_id = comm_id_;
-  h.from_rank = rank_;
-  h.to_rank = peer;
-  return h;
-}
-
-Result<int> ConnectionManager::connect_listener(const PeerInfo& info, double per_try_s, double deadline) {
-  Status last = Status(Code::kRemoteError, "rank " + std::to_string(info.rank) + " publishes no address");
-  for (const std::string& addr_text : info.listen) {
-    std::string host;
-    int port = 0;
-    if (!split_host_port(addr_text, &host, &port)) continue;
-    auto addr = parse_address(host, port);
-    if (!addr.ok()) continue;
-    auto fd = connect_to(addr.value(), std::min(deadline, now_s() + per_try_s));
-    if (fd.ok()) return fd.value();
-    last = fd.status();
-  }
-  return last;
 }
 
 void ConnectionManager::close_all() {
@@ -677,12 +395,16 @@ std::string ConnectionManager::describe() {
     else {
       auto it = peer_infos_.find(p);
       if (it != peer_infos_.end()) {
-        auto k = choose_transport(*it->second);
-        s += std::string("not connected yet (would use ") + (k.ok() ? transport_name(k.value()) : "none") + ")";
+        auto paths = paths_to(*it->second);
+        const size_t next = next_path_[p];
+        s += "not connected yet (would use " +
+             (paths.ok() && next < paths.value().size() ? paths.value()[next].name : std::string("none")) + ")";
       } else {
         s += "not connected yet";
       }
     }
+    // Why this peer is not on the transport the table would pick first.
+    if (!fallback_notes_[p].empty()) s += " (fell back: " + fallback_notes_[p] + ")";
     s += "\n";
   }
   return s;

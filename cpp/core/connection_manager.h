@@ -10,6 +10,14 @@
 // waits for its acknowledgement in progress(). The only blocking steps are a store lookup of
 // the peer's PeerInfo (bounded by a short timeout and retried) and writing a hello or an ack
 // of a few bytes into a fresh socket.
+//
+// Which transport: the candidates of the transport table for the pair (transports/
+// path_choice.h), best first. A transport that answers kNotSupported, in start_connect() here
+// or in accept() on the peer (its ack carries the code), is a normal answer: the lower rank
+// tries the next candidate on its next endpoint() call, and both sides note why for
+// describe(). Any other error fails the peer. The code is split by responsibility:
+// connection_manager.cc (connecting, fallback), connection_accept.cc (the passive side),
+// connection_failures.cc (failure records, notices, probes).
 #pragma once
 
 #include <map>
@@ -21,6 +29,7 @@
 #include "uccl/communicator.h"
 #include "core/handshake.h"
 #include "topology/peer_info.h"
+#include "transports/path_choice.h"
 #include "transports/transport.h"
 
 namespace uccl {
@@ -48,8 +57,8 @@ class ConnectionManager {
   const PeerInfo& my_info() const { return me_; }
   // PeerInfo of a peer (fetched from the store and cached; may block up to timeout_s).
   Result<const PeerInfo*> peer_info(int peer, double timeout_s);
-  // Which transport this rank would use towards `peer` (needs its PeerInfo).
-  Result<TransportKind> choose_transport(const PeerInfo& peer);
+  // The transports this rank would try towards `peer`, best first (needs its PeerInfo).
+  Result<std::vector<PathChoice>> paths_to(const PeerInfo& peer);
   // Topology level of `peer` (0 same host, 1 same cluster, 2 other cluster) from the cached
   // PeerInfo; -1 while unknown. For per-level byte counters; never blocks.
   int peer_level(int peer) const;
@@ -71,7 +80,13 @@ class ConnectionManager {
   struct Incoming;
   struct Assembling;
 
+  // Starts connecting over the next candidate transport; Ok (and nothing started) while the
+  // peer has not published its PeerInfo yet.
   Status start_connect(int peer);
+  // Opens the sockets of `path` to the peer's listener and sends the hellos with the offer.
+  Status dial(int peer, const PathChoice& path, Transport* t, std::unique_ptr<PendingConnect> pending);
+  // A transport refused this pair (kNotSupported): remembered for describe() and logs.
+  void note_fallback(int peer, const std::string& what);
   // A higher rank cannot see a lower rank that died before connecting: after a second of
   // waiting it probes the peer's listener, and a refusal fails the peer instead of a hang.
   void probe_lower_rank(int peer);
@@ -100,9 +115,11 @@ class ConnectionManager {
   int store_rank_ = -1;  // 0 when rank 0's process serves the store, else unknown (-1)
   PeerInfo me_;
   std::vector<int> listen_fds_;
-  std::vector<std::unique_ptr<Transport>> transports_;  // indexed by TransportKind, created lazily
+  std::vector<std::unique_ptr<Transport>> transports_;  // indexed by transport id, created lazily
   std::vector<std::unique_ptr<Endpoint>> endpoints_;     // by peer rank
   std::vector<Status> peer_errors_;                      // a failed connection attempt, by peer
+  std::vector<size_t> next_path_;                        // by peer: the candidate to try next
+  std::vector<std::string> fallback_notes_;              // by peer: transports that refused, why
   std::map<int, std::unique_ptr<PeerInfo>> peer_infos_;
   std::map<int, std::unique_ptr<Outgoing>> outgoing_;
   std::vector<std::unique_ptr<Incoming>> incoming_;

@@ -11,6 +11,11 @@
 
 namespace uccl {
 
+namespace {
+const BoolSetting kProgressThread("general", "UCCL_PROGRESS_THREAD", "1",
+                                  "run a background progress thread for asynchronous ops", boolean());
+}  // namespace
+
 // ---- OpWork ------------------------------------------------------------------------------------
 
 std::string OpWork::label() const { return std::string(collective_name(coll_)) + " #" + std::to_string(seq_); }
@@ -61,7 +66,7 @@ Engine::Engine(int rank, int size, std::unique_ptr<ConnectionManager> conns, dou
 Engine::~Engine() { shutdown(); }
 
 void Engine::start_progress_thread() {
-  if (config().progress_thread) thread_ = std::thread([this] { thread_main(); });
+  if (kProgressThread.get()) thread_ = std::thread([this] { thread_main(); });
 }
 
 void Engine::run(Callbacks& cbs) {

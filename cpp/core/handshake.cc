@@ -1,5 +1,7 @@
 #include "core/handshake.h"
 
+#include "uccl/work.h"  // kMaxTransports
+
 namespace uccl {
 
 std::string validate_hello(const HelloHeader& h, const uint8_t* secret, uint64_t comm_id, int my_rank, int size) {
@@ -13,7 +15,7 @@ std::string validate_hello(const HelloHeader& h, const uint8_t* secret, uint64_t
   if (h.from_rank < 0 || h.from_rank >= size || h.from_rank == my_rank || (h.from_rank > my_rank && !notice))
     return "invalid source rank " + std::to_string(h.from_rank);
   if (notice && (h.channel != 0 || h.nchannels != 1 || h.offer_bytes > kMaxNoticeBytes)) return "invalid failure notice";
-  if (h.transport > 3) return "unknown transport " + std::to_string(h.transport);
+  if (h.transport >= kMaxTransports) return "unknown transport " + std::to_string(h.transport);
   if (h.nchannels == 0 || h.nchannels > 64 || h.channel >= h.nchannels) return "invalid channel numbers";
   if (h.offer_bytes > kMaxOfferBytes) return "offer too large";
   return "";

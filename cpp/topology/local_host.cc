@@ -10,6 +10,10 @@
 #include "base/log.h"
 
 namespace uccl {
+
+const TextSetting kTopoFile("topology", "UCCL_TOPO_FILE", "",
+                            "topology file (JSON or YAML): clusters, hosts, NICs, fabrics, link rates", any_text());
+const TextSetting kCluster("topology", "UCCL_CLUSTER", "", "name of the cluster this rank belongs to", any_text());
 namespace {
 
 std::string read_line(const std::string& path) {
@@ -125,8 +129,8 @@ Result<bool> apply_topology_doc(const TopoValue& doc, const std::string& host_id
 
 Status describe_local_host(PeerInfo* me, const std::vector<NicInfo>& rdma_nics) {
   for (auto& n : rdma_nics) me->nics.push_back(n);
-  me->cluster = config().cluster;
-  const std::string& path = config().topo_file;
+  me->cluster = kCluster.get();
+  const std::string& path = kTopoFile.get();
   if (path.empty()) return Status::Ok();
   // Parsed once per process: every communicator (and sub-communicator) sees the same file.
   static std::mutex mu;

@@ -22,11 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "uccl/status.h"
 #include "topology/peer_info.h"
 #include "topology/topo_value.h"
 
 namespace uccl {
+
+// UCCL_TOPO_FILE, UCCL_CLUSTER.
+extern const TextSetting kTopoFile, kCluster;
 
 // RDMA ports from /sys/class/infiniband (ACTIVE ones): kind ib or roce from the link layer,
 // rated bandwidth from the port rate. The verbs transport's own listing is the better source

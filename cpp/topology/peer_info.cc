@@ -1,5 +1,7 @@
 #include "topology/peer_info.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,11 @@
 #include "base/config.h"
 
 namespace uccl {
+
+namespace {
+const TextSetting kHostId("topology", "UCCL_HOST_ID", "",
+                          "host identity for shared-memory decisions (default: hostname+boot id+netns)", any_text());
+}  // namespace
 namespace {
 
 // Fields are tab separated, one record per line; values never contain tabs or newlines
@@ -85,13 +92,44 @@ Result<PeerInfo> PeerInfo::parse(const std::string& text) {
 }
 
 std::string host_identity() {
-  if (!config().host_id.empty()) return config().host_id;
+  if (!kHostId.get().empty()) return kHostId.get();
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
   struct stat st {};
   std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
   return std::string(host) + "/" + boot + "/netns:" + netns;
+}
+
+std::vector<AddressChoice> rank_peer_addresses(const PeerInfo& me, const PeerInfo& peer) {
+  struct Cand {
+    AddressChoice c;
+    int tier;
+    double gbps;
+  };
+  std::vector<Cand> cands;
+  for (const std::string& addr : peer.listen) {
+    Cand c{{addr, "", "", ""}, 1, 0};
+    for (auto& pn : peer.nics) {
+      if (pn.kind != "tcp" || pn.address != addr) continue;
+      c.c.peer_nic = pn.name;
+      c.gbps = pn.gbps;
+      for (auto& mn : me.nics)
+        if (mn.kind == "tcp" && !mn.fabric.empty() && mn.fabric == pn.fabric) {
+          c.tier = 0;
+          c.c.my_nic = mn.name;
+          c.c.fabric = pn.fabric;
+          c.gbps = mn.gbps > 0 && pn.gbps > 0 ? std::min(mn.gbps, pn.gbps) : std::max(mn.gbps, pn.gbps);
+        }
+    }
+    cands.push_back(c);
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    return a.tier != b.tier ? a.tier < b.tier : a.gbps > b.gbps;
+  });
+  std::vector<AddressChoice> out;
+  for (auto& c : cands) out.push_back(c.c);
+  return out;
 }
 
 }  // namespace uccl

@@ -40,6 +40,16 @@ struct PeerInfo {
   static Result<PeerInfo> parse(const std::string& text);
 };
 
+// One of the peer's listen addresses, ranked for this rank: its NIC entry of kind tcp carries
+// the listen address; one on a fabric this rank is attached to comes first (the cluster
+// network before a routed path), then the faster. Handshakes (and tcp) dial them in order.
+struct AddressChoice {
+  std::string address;           // "ip:port"
+  std::string my_nic, peer_nic;  // the NICs on the common fabric ("" when routed / unknown)
+  std::string fabric;            // "" when no common fabric
+};
+std::vector<AddressChoice> rank_peer_addresses(const PeerInfo& me, const PeerInfo& peer);
+
 // Identifies the host for shared-memory purposes: UCCL_HOST_ID if set, else hostname + boot id
 // + network-namespace inode. The namespace is part of it on purpose: ranks in different
 // namespaces are "different hosts" in the emulated testbed, and shm would silently bypass it.

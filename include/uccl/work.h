@@ -14,10 +14,14 @@
 
 namespace uccl {
 
+// How many transports one process can tell apart (ids of the transport table are below it).
+constexpr int kMaxTransports = 8;
+
 // Bytes moved by one operation, split by transport kind (issue: where did the bytes go).
 struct OpStats {
-  uint64_t bytes_sent_by_transport[4] = {0, 0, 0, 0};  // indexed by TransportKind
-  uint64_t bytes_received_by_transport[4] = {0, 0, 0, 0};
+  // Indexed by the transport's id (its entry in the transport table names it).
+  uint64_t bytes_sent_by_transport[kMaxTransports] = {};
+  uint64_t bytes_received_by_transport[kMaxTransports] = {};
   // The same bytes split by topology level of the peer: 0 same host, 1 same cluster, 2 other
   // cluster (topology/topology.h), so tests can check what crossed the slow links.
   uint64_t bytes_sent_by_level[3] = {0, 0, 0};

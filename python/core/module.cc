@@ -52,10 +52,10 @@ RedOp rop(int v) { return static_cast<RedOp>(v); }
 
 py::dict stats_dict(const OpStats& s) {
   py::dict d, sent, recvd;
-  for (int k = 0; k < 4; ++k) {
-    const char* name = transport_name(static_cast<TransportKind>(k));
-    sent[name] = s.bytes_sent_by_transport[k];
-    recvd[name] = s.bytes_received_by_transport[k];
+  for (const TransportEntry* e : transport_table()) {
+    const int k = static_cast<int>(e->id);
+    sent[e->name.c_str()] = s.bytes_sent_by_transport[k];
+    recvd[e->name.c_str()] = s.bytes_received_by_transport[k];
   }
   d["bytes_sent"] = sent;
   d["bytes_received"] = recvd;
@@ -86,8 +86,9 @@ PYBIND11_MODULE(_core, m) {
     d["torch"] = std::string(UCCL_BUILT_TORCH) == "ON";
     d["build_type"] = UCCL_BUILD_TYPE;
     d["sanitizers"] = std::string(UCCL_SANITIZERS) == "ON";
-    std::string why;
-    d["verbs_available"] = transport_available(TransportKind::kVerbs, &why);
+    std::string why = "not built (UCCL_WITH_VERBS)";
+    const TransportEntry* verbs = find_transport("verbs");
+    d["verbs_available"] = verbs && verbs->available(&why);
     d["verbs_unavailable_reason"] = why;
     return d;
   });
@@ -100,6 +101,8 @@ PYBIND11_MODULE(_core, m) {
       d["default"] = v.def;
       d["meaning"] = v.meaning;
       d["is_set"] = v.is_set;
+      d["section"] = v.section;
+      d["error"] = v.error;  // why the environment's value was refused ("" when valid)
       out.append(d);
     }
     return out;

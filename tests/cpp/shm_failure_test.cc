@@ -295,6 +295,10 @@ void test_setup_errors() {
   CHECK(!ep.ok() && ep.status().code() == Code::kNotSupported);
   ep = t->accept(peer_ctx(1, 0), "garbage", &answer, {sv[1]});
   CHECK(!ep.ok() && ep.status().code() == Code::kRemoteError);
+  // A failed accept leaves the sockets to the caller (the core answers the refusal on them).
+  CHECK(fcntl(sv[0], F_GETFD) != -1 && fcntl(sv[1], F_GETFD) != -1);
+  close(sv[0]);
+  close(sv[1]);
 }
 
 // A creator that died between start_connect() and the peer's open leaves its name behind; the

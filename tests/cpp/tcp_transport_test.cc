@@ -2,6 +2,7 @@
 // loop calling progress() on both (so nothing may block). Covers sizes (0, 1, 7, 4099, 1 MiB,
 // 64 MiB striped), FIFO with many messages in flight, receives posted late, fused reductions,
 // envelope/size mismatches, garbage, peer close (idle and mid-transfer), fail_all, wait_fd.
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -292,6 +293,8 @@ void test_garbage() {
   socket_pairs(1, &fc, &fd);
   auto bad = t->accept(ctx(1, 0), "tcp9", &answer, fd);
   CHECK(!bad.ok() && bad.status().code() == Code::kNotSupported);
+  CHECK(fcntl(fd[0], F_GETFD) != -1);  // a failed accept leaves the socket to the caller
+  close(fd[0]);
   close(fc[0]);
 }
 

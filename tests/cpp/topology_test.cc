@@ -7,6 +7,7 @@
 #include "topology/cost_model.h"
 #include "topology/local_host.h"
 #include "transports/path_choice.h"
+#include "transports/registry.h"
 #include "topology/topo_value.h"
 #include "topology/topology.h"
 
@@ -150,13 +151,30 @@ void test_paths() {
   b.nics = {{"eth1", "tcp", "office", "192.168.0.2:1", 10}, {"ib0", "tcp", "c0", "10.1.0.2:1", 100}};
   auto pc = choose_path(a, b);
   CHECK(pc.peer_addresses.size() == 2 && pc.peer_addresses[0] == "10.1.0.2:1");
-  // RDMA: same kind and fabric, and only when verbs is usable; IB and RoCE never pair.
+  // RDMA: same kind and fabric (verbs' own rule); IB and RoCE never pair. Chosen only where
+  // verbs is usable in this process, else tcp says why not.
   a.nics.push_back({"mlx5_0:1", "ib", "ibA", "gid", 200});
   b.nics.push_back({"mlx5_1:1", "ib", "ibA", "gid", 100});
   c.nics.push_back({"mlx5_0:1", "roce", "ibA", "gid", 100});
-  CHECK(choose_path(a, b, true).kind == TransportKind::kVerbs);
-  CHECK(choose_path(a, b, false).kind == TransportKind::kTcp);
-  CHECK(choose_path(a, c, true).kind == TransportKind::kTcp);
+  if (const TransportEntry* verbs = find_transport("verbs")) {
+    CHECK(verbs->can_connect(a, b).ok && verbs->can_connect(a, b).my_nic == "mlx5_0:1");
+    CHECK(!verbs->can_connect(a, c).ok);
+    std::string why;
+    const bool usable = verbs->available(&why);
+    CHECK(choose_path(a, b).kind == (usable ? TransportKind::kVerbs : TransportKind::kTcp));
+    if (!usable) CHECK(choose_path(a, b).why.find("verbs not available here") != std::string::npos);
+  }
+  CHECK(choose_path(a, c).kind == TransportKind::kTcp);
+  // Forced lists: the order given, unknown names refused, a pair no listed transport can carry
+  // is NotSupported naming why.
+  auto forced = path_candidates(a, a, "tcp,shm");
+  CHECK(forced.ok() && forced.value().size() == 2 && forced.value()[0].kind == TransportKind::kTcp);
+  CHECK(path_candidates(a, b, "bogus").status().code() == Code::kInvalidArgument);
+  auto none = path_candidates(a, c, "shm");
+  CHECK(none.status().code() == Code::kNotSupported && none.status().message().find("another host") != std::string::npos);
+  // auto: shm first on one host, tcp after it (the fallback order).
+  auto same = path_candidates(a, a, "auto");
+  CHECK(same.ok() && same.value()[0].kind == TransportKind::kShm && same.value().back().kind == TransportKind::kTcp);
 }
 
 void test_cost_model() {

@@ -147,18 +147,13 @@ class ShmTransport final : public Transport {
 
   Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer, std::string* answer,
                            const std::vector<int>& fds) override {
+    // On failure the fds stay the core's: it answers the refusal on them and closes them.
     Result<Fields> f = parse_fields(offer, "offer");
-    if (!f.ok() || fds.empty()) {
-      close_all(fds);
-      return f.ok() ? Internal("shm accept() needs one liveness socket") : f.status();
-    }
+    if (!f.ok() || fds.empty()) return f.ok() ? Internal("shm accept() needs one liveness socket") : f.status();
     const Fields& o = f.value();
     auto name = o.find("name");
     Result<Segment> seg = Segment::open(name == o.end() ? "" : name->second, field_u64(o, "total"), field_u64(o, "ring"));
-    if (!seg.ok()) {
-      close_all(fds);
-      return seg.status().with_context("shm setup with " + peer.describe());
-    }
+    if (!seg.ok()) return seg.status().with_context("shm setup with " + peer.describe());
     Segment segment = seg.take();
     segment.unlink();  // both sides unlink, whoever comes first wins
     if (opt_.cma) shm::cma_allow_peers();  // before the answer: the peer probes us in finish()
@@ -186,14 +181,36 @@ class ShmTransport final : public Transport {
 
 }  // namespace
 
+const BytesSetting kShmRingBytes("shm", "UCCL_SHM_RING_BYTES", "4M",
+                                 "size of each shared-memory ring (one per direction and peer)", bytes_at_least(1));
+const BoolSetting kShmCma("shm", "UCCL_SHM_CMA", "1",
+                          "single-copy cross-memory attach (process_vm_readv) for large shm messages; the process "
+                          "then allows ptrace-attach by same-user processes (PR_SET_PTRACER_ANY)",
+                          boolean());
+// 128K: below ~1M the two-copy ring lost to a single process_vm_readv by 2x on the 2-core VM
+// (all_gather 1 MiB: 79 -> 38 us, Open MPI 43-50 us). Pulling data the sender had just
+// written kept the ring ahead below 256K (in-place all_reduce); since exchange steps push
+// (the sender copies from its own cache), 128K wins too: all_reduce 256 KiB 28 -> 18 us,
+// all_gather 256 KiB in place 14.6 -> 6.7 us. 64K lost (a direct all_reduce 64 KiB 13 -> 19 us).
+const BytesSetting kShmCmaMinBytes("shm", "UCCL_SHM_CMA_MIN_BYTES", "128K",
+                                   "shm messages at least this large use single-copy CMA", bytes_at_least(0));
+const BytesSetting kShmCmaMaxBytes("shm", "UCCL_SHM_CMA_MAX_BYTES", "16M",
+                                   "one-way shm messages larger than this go through the ring again (memory-bound: "
+                                   "both cores copy); a sender that receives in the same step keeps CMA",
+                                   bytes_at_least(0));
+const BoolSetting kShmCmaPush("shm", "UCCL_SHM_CMA_PUSH", "1",
+                              "in exchange steps the sender writes large shm messages into the posted receive "
+                              "(process_vm_writev) instead of the receiver pulling them: the sender reads its "
+                              "just-written data from its own cache",
+                              boolean());
+
 ShmOptions ShmOptions::from_config() {
-  const Config& c = config();
   ShmOptions o;
-  o.ring_bytes = c.shm_ring_bytes;
-  o.cma = c.shm_cma;
-  o.cma_min_bytes = c.shm_cma_min_bytes;
-  o.cma_max_bytes = c.shm_cma_max_bytes;
-  o.cma_push = c.shm_cma_push;
+  o.ring_bytes = kShmRingBytes.get();
+  o.cma = kShmCma.get();
+  o.cma_min_bytes = kShmCmaMinBytes.get();
+  o.cma_max_bytes = kShmCmaMaxBytes.get();
+  o.cma_push = kShmCmaPush.get();
   return o;
 }
 

@@ -16,6 +16,10 @@
 #include "base/net.h"
 
 namespace uccl {
+
+const BytesSetting kTcpStripeMinBytes("tcp", "UCCL_TCP_STRIPE_MIN_BYTES", "256K",
+                                      "messages at least this large are striped across the sockets of a peer",
+                                      bytes_at_least(0));
 namespace tcp {
 
 Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds) {
@@ -55,7 +59,7 @@ Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector
 }
 
 TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds)
-    : peer_(peer), epfd_(epfd), socks_(fds.size()), stripe_min_(config().tcp_stripe_min_bytes) {
+    : peer_(peer), epfd_(epfd), socks_(fds.size()), stripe_min_(kTcpStripeMinBytes.get()) {
   for (size_t i = 0; i < fds.size(); ++i) {
     socks_[i].fd = fds[i];
     socks_[i].index = static_cast<int>(i);

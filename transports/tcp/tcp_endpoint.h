@@ -37,9 +37,13 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "transports/transport.h"
 
 namespace uccl {
+
+// UCCL_TCP_STRIPE_MIN_BYTES (declared in tcp_endpoint.cc).
+extern const BytesSetting kTcpStripeMinBytes;
 namespace tcp {
 
 constexpr uint32_t kPartMagic = 0x31544355;  // "UCT1" as little-endian bytes

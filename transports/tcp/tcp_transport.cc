@@ -56,10 +56,7 @@ class TcpTransport : public Transport {
   Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer, std::string* answer,
                            const std::vector<int>& fds) override {
     Status s = check_version(peer, "offer", offer);
-    if (!s.ok()) {
-      close_fds(fds);
-      return s;
-    }
+    if (!s.ok()) return s;  // the core answers the refusal on fds and closes them
     *answer = kVersion;
     return tcp::TcpEndpoint::create(peer, fds);
   }

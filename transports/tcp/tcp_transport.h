@@ -5,7 +5,7 @@
 // congestion window and one receiving core's softirq work; striping large messages over a few
 // streams is how NCCL and Gloo fill fast or long links.
 //
-//   auto t = make_tcp_transport(config().nsocks_per_peer);
+//   auto t = make_tcp_transport(kNsocksPerPeer.get());  // the table entry: tcp_register.cc
 //   active : auto c = t->start_connect(peer); send c->offer(); ep = c->finish(answer, fds)
 //   passive: ep = t->accept(peer, offer, &answer, fds)
 //
@@ -15,9 +15,13 @@
 
 #include <memory>
 
+#include "base/config.h"
 #include "transports/transport.h"
 
 namespace uccl {
+
+// UCCL_NSOCKS_PERPEER (declared in tcp_register.cc).
+extern const IntSetting kNsocksPerPeer;
 
 // nsocks_per_peer is clamped to [1, 64].
 std::unique_ptr<Transport> make_tcp_transport(int nsocks_per_peer);

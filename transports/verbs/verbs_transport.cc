@@ -78,12 +78,9 @@ class VerbsTransport : public Transport {
 
   Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer, std::string* answer,
                            const std::vector<int>& fds) override {
-    int fd = take_liveness_fd(fds);
-    auto fail = [&](const Status& s) -> Result<Endpoint*> {
-      close_fd(fd);
-      return s.with_context("verbs accept from " + peer.describe());
-    };
-    if (fd < 0) return fail(Internal("verbs accept() needs one liveness socket"));
+    // On failure the fds stay the core's: it answers the refusal on them and closes them.
+    auto fail = [&](const Status& s) -> Result<Endpoint*> { return s.with_context("verbs accept from " + peer.describe()); };
+    if (fds.empty()) return fail(Internal("verbs accept() needs one liveness socket"));
     auto dev = device();
     if (!dev.ok()) return fail(dev.status());
     auto remote = VerbsConnInfo::parse(offer);
@@ -94,6 +91,7 @@ class VerbsTransport : public Transport {
     Status s = ch.value()->connect(remote.value(), options_);
     if (!s.ok()) return fail(s);
     *answer = ch.value()->local_info().serialize();
+    const int fd = take_liveness_fd(fds);
     return static_cast<Endpoint*>(new VerbsEndpoint(ch.take(), remote.value(), peer, fd, false));
   }
 
@@ -113,16 +111,27 @@ class VerbsTransport : public Transport {
 
 }  // namespace
 
+const TextSetting kIbHca("verbs", "UCCL_IB_HCA", "",
+                         "RDMA devices to use (NCCL syntax: mlx5_0:1,mlx5_1, ^exclude, =exact)", any_text());
+const IntSetting kIbGidIndex("verbs", "UCCL_IB_GID_INDEX", "-1", "RoCE GID index (-1: pick the RoCE v2 IPv4 GID)",
+                             int_in(-1, 255));
+const IntSetting kIbQpsPerConnection("verbs", "UCCL_IB_QPS_PER_CONNECTION", "1",
+                                     "RC queue pairs per peer; large messages are striped", int_in(1, 64));
+const IntSetting kIbTimeout("verbs", "UCCL_IB_TIMEOUT", "18", "IB ack timeout exponent (4.096us * 2^value)",
+                            int_in(0, 31));
+const IntSetting kIbRetryCnt("verbs", "UCCL_IB_RETRY_CNT", "7", "IB transport retry count", int_in(0, 7));
+const IntSetting kIbTc("verbs", "UCCL_IB_TC", "0", "IB traffic class", int_in(0, 255));
+const IntSetting kIbSl("verbs", "UCCL_IB_SL", "0", "IB service level", int_in(0, 15));
+
 VerbsOptions VerbsOptions::from_config() {
-  const Config& c = config();
   VerbsOptions o;
-  o.hca = c.ib_hca;
-  o.gid_index = c.ib_gid_index;
-  o.qps_per_connection = c.ib_qps_per_connection;
-  o.timeout = c.ib_timeout;
-  o.retry_cnt = c.ib_retry_cnt;
-  o.tc = c.ib_tc;
-  o.sl = c.ib_sl;
+  o.hca = kIbHca.get();
+  o.gid_index = kIbGidIndex.get();
+  o.qps_per_connection = kIbQpsPerConnection.get();
+  o.timeout = kIbTimeout.get();
+  o.retry_cnt = kIbRetryCnt.get();
+  o.tc = kIbTc.get();
+  o.sl = kIbSl.get();
   return o;
 }
 
@@ -132,10 +141,10 @@ std::unique_ptr<Transport> make_verbs_transport(const VerbsOptions& options) {
   return std::unique_ptr<Transport>(new VerbsTransport(options));
 }
 
-bool verbs_available(std::string* why) { return verbs_available(config().ib_hca, why); }
+bool verbs_available(std::string* why) { return verbs_available(kIbHca.get(), why); }
 
 bool verbs_available(const std::string& hca_spec, std::string* why) {
-  auto ports = enumerate_ports(hca_spec, config().ib_gid_index);
+  auto ports = enumerate_ports(hca_spec, kIbGidIndex.get());
   if (!ports.ok()) {
     if (why) *why = ports.status().message();
     return false;
@@ -146,11 +155,11 @@ bool verbs_available(const std::string& hca_spec, std::string* why) {
   return false;
 }
 
-std::vector<VerbsNic> list_verbs_nics() { return list_verbs_nics(config().ib_hca); }
+std::vector<VerbsNic> list_verbs_nics() { return list_verbs_nics(kIbHca.get()); }
 
 std::vector<VerbsNic> list_verbs_nics(const std::string& hca_spec) {
   std::vector<VerbsNic> out;
-  auto ports = enumerate_ports(hca_spec, config().ib_gid_index);
+  auto ports = enumerate_ports(hca_spec, kIbGidIndex.get());
   if (ports.ok())
     for (const PortInfo& p : ports.value()) out.push_back(p.nic);
   return out;

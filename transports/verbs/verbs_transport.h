@@ -25,19 +25,25 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "transports/transport.h"
 
 namespace uccl {
 
-// Knobs of one verbs transport instance. make_verbs_transport() fills them from config().
+// The verbs settings (declared in verbs_transport.cc; defaults and meanings there).
+extern const TextSetting kIbHca;
+extern const IntSetting kIbGidIndex, kIbQpsPerConnection, kIbTimeout, kIbRetryCnt, kIbTc, kIbSl;
+
+// Knobs of one verbs transport instance. make_verbs_transport() fills them from the settings
+// (from_config()); fields start at the settings' defaults.
 struct VerbsOptions {
-  std::string hca;          // UCCL_IB_HCA (NCCL syntax); the first matching ACTIVE port is used
-  int gid_index = -1;       // UCCL_IB_GID_INDEX; -1 picks the RoCE v2 IPv4-mapped GID
-  int qps_per_connection = 1;  // UCCL_IB_QPS_PER_CONNECTION
-  int timeout = 18;         // UCCL_IB_TIMEOUT (ack timeout exponent: 4.096us * 2^timeout)
-  int retry_cnt = 7;        // UCCL_IB_RETRY_CNT
-  int tc = 0;               // UCCL_IB_TC (RoCE traffic class)
-  int sl = 0;               // UCCL_IB_SL
+  std::string hca = kIbHca.default_value();  // UCCL_IB_HCA (NCCL syntax); the first matching ACTIVE port is used
+  int gid_index = kIbGidIndex.default_value();  // -1 picks the RoCE v2 IPv4-mapped GID
+  int qps_per_connection = kIbQpsPerConnection.default_value();
+  int timeout = kIbTimeout.default_value();  // ack timeout exponent: 4.096us * 2^timeout
+  int retry_cnt = kIbRetryCnt.default_value();
+  int tc = kIbTc.default_value();  // RoCE traffic class
+  int sl = kIbSl.default_value();
   static VerbsOptions from_config();
 };
 

@@ -1,0 +1,171 @@
+// The passive side of connection setup: accepting sockets, reading and checking hellos,
+// assembling a connection's sockets and handing them to the transport (see connection_manager.h).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/log.h"
+#include "base/net.h"
+#include "core/connection_state.h"
+#include "transports/registry.h"
+
+namespace uccl {
+
+bool ConnectionManager::accept_new() {
+  bool moved = false;
+  for (int lfd : listen_fds_) {
+    for (;;) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      int fd = ::accept(lfd, reinterpret_cast<sockaddr*>(&ss), &len);
+      if (fd < 0) break;
+      set_nonblocking(fd, true);
+      set_socket_options(fd);
+      auto in = std::make_unique<Incoming>();
+      in->fd = fd;
+      SockAddr a;
+      std::memcpy(&a.ss, &ss, len);
+      a.len = len;
+      in->peer_addr = a.to_string();
+      in->deadline = now_s() + std::min(timeout_s_, 30.0);
+      incoming_.push_back(std::move(in));
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+bool ConnectionManager::progress_incoming() {
+  bool moved = false;
+  for (size_t i = 0; i < incoming_.size();) {
+    Incoming& in = *incoming_[i];
+    std::string why;
+    bool probe = false;
+    bool complete = false;
+    for (;;) {
+      size_t want;
+      char* dst;
+      if (in.got < sizeof(HelloHeader)) {
+        want = sizeof(HelloHeader) - in.got;
+        dst = reinterpret_cast<char*>(&in.hello) + in.got;
+      } else {
+        if (in.got == sizeof(HelloHeader)) {
+          if (in.hello.magic == kHelloMagic && (in.hello.flags & kHelloProbe) && in.hello.comm_id == comm_id_ &&
+              std::memcmp(in.hello.secret, secret_, kSecretBytes) == 0) {
+            probe = true;  // a peer checking that this rank is alive: nothing to log
+            break;
+          }
+          why = validate_hello(in.hello, secret_, comm_id_, rank_, size_);
+          if (!why.empty()) break;
+          in.offer.resize(in.hello.offer_bytes);
+        }
+        size_t body = in.got - sizeof(HelloHeader);
+        if (body == in.hello.offer_bytes) {
+          complete = true;
+          break;
+        }
+        want = in.hello.offer_bytes - body;
+        dst = &in.offer[body];
+      }
+      ssize_t r = ::recv(in.fd, dst, want, 0);
+      if (r > 0) {
+        in.got += r;
+        moved = true;
+        continue;
+      }
+      if (r == 0) why = "closed before finishing the handshake";
+      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) why = std::string("recv: ") + strerror(errno);
+      break;
+    }
+    if (why.empty() && !complete && now_s() > in.deadline) why = "handshake not completed in time";
+    if (!why.empty() || probe) {
+      if (!probe) UCCL_WARN("refused a connection from %s: %s", in.peer_addr.c_str(), why.c_str());
+      ::close(in.fd);
+      incoming_.erase(incoming_.begin() + i);
+      moved = true;
+      continue;
+    }
+    if (complete && in.hello.flags == kHelloFailed) {
+      // The peer failed: ops that need it fail at once and say why, instead of waiting for a
+      // connection that will never come (or, if it is a lower rank, probing its listener).
+      const int from = in.hello.from_rank;
+      if (!endpoints_[from]) fail_peer(from, peer_failed_error(peer_context(from), in.offer));
+      ::close(in.fd);
+      incoming_.erase(incoming_.begin() + i);
+      moved = true;
+      continue;
+    }
+    if (complete) {
+      const int from = in.hello.from_rank;
+      auto& asmb = assembling_[from];
+      if (!asmb) {
+        asmb = std::make_unique<Assembling>();
+        asmb->kind = static_cast<TransportKind>(in.hello.transport);
+        asmb->fds.assign(in.hello.nchannels, -1);
+      }
+      if (in.hello.channel < asmb->fds.size() && asmb->fds[in.hello.channel] < 0 && !endpoints_[from]) {
+        asmb->fds[in.hello.channel] = in.fd;
+        asmb->have++;
+        if (in.hello.channel == 0) asmb->offer = in.offer;
+      } else {
+        UCCL_WARN("refused a duplicate connection from rank %d (%s)", from, in.peer_addr.c_str());
+        ::close(in.fd);
+      }
+      incoming_.erase(incoming_.begin() + i);
+      if (asmb->have == static_cast<int>(asmb->fds.size())) finish_incoming(from);
+      moved = true;
+      continue;
+    }
+    ++i;
+  }
+  return moved;
+}
+
+void ConnectionManager::finish_incoming(int from) {
+  std::unique_ptr<Assembling> a = std::move(assembling_[from]);
+  assembling_.erase(from);
+  // The peer's info is in the store already (it connected after reading it); fetch for messages.
+  peer_info(from, std::min(timeout_s_, 5.0));
+  PeerContext ctx = peer_context(from);
+  Transport* t = transport(a->kind);
+  std::string answer;
+  Status err;
+  Endpoint* ep = nullptr;
+  if (!t) {
+    err = NotSupported("transport " + std::to_string(static_cast<int>(a->kind)) + " is not built on rank " +
+                       std::to_string(rank_));
+  } else {
+    // The ack must be on the wire before the transport's first byte, so send it first for the
+    // secondary sockets, and for channel 0 right after accept() produced the answer.
+    auto r = t->accept(ctx, a->offer, &answer, a->fds);
+    if (r.ok()) ep = r.value();
+    else err = r.status();
+  }
+  for (size_t ch = 0; ch < a->fds.size(); ++ch) {
+    const std::string& body = !err.ok() ? err.message() : (ch == 0 ? answer : std::string());
+    AckHeader h{kAckMagic, err.ok() ? 0u : static_cast<uint32_t>(err.code()), static_cast<uint32_t>(body.size())};
+    std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+    msg += body;
+    Status s = send_all(a->fds[ch], msg.data(), msg.size(), now_s() + 10);
+    if (!s.ok() && err.ok()) err = s.with_context("acknowledging " + ctx.describe());
+  }
+  if (!err.ok()) {
+    if (ep) delete ep;
+    else
+      for (int fd : a->fds) ::close(fd);
+    if (err.code() == Code::kNotSupported && ep == nullptr) {
+      // A normal answer: the peer (the connecting side) tries its next transport for us.
+      note_fallback(from, std::string(t ? transport_name(a->kind) : "an unknown transport") + " refused here: " +
+                              err.message());
+      return;
+    }
+    fail_peer(from, err.with_context("accepting a connection from " + ctx.describe()));
+    return;
+  }
+  endpoints_[from].reset(ep);
+  UCCL_INFO("rank %d <- rank %d connected: %s", rank_, from, ep->describe().c_str());
+}
+
+}  // namespace uccl

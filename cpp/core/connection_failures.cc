@@ -1,0 +1,120 @@
+// Failures around connections: a failing rank's record in the store and its notices to peers
+// it has no connection with, probing a lower rank that never connects, and the first error per
+// peer (see connection_manager.h for why each exists).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/log.h"
+#include "base/net.h"
+#include "core/connection_state.h"
+
+namespace uccl {
+
+void ConnectionManager::probe_lower_rank(int peer) {
+  const double now = now_s();
+  ProbeState& st = probes_[peer];
+  if (st.waiting_since == 0) st.waiting_since = now;
+  if (now - st.waiting_since < 1.0 || now - st.last_probe < 1.0 || assembling_.count(peer)) return;
+  st.last_probe = now;
+  auto info = peer_info(peer, 0.05);
+  if (!info.ok()) {
+    if (info.status().code() != Code::kTimeout)  // the store itself is gone (it lived in a dead rank)
+      fail_peer(peer, info.status().with_context("waiting for rank " + std::to_string(peer) + " to connect"));
+    return;
+  }
+  auto fd = connect_listener(*info.value(), 0.3, now_s() + 3600);
+  if (fd.ok()) {
+    const HelloHeader h = hello_to(peer, kHelloProbe);
+    send_all(fd.value(), &h, sizeof h, now_s() + 0.3);
+    ::close(fd.value());
+    return;  // alive: it just has not reached this operation yet
+  }
+  fail_peer(peer, Status(Code::kRemoteError,
+                         peer_context(peer).describe() + " is not listening any more (it exited before connecting)",
+                         peer));
+}
+
+Status ConnectionManager::store_error(const Status& s) {
+  if (s.code() == Code::kTimeout || store_rank_ < 0 || store_rank_ == rank_ || store_rank_ >= size_) return s;
+  return Status(Code::kRemoteError, s.message() + " (the store is served by " + peer_context(store_rank_).describe() +
+                                        ", which is gone)", store_rank_);
+}
+
+void ConnectionManager::fail_peer(int peer, const Status& s) {
+  if (!peer_errors_[peer].ok()) return;  // the first error is the one that says why
+  UCCL_WARN("connection to rank %d failed: %s", peer, s.message().c_str());
+  peer_errors_[peer] = s;
+}
+
+void ConnectionManager::publish_failure(const std::string& why) {
+  Status s = store_->set("uccl/failed/" + std::to_string(rank_), why);
+  if (!s.ok()) UCCL_WARN("could not publish the failure cause: %s", s.message().c_str());
+}
+
+std::string ConnectionManager::peer_failure(int peer, double timeout_s) {
+  auto r = store_->get("uccl/failed/" + std::to_string(peer), timeout_s);
+  return r.ok() ? r.value() : std::string();
+}
+
+void ConnectionManager::notify_failure(const std::string& why) {
+  const double deadline = now_s() + 0.5;
+  // In a large job each failing rank would otherwise connect to every other rank, and the
+  // cascade multiplies that; the nearest ranks are the ring and tree neighbours that wait.
+  constexpr int kMaxNotices = 64;
+  int sent = 0;
+  std::vector<bool> tried(size_, false);
+  tried[rank_] = true;
+  for (int d = 1; d < size_ && sent < kMaxNotices && now_s() < deadline; ++d) {
+    const int peer = d % 2 ? (rank_ + (d + 1) / 2) % size_ : (rank_ - d / 2 + size_) % size_;  // +1, -1, +2, -2, ...
+    if (tried[peer]) continue;
+    tried[peer] = true;
+    if (endpoints_[peer] || !peer_errors_[peer].ok()) continue;  // they learn through the connection
+    Status s = send_failure_notice(peer, why, deadline);
+    if (s.ok()) ++sent;
+    else UCCL_INFO("no failure notice to rank %d: %s", peer, s.message().c_str());
+  }
+}
+
+Status ConnectionManager::send_failure_notice(int peer, const std::string& why, double deadline) {
+  auto info = peer_info(peer, 0.05);  // cached, or a short lookup: the store may be gone
+  if (!info.ok()) return info.status();
+  const uint32_t len = static_cast<uint32_t>(std::min<size_t>(why.size(), kMaxNoticeBytes));
+  HelloHeader h = hello_to(peer, kHelloFailed);
+  h.nchannels = 1;
+  h.offer_bytes = len;
+  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+  msg.append(why, 0, len);
+  auto fd = connect_listener(*info.value(), 0.1, deadline);
+  if (!fd.ok()) return fd.status();
+  Status s = send_all(fd.value(), msg.data(), msg.size(), std::min(deadline, now_s() + 0.1));
+  ::close(fd.value());
+  return s;
+}
+
+HelloHeader ConnectionManager::hello_to(int peer, uint8_t flags) const {
+  HelloHeader h{};
+  h.magic = kHelloMagic;
+  h.version = kProtocolVersion;
+  h.flags = flags;
+  std::memcpy(h.secret, secret_, kSecretBytes);
+  h.comm_id = comm_id_;
+  h.from_rank = rank_;
+  h.to_rank = peer;
+  return h;
+}
+
+Result<int> ConnectionManager::connect_listener(const PeerInfo& info, double per_try_s, double deadline) {
+  Status last = Status(Code::kRemoteError, "rank " + std::to_string(info.rank) + " publishes no address");
+  for (const std::string& addr_text : info.listen) {
+    auto addr = parse_address(addr_text, 0);
+    if (!addr.ok()) continue;
+    auto fd = connect_to(addr.value(), std::min(deadline, now_s() + per_try_s));
+    if (fd.ok()) return fd.value();
+    last = fd.status();
+  }
+  return last;
+}
+
+}  // namespace uccl
