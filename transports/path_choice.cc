@@ -41,6 +41,15 @@ PathChoice make_choice(const TransportEntry& e, const PathVerdict& v, const std:
 
 }  // namespace
 
+Status check_transport_names(const std::string& forced) {
+  if (forced.empty() || forced == "auto") return Status::Ok();
+  for (const std::string& n : split_names(forced))
+    if (!find_transport(n))
+      return InvalidArgument("unknown transport '" + n + "' (UCCL_TRANSPORT or the transport option; expected " +
+                             known_names() + ")");
+  return split_names(forced).empty() ? InvalidArgument("empty transport list '" + forced + "'") : Status::Ok();
+}
+
 std::string PathChoice::describe() const {
   std::string s = name;
   if (!my_nic.empty()) s += " via " + my_nic;
@@ -56,12 +65,8 @@ Result<std::vector<PathChoice>> path_candidates(const PeerInfo& me, const PeerIn
   if (automatic) {
     entries = transport_table();
   } else {
-    for (const std::string& n : split_names(forced)) {
-      const TransportEntry* e = find_transport(n);
-      if (!e) return InvalidArgument("unknown transport '" + n + "' (UCCL_TRANSPORT or the transport option; expected " +
-                                     known_names() + ")");
-      entries.push_back(e);
-    }
+    UCCL_RETURN_IF_ERROR(check_transport_names(forced));
+    for (const std::string& n : split_names(forced)) entries.push_back(find_transport(n));
   }
   std::vector<PathChoice> out;
   std::string left_out;  // why each transport cannot carry this pair

@@ -38,6 +38,10 @@ struct PathChoice {
 // message says why each was left out).
 Result<std::vector<PathChoice>> path_candidates(const PeerInfo& me, const PeerInfo& peer, const std::string& forced);
 
+// Ok when `forced` is "", "auto" or a list of registered names; else kInvalidArgument naming
+// the unknown one and the names that exist (Communicator::create checks it up front).
+Status check_transport_names(const std::string& forced);
+
 // The first candidate in auto mode (for describe() and tests).
 PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer);
 

@@ -47,8 +47,8 @@ Status peer_closed_error(const PeerContext& peer, const std::string& detail) {
 }
 
 Status peer_failed_error(const PeerContext& peer, const std::string& root_cause) {
-  return Status(Code::kRemoteError, peer.describe() + " failed and closed the connection" + kRootCauseMarker + root_cause,
-                peer.peer_rank);
+  return Status(Code::kRemoteError, peer.describe() + " failed and closed the connection", peer.peer_rank)
+      .with_root_cause(root_cause);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "transports/path_choice.h"
+#include "transports/registry.h"
 
 namespace uccl {
 namespace {
@@ -29,6 +30,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
     return InvalidArgument("rank " + std::to_string(rank) + " out of range for size " + std::to_string(size));
   if (!store) return InvalidArgument("a store is required");
   UCCL_RETURN_IF_ERROR(config_status());  // a UCCL_* value that does not parse is refused here
+  UCCL_RETURN_IF_ERROR(check_transport_names(!opts.transport.empty() ? opts.transport : kTransport.get()));
   const std::string& algo = algorithm_name(opts);
   if (!algo_choice_valid(algo))
     return InvalidArgument("unknown algorithm '" + algo + "' (option or UCCL_ALGO): expected auto, ring, direct, hier or rhd");

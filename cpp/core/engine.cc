@@ -126,16 +126,15 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
     // ring neighbour died). The note it sent before closing names that root cause; without one
     // (it died, or its transport could not send it) its record in the store may. Notes and
     // records hold only the root cause, so messages stay one level deep however long the cascade.
-    std::string root = why.message();
-    const size_t carried = root.find(kRootCauseMarker);  // the transport brought the peer's cause
-    if (carried != std::string::npos) root = root.substr(carried + sizeof(kRootCauseMarker) - 1);
-    if (why.code() == Code::kRemoteError && why.peer() >= 0 && carried == std::string::npos) {
+    const bool carried = !why.root_cause().empty();  // the transport brought the peer's cause
+    std::string root = carried ? why.root_cause() : why.message();
+    if (why.code() == Code::kRemoteError && why.peer() >= 0 && !carried) {
       // A failing peer publishes its record before it closes anything, so the record is
       // there already if it exists: wait only for a store round trip, not for a dead peer.
       std::string theirs = conns_->peer_failure(why.peer(), 0.2);
       if (!theirs.empty()) {
         root = theirs;
-        why = Status(why.code(), why.message() + kRootCauseMarker + theirs, why.peer());
+        why = why.with_root_cause(theirs);
       }
     }
     failed_ = why;

@@ -36,25 +36,36 @@ class Status {
   Code code() const { return code_; }
   const std::string& message() const { return msg_; }
   int peer() const { return peer_; }  // rank of the peer involved, or -1
+  // What failed first, when this failure descends from another rank's ("" if it does not or
+  // is not known). Code branches on this field; the message repeats it for people.
+  const std::string& root_cause() const { return root_cause_; }
 
   // Returns a copy whose message gains "context: " in front (e.g. "all_reduce #12: ").
   Status with_context(const std::string& context) const {
     if (ok()) return *this;
-    return Status(code_, context + ": " + msg_, peer_);
+    Status s(code_, context + ": " + msg_, peer_);
+    s.root_cause_ = root_cause_;
+    return s;
+  }
+  // Returns a copy that descends from `cause`: the field is set and the message gains
+  // "; root cause: <cause>" (kRootCauseMarker), so the chain stays one level deep.
+  Status with_root_cause(const std::string& cause) const {
+    Status s(code_, msg_ + kRootCauseMarker + cause, peer_);
+    s.root_cause_ = cause;
+    return s;
   }
   std::string to_string() const { return std::string(code_name(code_)) + ": " + msg_; }
 
  private:
+  // How a failure message names the failure it descends from: "<what happened here>; root
+  // cause: <what failed first>". Transports carry a failing peer's root cause in front of its
+  // close, the engine adds a store record's; either way the chain stays one level deep.
+  static constexpr char kRootCauseMarker[] = "; root cause: ";
   Code code_ = Code::kOk;
   std::string msg_;
   int peer_ = -1;
+  std::string root_cause_;
 };
-
-// How a failure message names the failure it descends from: "<what happened here>; root cause:
-// <what failed first>". Transports carry a failing peer's root cause in front of its close, the
-// engine appends a store record's; either way the chain stays one level deep, and the engine
-// finds the root by this marker.
-constexpr char kRootCauseMarker[] = "; root cause: ";
 
 inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
 inline Status NotSupported(std::string m) { return Status(Code::kNotSupported, std::move(m)); }

@@ -252,6 +252,7 @@ void test_fail_all() {
     Status st = drive(ep, {&r}, 10);
     CHECK(st.code() == Code::kRemoteError);
     CHECK(st.message().find("failed and closed the connection; root cause: test abort") != std::string::npos);
+    CHECK(st.root_cause() == "test abort");
     return 0;
   };
   std::unique_ptr<Endpoint> ep;

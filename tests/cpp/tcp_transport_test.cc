@@ -394,6 +394,8 @@ void test_abort_frame_carries_the_root_cause() {
     std::printf("  in line: %s\n", r.error.to_string().c_str());
     CHECK(r.error.code() == Code::kRemoteError && r.error.peer() == 0);
     CHECK(r.error.message().find(kExpect) != std::string::npos);
+    CHECK(r.error.root_cause() == kCause);  // the field the engine branches on
+    CHECK(r.error.with_context("all_reduce #4").root_cause() == kCause);
   }
   {  // behind an unreceived 1 MiB message: b's socket is stalled when a goes away
     Pair p = make_pair(1);
