@@ -95,3 +95,23 @@ def all_reduce_caught(actor, group):
 
 def sleep_forever(actor):
     time.sleep(3600)
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class GraphWorker:
+    """A compiled-graph actor: returns a rank-specific torch tensor for the collectives."""
+
+    def __init__(self, rank):
+        import uccl.ray  # noqa: F401
+        self.rank = rank
+
+    def make(self, n):
+        import torch
+        return torch.from_numpy(data(self.rank, n))
+
+    def transport_of(self, _):
+        import uccl.ray
+        return "ok"
+
+    def echo(self, t):
+        return t

@@ -135,3 +135,66 @@ def test_bad_arguments_are_uccl_errors(actors):
     assert all(m and "shape" in m for m in msgs), msgs
     with pytest.raises(ray.exceptions.RayTaskError, match="must be equal to world_size"):
         get(actors[0].call.remote(wrong_world))
+
+
+@pytest.mark.timeout(600)
+def test_compiled_graph_collectives_over_uccl(cluster):
+    """allreduce / allgather / reducescatter nodes of a compiled graph run on UcclCommunicator."""
+    torch = pytest.importorskip("torch")
+    from ray.dag import InputNode, MultiOutputNode
+    from ray.experimental.collective import allgather, allreduce, reducescatter
+    from ray.experimental.util.types import ReduceOp
+
+    from uccl.ray import UcclCommunicator
+    actors = [rw.GraphWorker.remote(r) for r in range(WORLD)]
+    try:
+        comm = UcclCommunicator(actors)
+        with InputNode() as inp:
+            made = [a.make.bind(inp) for a in actors]
+            summed = allreduce.bind(made, transport=comm)
+            maxed = allreduce.bind([a.make.bind(inp) for a in actors], op=ReduceOp.MAX, transport=comm)
+            gathered = allgather.bind([a.make.bind(inp) for a in actors], transport=comm)
+            scattered = reducescatter.bind([a.make.bind(inp) for a in actors], transport=comm)
+            dag = MultiOutputNode(summed + maxed + gathered + scattered)
+        compiled = dag.experimental_compile()
+        try:
+            n = 8
+            d = np.stack([rw.data(r, n) for r in range(WORLD)])
+            for _ in range(3):
+                out = [t.numpy() if isinstance(t, torch.Tensor) else t for t in ray.get(compiled.execute(n), timeout=GET_TIMEOUT)]
+                for r in range(WORLD):
+                    np.testing.assert_array_equal(out[r], d.sum(0))
+                    np.testing.assert_array_equal(out[WORLD + r], d.max(0))
+                    np.testing.assert_array_equal(out[2 * WORLD + r], d.reshape(-1))
+                    np.testing.assert_array_equal(out[3 * WORLD + r], d.sum(0)[r * n // WORLD:(r + 1) * n // WORLD])
+        finally:
+            compiled.teardown()
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+
+
+@pytest.mark.timeout(600)
+def test_compiled_graph_communicator_send_recv(cluster):
+    """UcclCommunicator.send/recv (what an accelerator graph calls), driven directly in actors."""
+    pytest.importorskip("torch")
+    from uccl.ray import UcclCommunicator
+    actors = [rw.GraphWorker.remote(r) for r in range(2)]
+    try:
+        comm = UcclCommunicator(actors)
+
+        def body(actor, comm, rank):
+            import torch
+            comm.initialize(rank)
+            if rank == 0:
+                comm.send(torch.arange(6, dtype=torch.float64).reshape(2, 3), 1)
+                return None
+            t = comm.recv((2, 3), torch.float64, 0)
+            comm.destroy()
+            return t.numpy()
+
+        out = get([a.__ray_call__.remote(body, comm, r) for r, a in enumerate(actors)])
+        np.testing.assert_array_equal(out[1], np.arange(6.0).reshape(2, 3))
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
