@@ -116,21 +116,22 @@ const char* uccl_last_error(void) { return t_last_error.c_str(); }
 int uccl_last_error_peer(void) { return t_last_peer; }
 
 uccl_result_t uccl_get_unique_id(uccl_unique_id* id) {
-  return guard(__func__, [&] {
-    if (!id) return invalid(__func__, "id is NULL");
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!id) return invalid(fn, "id is NULL");
     // Serve on every address; advertise the first interface peers can reach (UCCL_SOCKET_IFNAME).
     auto ifs = uccl::select_interfaces(uccl::config().socket_ifname, "AF_INET");
     std::string host = ifs.empty() ? "127.0.0.1" : ifs.front().addr.to_string();
     host = host.substr(0, host.rfind(':'));
     auto server = uccl::TcpStoreServer::start("0.0.0.0", 0);
-    if (!server.ok()) return record(server.status().with_context(__func__));
+    if (!server.ok()) return record(server.status().with_context(fn));
     std::random_device rd;
     char nonce[17];
     std::snprintf(nonce, sizeof nonce, "%08x%08x", rd(), rd());
     std::memset(id->internal, 0, sizeof id->internal);
     int n = std::snprintf(id->internal, sizeof id->internal, "%s %s %d %s", kIdMagic, nonce,
                           server.value()->port(), host.c_str());
-    if (n < 0 || n >= static_cast<int>(sizeof id->internal)) return invalid(__func__, "host name too long: " + host);
+    if (n < 0 || n >= static_cast<int>(sizeof id->internal)) return invalid(fn, "host name too long: " + host);
     std::lock_guard<std::mutex> lk(g_served_mu);
     g_served[nonce] = server.take();
     return UCCL_SUCCESS;
@@ -139,14 +140,15 @@ uccl_result_t uccl_get_unique_id(uccl_unique_id* id) {
 
 uccl_result_t uccl_comm_init_rank(uccl_comm_t* comm, int nranks, const uccl_unique_id* id, int rank,
                                   const uccl_config_t* config) {
-  return guard(__func__, [&] {
-    if (!id) return invalid(__func__, "id is NULL");
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!id) return invalid(fn, "id is NULL");
     char magic[16] = {}, nonce[17] = {}, host[UCCL_UNIQUE_ID_BYTES] = {};
     int port = 0;
     std::string text(id->internal, strnlen(id->internal, sizeof id->internal));
     if (std::sscanf(text.c_str(), "%15s %16s %d %127s", magic, nonce, &port, host) != 4 ||
         std::strcmp(magic, kIdMagic) != 0)
-      return invalid(__func__, "not a uccl_unique_id from uccl_get_unique_id");
+      return invalid(fn, "not a uccl_unique_id from uccl_get_unique_id");
     std::unique_ptr<uccl::TcpStoreServer> server;
     {
       std::lock_guard<std::mutex> lk(g_served_mu);
@@ -156,47 +158,51 @@ uccl_result_t uccl_comm_init_rank(uccl_comm_t* comm, int nranks, const uccl_uniq
         g_served.erase(it);
       }
     }
-    return create(comm, nranks, rank, host, port, std::move(server), config, __func__);
+    return create(comm, nranks, rank, host, port, std::move(server), config, fn);
   });
 }
 
 uccl_result_t uccl_comm_init_store(uccl_comm_t* comm, int nranks, int rank, const char* host, int port,
                                    const uccl_config_t* config) {
-  return guard(__func__, [&] {
-    if (!host) return invalid(__func__, "host is NULL");
-    if (port <= 0 || port > 65535) return invalid(__func__, "port " + std::to_string(port) + " is not a TCP port");
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!host) return invalid(fn, "host is NULL");
+    if (port <= 0 || port > 65535) return invalid(fn, "port " + std::to_string(port) + " is not a TCP port");
     std::unique_ptr<uccl::TcpStoreServer> server;
     if (rank == 0 && nranks > 0) {
       auto s = uccl::TcpStoreServer::start(std::strchr(host, ':') ? "::" : "0.0.0.0", port);
-      if (!s.ok()) return record(s.status().with_context(__func__));
+      if (!s.ok()) return record(s.status().with_context(fn));
       server = s.take();
     }
-    return create(comm, nranks, rank, host, port, std::move(server), config, __func__);
+    return create(comm, nranks, rank, host, port, std::move(server), config, fn);
   });
 }
 
 uccl_result_t uccl_comm_split(uccl_comm_t comm, int color, int key, uccl_comm_t* newcomm,
                               const uccl_config_t* config) {
-  return guard(__func__, [&] {
-    if (!comm || !newcomm) return invalid(__func__, comm ? "newcomm is NULL" : "comm is NULL");
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!comm || !newcomm) return invalid(fn, comm ? "newcomm is NULL" : "comm is NULL");
     *newcomm = nullptr;
     auto r = comm->c->split(color, key, options_of(config));
-    if (!r.ok()) return record(r.status().with_context(__func__));
+    if (!r.ok()) return record(r.status().with_context(fn));
     if (r.value()) *newcomm = new uccl_comm{r.take(), nullptr};
     return UCCL_SUCCESS;
   });
 }
 
 uccl_result_t uccl_comm_abort(uccl_comm_t comm) {
-  return guard(__func__, [&] {
-    if (!comm) return invalid(__func__, "comm is NULL");
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!comm) return invalid(fn, "comm is NULL");
     comm->c->abort("uccl_comm_abort called");
     return UCCL_SUCCESS;
   });
 }
 
 uccl_result_t uccl_comm_destroy(uccl_comm_t comm) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     delete comm;
     return UCCL_SUCCESS;
   });
@@ -215,26 +221,30 @@ uccl_result_t uccl_comm_size(uccl_comm_t comm, int* size) {
 }
 
 uccl_result_t uccl_comm_error(uccl_comm_t comm) {
-  return guard(__func__, [&] { return comm ? record(comm->c->error()) : invalid(__func__, "comm is NULL"); });
+  const char* fn = __func__;
+  return guard(fn, [&] { return comm ? record(comm->c->error()) : invalid(fn, "comm is NULL"); });
 }
 
 uccl_result_t uccl_test(uccl_request_t request) {
-  return guard(__func__, [&] {
-    if (!request) return invalid(__func__, "request is NULL");
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!request) return invalid(fn, "request is NULL");
     if (!request->work->is_completed()) return UCCL_IN_PROGRESS;
     return record(request->work->status());
   });
 }
 
 uccl_result_t uccl_wait(uccl_request_t request, double timeout_s) {
-  return guard(__func__, [&] {
-    if (!request) return invalid(__func__, "request is NULL");
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!request) return invalid(fn, "request is NULL");
     return record(request->work->wait(timeout_s));
   });
 }
 
 uccl_result_t uccl_request_free(uccl_request_t request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     delete request;
     return UCCL_SUCCESS;
   });

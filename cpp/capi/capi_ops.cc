@@ -58,7 +58,7 @@ std::vector<size_t> displs_or_packed(const size_t* displs, const std::vector<siz
 
 #define UCCL_CHECK(...)                                         \
   do {                                                          \
-    uccl_result_t _r = check(__func__, __VA_ARGS__);            \
+    uccl_result_t _r = check(fn, __VA_ARGS__);            \
     if (_r != UCCL_SUCCESS) return _r;                          \
   } while (0)
 
@@ -66,144 +66,157 @@ extern "C" {
 
 uccl_result_t uccl_all_reduce(const void* send, void* recv, size_t count, uccl_datatype_t datatype,
                               uccl_red_op_t op, uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype, &op);
     uccl::AllReduceArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.op = rop(op);
-    return finish(__func__, comm, request, [&] { return comm->c->all_reduce(a); });
+    return finish(fn, comm, request, [&] { return comm->c->all_reduce(a); });
   });
 }
 
 uccl_result_t uccl_reduce(const void* send, void* recv, size_t count, uccl_datatype_t datatype, uccl_red_op_t op,
                           int root, uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype, &op);
     uccl::ReduceArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.op = rop(op), a.root = root;
-    return finish(__func__, comm, request, [&] { return comm->c->reduce(a); });
+    return finish(fn, comm, request, [&] { return comm->c->reduce(a); });
   });
 }
 
 uccl_result_t uccl_broadcast(const void* send, void* recv, size_t count, uccl_datatype_t datatype, int root,
                              uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype);
     uccl::BroadcastArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.root = root;
-    return finish(__func__, comm, request, [&] { return comm->c->broadcast(a); });
+    return finish(fn, comm, request, [&] { return comm->c->broadcast(a); });
   });
 }
 
 uccl_result_t uccl_all_gather(const void* send, void* recv, size_t count, uccl_datatype_t datatype,
                               uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype);
     uccl::AllGatherArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype);
-    return finish(__func__, comm, request, [&] { return comm->c->all_gather(a); });
+    return finish(fn, comm, request, [&] { return comm->c->all_gather(a); });
   });
 }
 
 uccl_result_t uccl_all_gather_v(const void* send, void* recv, const size_t* recv_counts, const size_t* recv_displs,
                                 uccl_datatype_t datatype, uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype);
-    if (!recv_counts) return invalid(__func__, "recv_counts is NULL");
+    if (!recv_counts) return invalid(fn, "recv_counts is NULL");
     uccl::AllGatherVArgs a;
     int n = comm->c->size();
     a.send = send, a.recv = recv, a.recv_counts = vec(recv_counts, n), a.recv_displs = vec(recv_displs, n);
     a.dtype = dt(datatype);
-    return finish(__func__, comm, request, [&] { return comm->c->all_gather_v(a); });
+    return finish(fn, comm, request, [&] { return comm->c->all_gather_v(a); });
   });
 }
 
 uccl_result_t uccl_reduce_scatter(const void* send, void* recv, size_t recv_count, uccl_datatype_t datatype,
                                   uccl_red_op_t op, uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype, &op);
     uccl::ReduceScatterArgs a;
     a.send = send, a.recv = recv, a.count = recv_count, a.dtype = dt(datatype), a.op = rop(op);
-    return finish(__func__, comm, request, [&] { return comm->c->reduce_scatter(a); });
+    return finish(fn, comm, request, [&] { return comm->c->reduce_scatter(a); });
   });
 }
 
 uccl_result_t uccl_reduce_scatter_v(const void* send, void* recv, const size_t* recv_counts,
                                     uccl_datatype_t datatype, uccl_red_op_t op, uccl_comm_t comm,
                                     uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype, &op);
-    if (!recv_counts) return invalid(__func__, "recv_counts is NULL");
+    if (!recv_counts) return invalid(fn, "recv_counts is NULL");
     uccl::ReduceScatterVArgs a;
     a.send = send, a.recv = recv, a.recv_counts = vec(recv_counts, comm->c->size());
     a.dtype = dt(datatype), a.op = rop(op);
-    return finish(__func__, comm, request, [&] { return comm->c->reduce_scatter_v(a); });
+    return finish(fn, comm, request, [&] { return comm->c->reduce_scatter_v(a); });
   });
 }
 
 uccl_result_t uccl_all_to_all(const void* send, void* recv, size_t count, uccl_datatype_t datatype,
                               uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype);
     uccl::AllToAllArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype);
-    return finish(__func__, comm, request, [&] { return comm->c->all_to_all(a); });
+    return finish(fn, comm, request, [&] { return comm->c->all_to_all(a); });
   });
 }
 
 uccl_result_t uccl_all_to_all_v(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                                 const size_t* recv_counts, const size_t* recv_displs, uccl_datatype_t datatype,
                                 uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype);
-    if (!send_counts || !recv_counts) return invalid(__func__, "send_counts or recv_counts is NULL");
+    if (!send_counts || !recv_counts) return invalid(fn, "send_counts or recv_counts is NULL");
     int n = comm->c->size();
     uccl::AllToAllVArgs a;
     a.send = send, a.recv = recv, a.dtype = dt(datatype);
     a.send_counts = vec(send_counts, n), a.recv_counts = vec(recv_counts, n);
     a.send_displs = displs_or_packed(send_displs, a.send_counts);
     a.recv_displs = displs_or_packed(recv_displs, a.recv_counts);
-    return finish(__func__, comm, request, [&] { return comm->c->all_to_all_v(a); });
+    return finish(fn, comm, request, [&] { return comm->c->all_to_all_v(a); });
   });
 }
 
 uccl_result_t uccl_gather(const void* send, void* recv, size_t count, uccl_datatype_t datatype, int root,
                           uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype);
     uccl::GatherArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.root = root;
-    return finish(__func__, comm, request, [&] { return comm->c->gather(a); });
+    return finish(fn, comm, request, [&] { return comm->c->gather(a); });
   });
 }
 
 uccl_result_t uccl_scatter(const void* send, void* recv, size_t count, uccl_datatype_t datatype, int root,
                            uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, datatype);
     uccl::ScatterArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.root = root;
-    return finish(__func__, comm, request, [&] { return comm->c->scatter(a); });
+    return finish(fn, comm, request, [&] { return comm->c->scatter(a); });
   });
 }
 
 uccl_result_t uccl_barrier(uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, uccl_uint8);
-    return finish(__func__, comm, request, [&] { return comm->c->barrier(); });
+    return finish(fn, comm, request, [&] { return comm->c->barrier(); });
   });
 }
 
 uccl_result_t uccl_p2p(const uccl_p2p_op_t* ops, int n, uccl_comm_t comm, uccl_request_t* request) {
-  return guard(__func__, [&] {
+  const char* fn = __func__;
+  return guard(fn, [&] {
     UCCL_CHECK(comm, uccl_uint8);
-    if (n < 0 || (n > 0 && !ops)) return invalid(__func__, "ops is NULL or n is negative");
+    if (n < 0 || (n > 0 && !ops)) return invalid(fn, "ops is NULL or n is negative");
     std::vector<uccl::P2POp> plan(n);
     for (int i = 0; i < n; ++i) {
-      if (bad_dtype(ops[i].datatype)) return invalid(__func__, "op " + std::to_string(i) + ": bad datatype");
+      if (bad_dtype(ops[i].datatype)) return invalid(fn, "op " + std::to_string(i) + ": bad datatype");
       plan[i].is_send = ops[i].is_send != 0, plan[i].buf = ops[i].buf, plan[i].count = ops[i].count;
       plan[i].dtype = dt(ops[i].datatype), plan[i].peer = ops[i].peer, plan[i].tag = ops[i].tag;
     }
-    return finish(__func__, comm, request, [&] { return comm->c->p2p(plan); });
+    return finish(fn, comm, request, [&] { return comm->c->p2p(plan); });
   });
 }
 
