@@ -7,8 +7,8 @@
 #include <random>
 
 #include "capi/capi_internal.h"
-#include "core/config.h"
-#include "core/net.h"
+#include "base/config.h"
+#include "base/net.h"
 
 using uccl::Status;
 using uccl::capi::guard;

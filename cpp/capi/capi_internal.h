@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "bootstrap/tcp_store.h"
-#include "core/communicator.h"
+#include "uccl/tcp_store.h"
+#include "uccl/communicator.h"
 #include "uccl/uccl.h"
 
 struct uccl_comm {
