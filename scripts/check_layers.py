@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that includes in the C++ tree point down the floors only (docs/ARCHITECTURE.md).
 
-    include/uccl  <  cpp/base  <  cpp/bootstrap  <  cpp/topology  <  transports  <  cpp/algorithms  <  cpp/core
+    include/uccl  <  cpp/base  <  cpp/bootstrap  <  cpp/topology  <  transports  <  cpp/algorithms  <  cpp/core  <  cpp/capi
 
 A file may include headers of its own floor and of the floors below it, never above. The
 public headers (include/uccl) include only each other and the standard library, so that an
@@ -25,6 +25,7 @@ FLOORS = [
     ("transports", "transports/", 4),
     ("cpp/algorithms", "algorithms/", 5),
     ("cpp/core", "core/", 6),
+    ("cpp/capi", "capi/", 7),  # the C API (include/uccl/uccl.h) over the C++ one
 ]
 # The public Communicator is implemented by core: the floors below it use the vocabulary
 # headers (types.h, args.h, work.h, status.h, store.h), not the interface.
