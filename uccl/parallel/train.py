@@ -26,6 +26,7 @@ def parse_args(argv=None):
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--layout", choices=("holmes", "naive"), default="holmes")
     ap.add_argument("--parts", default="uniform")
+    ap.add_argument("--order", default="", help="stage s on pipeline position ORDER[s], e.g. 1,0")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
@@ -90,7 +91,8 @@ def main(argv=None):
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = GPTConfig(vocab=args.vocab, hidden=args.hidden, heads=args.heads, layers=args.layers, seq=args.seq)
     tc = TrainConfig(tp=args.tp, pp=args.pp, layout=args.layout, micro_batch=args.micro_batch,
-                     n_micro=args.micro_batches, lr=args.lr, bucket_bytes=int(args.bucket_mib * (1 << 20)))
+                     n_micro=args.micro_batches, lr=args.lr,
+                     order=[int(v) for v in args.order.split(",")] if args.order else None, bucket_bytes=int(args.bucket_mib * (1 << 20)))
 
     def gather(obj):
         out = [None] * world
@@ -106,7 +108,8 @@ def main(argv=None):
         if ":" in args.parts:
             speeds = [float(v) for v in args.parts.split(":", 1)[1].split(",")]
         else:
-            speeds, alpha_last = measure_speeds(cfg, tc, coord, gather)
+            by_pos, alpha_last = measure_speeds(cfg, tc, coord, gather)
+            speeds = [by_pos[o] for o in (tc.order or range(tc.pp))]  # per stage
         tc.parts = partition.self_adapting(cfg.layers, speeds, alpha_last=alpha_last)
     else:
         tc.parts = [int(v) for v in args.parts.split(",")]

@@ -28,6 +28,7 @@ class TrainConfig:
     pp: int = 1
     layout: str = "holmes"
     parts: Optional[List[int]] = None  # layers per stage (None: uniform)
+    order: Optional[List[int]] = None  # stage s runs on pipeline position order[s] (None: s)
     micro_batch: int = 2
     n_micro: int = 4
     lr: float = 1e-3
@@ -70,7 +71,12 @@ class Trainer:
         self.rec = rec or StepRecorder(self.rank)
         self.groups = make_groups(self.lay, self.rank)
         self.parts = check_partition(tc.parts or part.uniform(cfg.layers, tc.pp), cfg.layers, tc.pp)
-        s = self.coord.pp
+        order = tc.order or list(range(tc.pp))
+        if sorted(order) != list(range(tc.pp)):
+            raise ValueError(f"uccl.parallel: stage order {order} is not a permutation of 0..{tc.pp - 1}")
+        s = self.stage_index = order.index(self.coord.pp)
+        pp_group, pp_ranks = self.groups["pp"]
+        self.groups["pp"] = (pp_group, [pp_ranks[order[i]] for i in range(tc.pp)])  # in stage order
         tp_group = self.groups["tp"][0]
         self.tpc = TPComm(tp_group, tc.tp, self.coord.tp, self.rec)
         full = full_init(cfg, tc.seed)

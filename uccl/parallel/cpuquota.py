@@ -1,0 +1,58 @@
+"""CPU quotas (cgroup v1 cpu controller) that make ranks stand in for devices of different speed.
+
+    with CpuQuota("trainer-fast", 0.5) as q:    # half a core for every process placed in it
+        subprocess.Popen(q.wrap(["python", ...]))
+The group lives under /sys/fs/cgroup/cpu/<name> (needs root); close() moves nothing back but
+removes the group once its processes have exited. Names should carry the owner's name.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import time
+
+ROOT = "/sys/fs/cgroup/cpu"
+PERIOD_US = 100_000
+
+
+def available() -> bool:
+    return os.path.isfile(os.path.join(ROOT, "cpu.cfs_quota_us")) and os.access(ROOT, os.W_OK)
+
+
+class CpuQuota:
+    def __init__(self, name: str, cores: float):
+        if not available():
+            raise OSError(f"cgroup v1 cpu controller not writable at {ROOT}")
+        if cores <= 0:
+            raise ValueError(f"cpu quota must be positive, got {cores}")
+        self.name, self.cores = name, cores
+        self.path = os.path.join(ROOT, name)
+        os.makedirs(self.path, exist_ok=True)
+        with open(os.path.join(self.path, "cpu.cfs_period_us"), "w") as f:
+            f.write(str(PERIOD_US))
+        with open(os.path.join(self.path, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(int(cores * PERIOD_US)))
+
+    def wrap(self, argv):
+        """argv run inside the group (the shell joins it, then execs argv; children inherit)."""
+        return ["sh", "-c", f"echo $$ > {shlex.quote(os.path.join(self.path, 'tasks'))} && exec "
+                + " ".join(shlex.quote(a) for a in argv)]
+
+    def close(self, wait_s: float = 10.0) -> None:
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # still has tasks
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
