@@ -2,7 +2,9 @@
 
     with CpuQuota("trainer-fast", 0.5) as q:    # half a core for every process placed in it
         subprocess.Popen(q.wrap(["python", ...]))
-The group lives under /sys/fs/cgroup/cpu/<name> (needs root); close() moves nothing back but
+`shares` (cpu.shares, default 1024) is the group's weight against everything else runnable: on
+a machine busy with other work a higher weight lets the group actually get its quota (the
+quota still caps it). The group lives under /sys/fs/cgroup/cpu/<name> (needs root); close() moves nothing back but
 removes the group once its processes have exited. Names should carry the owner's name.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ def available() -> bool:
 
 
 class CpuQuota:
-    def __init__(self, name: str, cores: float):
+    def __init__(self, name: str, cores: float, shares: int = 0):
         if not available():
             raise OSError(f"cgroup v1 cpu controller not writable at {ROOT}")
         if cores <= 0:
@@ -32,6 +34,21 @@ class CpuQuota:
             f.write(str(PERIOD_US))
         with open(os.path.join(self.path, "cpu.cfs_quota_us"), "w") as f:
             f.write(str(int(cores * PERIOD_US)))
+        if shares:  # weight against other runnable tasks: lets the group reach its quota on a busy machine
+            with open(os.path.join(self.path, "cpu.shares"), "w") as f:
+                f.write(str(int(shares)))
+
+    def add(self, pid: int) -> None:
+        """Moves process pid (all its threads) into the group; its future children inherit it."""
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+
+    @staticmethod
+    def gated(argv):
+        """argv behind a gate: the shell waits for a line on stdin, then execs argv. Start it with
+        stdin=PIPE, add() its pid, then write a newline (for launchers such as `ip netns exec`
+        that hide /sys/fs/cgroup from the process itself)."""
+        return ["sh", "-c", 'read _ && exec "$@"', "sh", *argv]
 
     def wrap(self, argv):
         """argv run inside the group (the shell joins it, then execs argv; children inherit)."""

@@ -35,7 +35,7 @@ class Comm:
     def coll(self, collective: str, nbytes: float, ranks: Sequence[int]) -> float:
         if len(ranks) <= 1 or nbytes <= 0:
             return 0.0
-        key = (collective, float(nbytes), tuple(ranks))
+        key = (collective, float(nbytes), ranks if isinstance(ranks, range) else tuple(ranks))
         if key not in self._cache:
             self._cache[key] = float(self._coll(collective, float(nbytes), list(ranks)))
         return self._cache[key]
@@ -94,11 +94,20 @@ class Estimate:
 
 
 def stage_ranks(lay: Layout, pos: int) -> List[int]:
-    return [lay.rank(Coord(t, d, pos)) for d in range(lay.dp) for t in range(lay.tp)]
+    """The ranks of pipeline position pos (plain integers: 16k-rank worlds stay fast)."""
+    t, d, p = lay.tp, lay.dp, lay.pp
+    if lay.layout == "holmes":
+        return list(range(pos * t * d, (pos + 1) * t * d))
+    return [(dd * p + pos) * t + tt for dd in range(d) for tt in range(t)]
+
+
+def _stage_devices(cluster: Cluster, lay: Layout, pos: int):
+    kinds = {id(k): k for k in (cluster.device_of_rank[r] for r in stage_ranks(lay, pos))}.values()
+    return min(k.flops for k in kinds), min(k.memory for k in kinds)
 
 
 def stage_speed(cluster: Cluster, lay: Layout, pos: int) -> float:
-    return min(cluster.device_of_rank[r].flops for r in stage_ranks(lay, pos))
+    return _stage_devices(cluster, lay, pos)[0]
 
 
 def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Estimate:
@@ -109,9 +118,7 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
     reps = [lay.rank(Coord(0, 0, st.order[s])) for s in range(p)]
     for s in range(p):
         pos, layers = st.order[s], st.parts[s]
-        ranks = stage_ranks(lay, pos)
-        speed = min(cluster.device_of_rank[r].flops for r in ranks)
-        memcap = min(cluster.device_of_rank[r].memory for r in ranks)
+        speed, memcap = _stage_devices(cluster, lay, pos)
         groups = lay.groups_of(reps[s])
         flops = layers * model.layer_flops(b) + (model.head_flops(b) if s == p - 1 else 0.0)
         compute = flops / t / speed
@@ -137,7 +144,7 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
     for s in range(p):
         ends.append(t_pipe - drain + dp_t[s])
         drain += bwd[s] + q[s]
-    total = max(ends) + comm.coll("all_reduce", 8, list(range(cluster.world)))
+    total = max(ends) + comm.coll("all_reduce", 8, range(cluster.world))
     fits = all(m_ <= cap for m_, cap in zip(mem, caps))
     crit = max(range(p), key=lambda s: e[s])
     breakdown = {"compute": sum(comp) + (m - 1) * comp[crit], "tp": sum(tpc) + (m - 1) * tpc[crit],

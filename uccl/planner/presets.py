@@ -37,4 +37,4 @@ def gpu_cluster(kind: str, n_gpus: int, per_host: int = 8, hosts_per_cluster: in
 
 
 def model(name: str) -> ModelSpec:
-    return ModelSpec(**MODELS[name], bytes_per_param=2, act_bytes=2, optimizer_bytes=12)
+    return ModelSpec(**MODELS[name], bytes_per_param=2, act_bytes=2, optimizer_bytes=12, recompute="selective")

@@ -6,8 +6,10 @@ heads and the sequence; p <= layers; d divides the global batch and the micro-ba
 the per-replica batch; every stage's memory fits its devices.
 Bound at a (t, p, layout, b) node: T >= m * max_s c_s >= m * L * w / (t * sum_s v_s) (the
 slowest stage is at least as slow as a perfectly balanced split), with w one layer's FLOPs
-and v_s the stage speeds (an order only permutes them). A node whose bound is not below the
-k-th best time found is pruned with everything under it.
+and v_s the stage speeds (an order only permutes them). Nodes are expanded depth-first
+(orders, then layer splits) in order of their bound; a node whose bound is not below the k-th
+best time found is pruned with everything under it (and, the list being sorted, every later
+node).
 """
 from __future__ import annotations
 
@@ -75,6 +77,10 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
     def kth():
         return -best[0][0] if len(best) >= top else float("inf")
 
+    # Level 1: the (t, p, layout, b) nodes with their bounds; children are visited depth-first,
+    # most promising (lowest bound) first, so that good plans are found early and the bound
+    # prunes the rest: once a node's bound reaches the k-th best time, so do all after it.
+    nodes = []
     for t in tps:
         for p in divisors(n // t):
             if p > model.layers:
@@ -88,25 +94,29 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
                 for b in divisors(model.global_batch // d):
                     if b > max_micro_batch:
                         break
-                    stats.nodes += 1
                     m = model.global_batch // (d * b)
                     bound = m * model.layers * model.layer_flops(b) / (t * sum(speeds_pos))
-                    if prune and bound >= kth():
-                        stats.pruned += 1
-                        continue
-                    for order in candidate_orders(speeds_pos):
-                        speeds = [speeds_pos[o] for o in order]
-                        for parts in candidate_parts(model, speeds, None, b):
-                            st = Strategy(t, p, d, b, m, layout, parts, order)
-                            est = estimate(model, cluster, comm, st)
-                            stats.evaluated += 1
-                            if not est.fits:
-                                stats.infeasible += 1
-                                continue
-                            if est.time_s < kth():
-                                heapq.heappush(best, (-est.time_s, next(counter), est, st))
-                                if len(best) > top:
-                                    heapq.heappop(best)
+                    nodes.append((bound, t, p, d, layout, b, m, speeds_pos))
+    nodes.sort(key=lambda x: x[:4] + (x[4], x[5]))
+    for i, (bound, t, p, d, layout, b, m, speeds_pos) in enumerate(nodes):
+        stats.nodes += 1
+        if prune and bound >= kth():
+            stats.pruned += len(nodes) - i
+            stats.nodes += len(nodes) - i - 1
+            break
+        for order in candidate_orders(speeds_pos):
+            speeds = [speeds_pos[o] for o in order]
+            for parts in candidate_parts(model, speeds, None, b):
+                st = Strategy(t, p, d, b, m, layout, parts, order)
+                est = estimate(model, cluster, comm, st)
+                stats.evaluated += 1
+                if not est.fits:
+                    stats.infeasible += 1
+                    continue
+                if est.time_s < kth():
+                    heapq.heappush(best, (-est.time_s, next(counter), est, st))
+                    if len(best) > top:
+                        heapq.heappop(best)
     ranked = sorted(best, key=lambda x: -x[0])
     return [(e, s) for _, _, e, s in ranked], stats
 

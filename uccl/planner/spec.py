@@ -37,6 +37,7 @@ class ModelSpec:
     bytes_per_param: int = 4   # weights and gradients (the trainer here: fp32)
     act_bytes: int = 4         # activations on the wire and in memory
     optimizer_bytes: int = 12  # Adam master + m + v per parameter (ZeRO-1: divided by d)
+    recompute: str = "none"    # "selective": attention scores recomputed (Korthikanti): 34 sbh/t
 
     def layer_params(self) -> int:
         h = self.hidden
@@ -60,7 +61,8 @@ class ModelSpec:
         """Stored activations of one layer and micro-batch (Korthikanti et al., with sequence
         parallelism: everything divided by t)."""
         b, s, h, a = micro_batch, self.seq, self.hidden, self.heads
-        return s * b * h * (34 + 5 * a * s / h) / tp * (self.act_bytes / 2)
+        per = 34 + (0 if self.recompute == "selective" else 5 * a * s / h)
+        return s * b * h * per / tp * (self.act_bytes / 2)
 
 
 @dataclasses.dataclass
@@ -138,7 +140,7 @@ def cluster_from_dict(doc: dict, base_dir: str = ".") -> Cluster:
 
 def model_from_dict(d: dict) -> ModelSpec:
     try:
-        m = ModelSpec(**{k: (int(v) if k != "name" else v) for k, v in d.items() if k != "name"})
+        m = ModelSpec(**{k: (v if k == "recompute" else int(v)) for k, v in d.items() if k != "name"})
     except TypeError as e:
         raise PlanInputError(f"model: {e}") from e
     for k in ("layers", "hidden", "heads", "seq", "vocab", "global_batch"):
