@@ -8,12 +8,14 @@ import sys
 import pytest
 import uccl
 
+import torch_dist_util as U
+
 if not uccl.build_info().get("torch"):
     pytest.skip("uccl built without the torch backend", allow_module_level=True)
 
 
 def torchrun(tmp_path, *args):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", "--master-port=0",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", f"--master-port={U.free_port()}",
            "-m", "uccl.parallel.train", "--layers", "3", "--hidden", "32", "--seq", "16", "--vocab", "128",
            "--steps", "2", *args]
     env = dict(os.environ, OMP_NUM_THREADS="1", UCCL_TIMEOUT_S="120")

@@ -44,9 +44,10 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def measure_speeds(cfg, tc, coord, world_group_gather, reps=3):
+def measure_speeds(cfg, tc, coord, world_group_gather, min_s=1.5):
     """Seconds per transformer block (forward+backward of one micro-batch) and the head's cost in
-    blocks, per stage (slowest rank of the stage)."""
+    blocks, per stage (slowest rank of the stage). Each timing runs for at least min_s: a CPU
+    quota throttles in 100 ms periods, so shorter timings would see a random share of it."""
     import torch
     from .model import Block, Stage, TPComm, full_init
     full = full_init(cfg, tc.seed)
@@ -56,10 +57,11 @@ def measure_speeds(cfg, tc, coord, world_group_gather, reps=3):
 
     def timed(fn):
         fn()
-        t = time.perf_counter()
-        for _ in range(reps):
+        t, n = time.perf_counter(), 0
+        while n < 3 or time.perf_counter() - t < min_s:
             fn()
-        return (time.perf_counter() - t) / reps
+            n += 1
+        return (time.perf_counter() - t) / n
 
     blk = one.blocks[0]
     t_block = timed(lambda: blk(x).sum().backward())

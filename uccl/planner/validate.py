@@ -10,6 +10,14 @@ from typing import List
 from .spec import ModelSpec
 
 
+def free_port() -> int:
+    # torchrun's --master-port=0 leaves the ranks connecting to port 0: pick one here.
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def trainer_args(plan: dict, model: ModelSpec, steps: int = 4) -> List[str]:
     return ["-m", "uccl.parallel.train", "--tp", str(plan["tp"]), "--pp", str(plan["pp"]),
             "--layout", plan["layout"], "--parts", ",".join(map(str, plan["parts"])),
@@ -27,7 +35,7 @@ def parse_result(stdout: str) -> dict:
 
 def validate_local(plan: dict, model: ModelSpec, world: int, steps: int = 4, timeout: int = 900) -> float:
     """Runs the plan on this host with torchrun; returns the measured median iteration seconds."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}", "--master-port=0",
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}", f"--master-port={free_port()}",
            *trainer_args(plan, model, steps)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if p.returncode:
