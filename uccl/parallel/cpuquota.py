@@ -55,7 +55,23 @@ class CpuQuota:
         return ["sh", "-c", f"echo $$ > {shlex.quote(os.path.join(self.path, 'tasks'))} && exec "
                 + " ".join(shlex.quote(a) for a in argv)]
 
-    def close(self, wait_s: float = 10.0) -> None:
+    def pids(self):
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as f:
+                return [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            return []
+
+    def close(self, wait_s: float = 10.0, kill: bool = True) -> None:
+        """Removes the group; kill: first SIGKILL what still runs in it (only processes that
+        were placed there, and their children)."""
+        if kill:
+            import signal
+            for pid in self.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         end = time.monotonic() + wait_s
         while True:
             try:
