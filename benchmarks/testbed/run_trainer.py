@@ -88,10 +88,9 @@ def bed_for(a, intra, inter, tag):
     return bed, bed.topology_file(f"/tmp/trainer-{tag}-topo.json", ranks_per_host=RPH)
 
 
-def holmes(a):
+def holmes(a, rows):
     envs = {"all_fast": (a.fast, a.fast), "all_slow": (a.slow, a.slow), "mixed": (a.fast, a.slow)}
     runs = [("all_fast", "holmes"), ("all_slow", "holmes"), ("mixed", "holmes"), ("mixed", "naive")]
-    rows = []
     for rnd in range(a.rounds):
         for env, layout in runs:
             bed, topo = bed_for(a, *envs[env], "h")
@@ -109,14 +108,13 @@ def holmes(a):
     return rows
 
 
-def hetero(a):
+def hetero(a, rows):
     """c0 at quota_fast, c1 at quota_slow: each cluster alone, then both with adapt / uniform."""
-    rows = []
     bed, topo = bed_for(a, a.fast, a.fast, "x")
     try:
         qf, qs = a.quota_fast, a.quota_slow
         both = {(c, h): (qf if c == 0 else qs) for c, h in bed.all_hosts()}
-        cases = [("c0_alone", [(0, 0), (0, 1)], "uniform"), ("c1_alone", [(1, 0), (1, 1)], "uniform"),
+        cases = [("c0_alone", [(0, 0), (0, 1)], "adapt"), ("c1_alone", [(1, 0), (1, 1)], "adapt"),
                  ("both_adapt", None, "adapt"), ("both_uniform", None, "uniform")]
         for rnd in range(a.rounds):
             for name, hosts, parts in cases:
@@ -132,7 +130,7 @@ def hetero(a):
     return rows
 
 
-def validate(a):
+def validate(a, rows):
     """Planner on this bed (rates from the topology file, device speed profiled under the quota),
     then every plan it lists run on the bed."""
     from uccl.planner import estimate as est_mod
@@ -141,7 +139,6 @@ def validate(a):
     from uccl.planner.profile import profile_devices
     from uccl.planner.validate import trainer_args
     bed, topo = bed_for(a, a.fast, a.slow, "v")
-    rows = []
     try:
         with open(topo) as f:
             tdoc = json.load(f)
@@ -195,11 +192,24 @@ def main():
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     t0 = time.time()
-    rows = {"holmes": holmes, "hetero": hetero, "validate": validate}[a.what](a)
     out = a.out or os.path.join(HERE, f"trainer_{a.what}.json")
-    with open(out, "w") as f:
-        json.dump({"config": vars(a), "rows": rows, "wall_s": time.time() - t0, "cpus": os.cpu_count()}, f, indent=1)
+    rows = Rows(out, {"config": vars(a), "cpus": os.cpu_count()}, t0)
+    {"holmes": holmes, "hetero": hetero, "validate": validate}[a.what](a, rows)
     print(f"wrote {out} ({time.time() - t0:.0f} s)")
+
+
+class Rows(list):
+    """The results so far, rewritten to the JSON file after every run (an interrupted
+    measurement keeps what it measured)."""
+
+    def __init__(self, path, head, t0):
+        super().__init__()
+        self.path, self.head, self.t0 = path, head, t0
+
+    def append(self, row):
+        super().append(row)
+        with open(self.path, "w") as f:
+            json.dump({**self.head, "rows": list(self), "wall_s": time.time() - self.t0}, f, indent=1)
 
 
 if __name__ == "__main__":

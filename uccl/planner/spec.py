@@ -98,7 +98,10 @@ class Cluster:
         return len(self.placement)
 
     def topology(self):
-        from uccl import cost  # the C++ cost model (uccl.cost)
+        try:
+            from uccl import cost  # the C++ cost model (uccl.cost)
+        except ImportError as e:
+            raise PlanInputError(f"uccl.cost (uccl's cost model from Python) is not available: {e}") from e
         return cost.Topology.from_dict(self.topo_dict, self.placement)
 
 
