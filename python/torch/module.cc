@@ -7,7 +7,7 @@
 
 #include "backend.h"
 #include "topology/topology.h"
-#include "transports/transport.h"
+#include "transports/registry.h"
 
 namespace py = pybind11;
 using uccl_torch::UcclBackend;
@@ -45,8 +45,8 @@ PYBIND11_MODULE(_torch, m) {
              auto& t = *b.traffic();
              std::lock_guard<std::mutex> lk(t.mu);
              py::dict d, by_transport, by_level;
-             for (int k = 0; k < 4; ++k)
-               by_transport[uccl::transport_name(static_cast<uccl::TransportKind>(k))] = t.sum.bytes_sent_by_transport[k];
+             for (const uccl::TransportEntry* e : uccl::transport_table())
+               by_transport[e->name.c_str()] = t.sum.bytes_sent_by_transport[static_cast<int>(e->id)];
              for (int l = 0; l < 3; ++l) by_level[uccl::level_name(l)] = t.sum.bytes_sent_by_level[l];
              d["ops"] = t.ops;
              d["bytes_sent"] = by_transport;

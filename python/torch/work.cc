@@ -90,7 +90,7 @@ void CompletionQueue::stop() {
 
 void TrafficTotals::add(const uccl::OpStats& s) {
   std::lock_guard<std::mutex> lk(mu);
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < uccl::kMaxTransports; ++k) {
     sum.bytes_sent_by_transport[k] += s.bytes_sent_by_transport[k];
     sum.bytes_received_by_transport[k] += s.bytes_received_by_transport[k];
   }
