@@ -180,8 +180,9 @@ void test_cost_model() {
 
 void test_example_file() {
   // The example shipped with the testbed parses and applies (a host matched by name).
-  std::string path = __FILE__;
-  path = path.substr(0, path.rfind("/tests/")) + "/benchmarks/testbed/example_topology.yaml";
+  // The source tree from CMake: __FILE__ may be relative to the build directory (ccache's
+  // base_dir rewrites absolute paths), and ctest runs the test elsewhere.
+  std::string path = std::string(UCCL_SOURCE_DIR) + "/benchmarks/testbed/example_topology.yaml";
   FILE* f = std::fopen(path.c_str(), "r");
   CHECK(f);
   std::string text;
