@@ -1,5 +1,5 @@
-#include "core/config.h"
-#include "core/dtype.h"
+#include "base/config.h"
+#include "uccl/types.h"
 #include "test_util.h"
 
 using namespace uccl;

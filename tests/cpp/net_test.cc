@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "test_util.h"
-#include "core/net.h"
+#include "base/net.h"
 
 using namespace uccl;
 

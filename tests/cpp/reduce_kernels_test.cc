@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "test_util.h"
-#include "core/reduce.h"
-#include "core/stream_copy.h"
+#include "base/reduce.h"
+#include "base/stream_copy.h"
 
 using namespace uccl;
 

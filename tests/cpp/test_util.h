@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <functional>
 
-#include "core/status.h"
+#include "uccl/status.h"
 
 #define CHECK_OK(expr)                                                                     \
   do {                                                                                     \

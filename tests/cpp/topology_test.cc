@@ -6,7 +6,7 @@
 #include "test_util.h"
 #include "topology/cost_model.h"
 #include "topology/local_host.h"
-#include "topology/path_choice.h"
+#include "transports/path_choice.h"
 #include "topology/topo_value.h"
 #include "topology/topology.h"
 

@@ -32,7 +32,7 @@ fi
 grep -q 'UCCL_BUILT_VERBS "ON"' "$BUILD/generated/build_info.h" || { echo "SKIP: built without verbs"; exit 0; }
 
 # doctest (Debian doctest-dev) from the host's /usr/include: the VM shares the host's root.
-g++ -std=c++17 -O2 -g -Wall -Wextra "${SAN[@]}" -Icpp -I. -Itests/cpp -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
+g++ -std=c++17 -O2 -g -Wall -Wextra "${SAN[@]}" -Iinclude -Icpp -I. -Itests/cpp -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
   tests/cpp/verbs/verbs_transport_vmtest.cc tests/cpp/verbs/verbs_vmtest_failures.cc tests/cpp/doctest_main.cc \
   -L"$BUILD" -luccl -Wl,-rpath,"$BUILD" -o "$OUT/verbs_transport_vmtest"
 
