@@ -29,6 +29,7 @@ UCCL_APT_PACKAGES=(
   openmpi-bin libopenmpi-dev                                     # mpirun test, MPI baseline
   libibverbs-dev rdma-core                    # verbs headers; libibverbs is dlopen'ed at run time
   iproute2 iperf3                             # netns testbed, two-host benchmark
+  pkg-config                                  # tests/test_capi.py: pkg-config uccl
 )
 # Debian packages for libFuzzer (scripts/fuzz.sh), only with UCCL_SETUP_FUZZ=1.
 UCCL_APT_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
@@ -40,6 +41,7 @@ UCCL_PIP_PACKAGES=(
   pybind11 scikit-build-core numpy ml_dtypes    # the build and the Python package
   pytest pytest-timeout                         # the tests
   mpi4py matplotlib                             # MPI baseline, benchmark plots
+  ray==2.60.0 jax==0.10.2 jaxlib==0.10.2        # embedding tests: Ray backend, JAX arrays
 )
 
 # --- system packages -------------------------------------------------------------------------
