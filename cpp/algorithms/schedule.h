@@ -12,12 +12,14 @@
 // step overlaps sending, receiving and reducing without the schedule splitting it.
 #pragma once
 
+#include <bitset>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "algorithms/select.h"
 #include "core/communicator.h"
 #include "transports/transport.h"
 
@@ -104,12 +106,8 @@ struct ExecState {
   std::vector<SendRequest> sends;
   std::vector<RecvRequest> recvs;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
+  std::bitset<256> logged_choices;  // (collective, algorithm) pairs whose choice was INFO-logged
 };
-
-// An algorithm forced by UCCL_ALGO or a communicator option (parsed once per communicator).
-enum class AlgoChoice : uint8_t { kAuto, kRing, kDirect, kHier, kHalvingDoubling };
-bool algo_choice_valid(const std::string& name);      // "", auto, ring, direct, hier(archical), rhd
-AlgoChoice parse_algo_choice(const std::string& name);  // of a valid name
 
 // What an executing operation needs from its communicator.
 struct OpEnv {
@@ -120,8 +118,8 @@ struct OpEnv {
   ScratchArena* scratch = nullptr;
   ExecState* exec = nullptr;  // the communicator's (required)
   OpStats* stats = nullptr;
-  AlgoChoice algo = AlgoChoice::kAuto;  // UCCL_ALGO / the communicator's algorithm option
-  std::shared_ptr<const Topology> topo;  // set for collectives that may run hierarchically
+  Algorithm algo = Algorithm::kAuto;  // forced by UCCL_ALGO / the communicator's algorithm option
+  std::shared_ptr<const Topology> topo;  // set for collectives whose choice reads it (needs_topology)
   size_t small_msg_bytes = 0;
 };
 

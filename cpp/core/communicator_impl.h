@@ -63,7 +63,7 @@ class CommunicatorImpl : public Communicator {
   std::shared_ptr<Store> store_;
   CommOptions opts_;
   std::shared_ptr<Engine> engine_;
-  const AlgoChoice algo_;          // resolved once: options, then UCCL_ALGO
+  const Algorithm algo_;           // resolved once: options, then UCCL_ALGO
   const size_t small_msg_bytes_;
   ScratchArena scratch_;
   ExecState exec_;  // reused by each executing operation in turn (see ExecState)
