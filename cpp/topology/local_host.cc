@@ -8,10 +8,10 @@
 
 #include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "core/config.h"
 #include "core/log.h"
+#include "topology/declared_topology.h"
 
 namespace uccl {
 namespace {
@@ -155,15 +155,8 @@ Status describe_local_host(PeerInfo* me) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (!loaded) {
-      std::ifstream f(path);
-      if (!f) {
-        doc = InvalidArgument("UCCL_TOPO_FILE=" + path + " cannot be read");
-      } else {
-        std::stringstream ss;
-        ss << f.rdbuf();
-        doc = parse_topo_text(ss.str(), path);
-        if (!doc.ok()) doc = doc.status().with_context("UCCL_TOPO_FILE=" + path);
-      }
+      doc = read_topology_file(path);
+      if (!doc.ok()) doc = doc.status().with_context("UCCL_TOPO_FILE");
       loaded = true;
     }
   }
