@@ -179,3 +179,21 @@ def test_choose_agrees_with_a_communicator(tmp_path, placement):
         group = [q for q in range(4) if q % 2 == r % 2]
         assert res["half"] == [cost.choose(t, c, n, ranks=group)[0] for c, n in CASES], f"rank {r}"
     assert len(set(want_world)) >= 2  # the cases do exercise the choice
+
+
+def body_small_and_large(ctx):
+    for n in (256, 1 << 18, 256, 1 << 18):
+        ctx.comm.all_reduce(np.ones(n, np.float32))
+    return True
+
+
+def test_info_log_says_why(tmp_path):
+    run_world(2, "test_cost:body_small_and_large", env={"UCCL_DEBUG": "INFO"}, transport="auto", timeout=120,
+              rank_env=lambda r: {"UCCL_DEBUG_FILE": str(tmp_path / f"rank{r}.log")})
+    log = (tmp_path / "rank0.log").read_text()
+    lines = [x for x in log.splitlines() if "all_reduce of" in x]
+    # once per algorithm the communicator picks, not on every call
+    assert len(lines) == 2, log
+    assert "all_reduce of 1 KiB on 2 ranks: direct predicted" in lines[0]
+    assert "ring" in lines[0] and "UCCL_SMALL_MSG_BYTES" in lines[0]
+    assert "all_reduce of 1 MiB on 2 ranks: ring predicted" in lines[1] and "rhd" in lines[1]

@@ -42,18 +42,19 @@ Algorithm choose_algorithm(const OpEnv& env, Collective coll, size_t bytes) {
   req.topo = env.topo.get();
   req.forced = env.algo;
   req.small_msg_bytes = env.small_msg_bytes;
-  const Selection sel = select_algorithm(req);
-  set_algo(env, algorithm_name(sel.algo));
+  bool fresh = true;
+  const Algorithm algo = env.exec ? env.exec->choices.choose(req, &fresh) : choose_fast(req);
+  set_algo(env, algorithm_name(algo));
   // INFO: the first time this communicator picks an algorithm for a collective, and again for
-  // each other algorithm it picks (not on every call).
-  if (log_enabled(LogLevel::kInfo) && env.exec) {
-    const size_t key = static_cast<size_t>(base_collective(coll)) * 16 + static_cast<size_t>(sel.algo);
+  // each other algorithm it picks (not on every call); the text is only built then.
+  if (fresh && env.exec && log_enabled(LogLevel::kInfo)) {
+    const size_t key = static_cast<size_t>(base_collective(coll)) * 16 + static_cast<size_t>(algo);
     if (key < env.exec->logged_choices.size() && !env.exec->logged_choices.test(key)) {
       env.exec->logged_choices.set(key);
-      UCCL_INFO("%s", sel.reason.c_str());
+      UCCL_INFO("%s", select_algorithm(req).reason.c_str());
     }
   }
-  return sel.algo;
+  return algo;
 }
 
 }  // namespace uccl

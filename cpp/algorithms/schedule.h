@@ -106,6 +106,7 @@ struct ExecState {
   std::vector<SendRequest> sends;
   std::vector<RecvRequest> recvs;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
+  SelectionMemo choices;            // the algorithm chosen per (collective, size), see select.h
   std::bitset<256> logged_choices;  // (collective, algorithm) pairs whose choice was INFO-logged
 };
 

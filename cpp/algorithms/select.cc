@@ -51,12 +51,18 @@ CostOp cost_op(Collective c) {
 std::string small_range(const SelectRequest& r) {
   return "UCCL_SMALL_MSG_BYTES=" + fmt_bytes(static_cast<double>(r.small_msg_bytes));
 }
-// Auto selection leaves latency-bound requests to direct (the measured crossover).
-std::string avoid_small(const SelectRequest& r) {
-  return r.bytes <= r.small_msg_bytes ? "latency-bound: at most " + small_range(r) : "";
+
+// Predicates answer on the hot path without building text: `why` is only filled when given.
+bool say(std::string* why, const std::string& text) {
+  if (why) *why = text;
+  return true;
 }
-std::string need_two(const SelectRequest& r) { return r.size < 2 ? "one rank" : ""; }
-std::string never(const SelectRequest&) { return ""; }
+// Auto selection leaves latency-bound requests to direct (the measured crossover).
+bool avoid_small(const SelectRequest& r, std::string* why) {
+  return r.bytes <= r.small_msg_bytes && say(why, "latency-bound: at most " + small_range(r));
+}
+bool need_two(const SelectRequest& r, std::string* why) { return r.size < 2 && say(why, "one rank"); }
+bool never(const SelectRequest&, std::string*) { return false; }
 
 // One row per algorithm; the order breaks ties.
 struct Row {
@@ -67,63 +73,62 @@ struct Row {
   bool reads_topology;  // refuse/avoid look at the topology's shape
   uint32_t colls;       // base collectives it has a schedule for
   uint32_t dtypes;
-  std::string (*refuse)(const SelectRequest&);  // why it cannot run the request ("" = it can)
-  std::string (*avoid)(const SelectRequest&);   // why auto selection leaves it to others
+  bool (*refuse)(const SelectRequest&, std::string* why);  // it cannot run the request
+  bool (*avoid)(const SelectRequest&, std::string* why);   // auto selection leaves it to others
   double (*cost)(const Topology&, const SelectRequest&);
 };
 
 const Row kTable[] = {
     {Algorithm::kLocal, "local", false, true, false, kAR | kAG | kRS | kBcast | kReduce | kA2A, kAnyDtype,
-     [](const SelectRequest& r) { return r.size == 1 ? std::string() : "more than one rank"; }, never,
+     [](const SelectRequest& r, std::string* why) { return r.size != 1 && say(why, "more than one rank"); }, never,
      [](const Topology&, const SelectRequest&) { return 0.0; }},
     {Algorithm::kDirect, "direct", true, true, false, kAR | kAG | kRS | kBcast | kReduce | kA2A | kGather | kScatter,
      kAnyDtype,
-     [](const SelectRequest& r) {
+     [](const SelectRequest& r, std::string* why) {
        // gather and scatter have no local row: direct is their algorithm at any size
-       return r.coll == Collective::kGather || r.coll == Collective::kScatter ? std::string() : need_two(r);
+       return r.coll != Collective::kGather && r.coll != Collective::kScatter && need_two(r, why);
      },
-     [](const SelectRequest& r) {
+     [](const SelectRequest& r, std::string* why) {
        const bool has_ring = (bit(r.coll) & (kAR | kAG | kRS | kBcast | kReduce)) != 0;
-       return has_ring && r.bytes > r.small_msg_bytes ? "bandwidth-bound: above " + small_range(r) : std::string();
+       return has_ring && r.bytes > r.small_msg_bytes && say(why, "bandwidth-bound: above " + small_range(r));
      },
      [](const Topology& t, const SelectRequest& r) {
        return predict_direct(t, cost_op(r.coll), static_cast<double>(r.bytes), r.root);
      }},
     {Algorithm::kRing, "ring", true, true, false, kAR | kAG | kRS | kBcast | kReduce, kAnyDtype,
-     [](const SelectRequest& r) {
-       if (r.coll == Collective::kBroadcast && r.size == 2) return std::string("a broadcast to two ranks is one message");
-       return need_two(r);
+     [](const SelectRequest& r, std::string* why) {
+       if (r.coll == Collective::kBroadcast && r.size == 2) return say(why, "a broadcast to two ranks is one message");
+       return need_two(r, why);
      },
      avoid_small,
      [](const Topology& t, const SelectRequest& r) {
        return predict_flat_ring(t, cost_op(r.coll), static_cast<double>(r.bytes), r.root);
      }},
     {Algorithm::kHalvingDoubling, "rhd", true, false, true, kAR, kAnyDtype,
-     [](const SelectRequest& r) {
-       if (r.size >= 2 && (r.size & (r.size - 1)) == 0) return std::string();
-       return std::to_string(r.size) + " ranks: not a power of two";
+     [](const SelectRequest& r, std::string* why) {
+       return !(r.size >= 2 && (r.size & (r.size - 1)) == 0) &&
+              say(why, std::to_string(r.size) + " ranks: not a power of two");
      },
-     [](const SelectRequest& r) {
+     [](const SelectRequest& r, std::string* why) {
        // Fewer steps than the ring (2 log2 n vs 2 (n-1)) matter where each step waits for a rank
        // to be scheduled (4 ranks on the 2-core VM, 1 MiB: 450-475 us vs 545-715 us by ring).
        // Across hosts its first steps send half the buffer over the network at once.
-       std::string why = avoid_small(r);
-       if (!why.empty()) return why;
-       if (!r.topo) return std::string("topology unknown");
+       if (avoid_small(r, why)) return true;
+       if (!r.topo) return say(why, "topology unknown");
        if (r.topo->num_hosts() > 1)
-         return "the group spans " + std::to_string(r.topo->num_hosts()) +
-                " hosts: its first steps put half the buffer on the network at once (measured: the ring wins)";
-       return std::string();
+         return say(why, "the group spans " + std::to_string(r.topo->num_hosts()) +
+                             " hosts: its first steps put half the buffer on the network at once (measured: the ring wins)");
+       return false;
      },
      [](const Topology& t, const SelectRequest& r) {
        return predict_halving_doubling(t, cost_op(r.coll), static_cast<double>(r.bytes));
      }},
     {Algorithm::kHier, "hier", true, false, true, kAR | kAG | kRS, kAnyDtype,
-     [](const SelectRequest& r) {
-       if (r.size < 2) return std::string("one rank");
-       if (!r.topo) return std::string("topology unknown");
-       if (!r.topo->hierarchical()) return "the hierarchy is flat: " + r.topo->flat_reason();
-       return std::string();
+     [](const SelectRequest& r, std::string* why) {
+       if (r.size < 2) return say(why, "one rank");
+       if (!r.topo) return say(why, "topology unknown");
+       if (!r.topo->hierarchical()) return say(why, "the hierarchy is flat: " + r.topo->flat_reason());
+       return false;
      },
      avoid_small,
      [](const Topology& t, const SelectRequest& r) {
@@ -132,6 +137,7 @@ const Row kTable[] = {
     {Algorithm::kDissemination, "dissemination", false, true, false, kBarrier, kAnyDtype, never, never,
      [](const Topology& t, const SelectRequest&) { return predict_dissemination(t); }},
 };
+constexpr int kRows = sizeof(kTable) / sizeof(kTable[0]);
 
 const Row* row_of(Algorithm a) {
   for (const Row& r : kTable)
@@ -139,22 +145,68 @@ const Row* row_of(Algorithm a) {
   return nullptr;
 }
 
-// Why `row` cannot run `req` at all ("" = it can).
-std::string refusal(const Row& row, const SelectRequest& req) {
-  if (!(row.colls & bit(req.coll))) return std::string("no schedule for ") + collective_name(req.coll);
-  if (!(row.dtypes & (1u << static_cast<int>(req.dtype)))) return std::string("does not take ") + dtype_name(req.dtype);
-  return row.refuse(req);
+// Whether `row` cannot run `req` at all (why, when given, says so).
+bool refuses(const Row& row, const SelectRequest& req, std::string* why) {
+  if (!(row.colls & bit(req.coll))) return say(why, std::string("no schedule for ") + collective_name(req.coll));
+  if (!(row.dtypes & (1u << static_cast<int>(req.dtype))))
+    return say(why, std::string("does not take ") + dtype_name(req.dtype));
+  return row.refuse(req, why);
 }
 
-double cost_of(const Row& row, const SelectRequest& req) {
-  return req.topo ? row.cost(*req.topo, req) : -1;
-}
+double cost_of(const Row& row, const SelectRequest& req) { return req.topo ? row.cost(*req.topo, req) : -1; }
 
 std::string forcible_names() {
   std::string s = "auto";
   for (const Row& r : kTable)
     if (r.forcible) s += std::string(", ") + r.name;
   return s;
+}
+
+// The choice, without text or allocation unless two candidates must be compared by cost.
+// req.coll is a base collective. Returns the chosen row; *forced_ran says the forced one runs.
+struct Choice {
+  int best = -1;
+  double cost = -1;
+  bool forced_runs = false;
+  uint32_t pool = 0;  // rows that competed
+  uint32_t runs = 0;  // rows that can run the request
+};
+
+Choice decide(const SelectRequest& req, bool want_cost) {
+  Choice c;
+  uint32_t avoided = 0;
+  for (int i = 0; i < kRows; ++i) {
+    if (refuses(kTable[i], req, nullptr)) continue;
+    c.runs |= 1u << i;
+    if (kTable[i].avoid(req, nullptr)) avoided |= 1u << i;
+  }
+  const Row* forced = req.forced == Algorithm::kAuto ? nullptr : row_of(req.forced);
+  if (forced && (c.runs & (1u << (forced - kTable)))) {
+    c.forced_runs = true;
+    c.pool = 1u << (forced - kTable);
+  } else {
+    uint32_t eligible = c.runs;
+    if (forced)
+      for (int i = 0; i < kRows; ++i)
+        if (!kTable[i].plain) eligible &= ~(1u << i);
+    c.pool = eligible & ~avoided;
+    if (!c.pool) c.pool = eligible;  // every candidate avoids it: whichever can run
+  }
+  for (int i = 0; i < kRows; ++i) {
+    if (!(c.pool & (1u << i))) continue;
+    if (c.best < 0) {
+      c.best = i;
+      // one candidate: its cost only matters when asked for
+      if (want_cost || (c.pool >> (i + 1))) c.cost = cost_of(kTable[i], req);
+      continue;
+    }
+    const double cost = cost_of(kTable[i], req);
+    if (cost >= 0 && c.cost >= 0 && cost < c.cost * (1 - 1e-9)) {
+      c.best = i;
+      c.cost = cost;
+    }
+  }
+  return c;
 }
 
 }  // namespace
@@ -188,66 +240,76 @@ bool needs_topology(Collective coll) {
   return false;
 }
 
+Algorithm choose_fast(const SelectRequest& in) {
+  SelectRequest req = in;
+  req.coll = base_collective(in.coll);
+  const Choice c = decide(req, false);
+  return c.best < 0 ? Algorithm::kDirect : kTable[c.best].algo;
+}
+
 Selection select_algorithm(const SelectRequest& in) {
   SelectRequest req = in;
   req.coll = base_collective(in.coll);
+  const Choice c = decide(req, true);
   Selection sel;
-  std::string out;  // rows that cannot run the request, with why
-  for (const Row& row : kTable) {
-    const std::string no = refusal(row, req);
-    if (!no.empty()) {
-      if (row.colls & bit(req.coll)) out += std::string(out.empty() ? "" : "; ") + row.name + " (" + no + ")";
+  std::string out, avoided;  // rows that cannot run it / that competed not, with why
+  for (int i = 0; i < kRows; ++i) {
+    const Row& row = kTable[i];
+    std::string why;
+    if (!(c.runs & (1u << i))) {
+      if ((row.colls & bit(req.coll)) && refuses(row, req, &why)) out += (out.empty() ? "" : "; ") + std::string(row.name) + " (" + why + ")";
       continue;
     }
-    const std::string avoid = row.avoid(req);
-    sel.candidates.push_back({row.algo, cost_of(row, req), !avoid.empty(), avoid});
+    const bool avoids = row.avoid(req, &why);
+    const double cost = i == c.best ? c.cost : cost_of(row, req);
+    sel.candidates.push_back({row.algo, cost, avoids, why});
+    if (!(c.pool & (1u << i)) && i != c.best)
+      avoided += (avoided.empty() ? "" : "; ") + std::string(row.name) + " " + fmt_seconds(cost) + (why.empty() ? "" : " (" + why + ")");
   }
   char head[160];
   snprintf(head, sizeof head, "%s of %s on %d ranks: ", collective_name(in.coll),
            fmt_bytes(static_cast<double>(req.bytes)).c_str(), req.size);
   sel.reason = head;
-
-  // Which candidates compete.
-  const Row* forced = req.forced == Algorithm::kAuto ? nullptr : row_of(req.forced);
-  std::vector<const Candidate*> pool;
-  for (const Candidate& c : sel.candidates)
-    if (forced && c.algo == forced->algo) pool.push_back(&c);
-  if (forced && !pool.empty()) {
-    sel.reason += std::string("forced by UCCL_ALGO/algorithm option (") + fmt_seconds(pool[0]->cost) + ")";
-  } else {
-    if (forced)
-      sel.reason += std::string("forced ") + forced->name + " cannot run (" + refusal(*forced, req) +
-                    "), the plain algorithms compete; ";
-    auto eligible = [&](const Candidate& c) { return !forced || row_of(c.algo)->plain; };
-    for (const Candidate& c : sel.candidates)
-      if (eligible(c) && !c.avoided) pool.push_back(&c);
-    if (pool.empty())  // every candidate avoids it: whichever can run
-      for (const Candidate& c : sel.candidates)
-        if (eligible(c)) pool.push_back(&c);
-  }
-  if (pool.empty()) {  // cannot happen with the table above; say so rather than guess
+  if (c.best < 0) {  // cannot happen with the table above; say so rather than guess
     sel.algo = Algorithm::kDirect;
     sel.reason += "no algorithm can run it (" + out + ")";
     return sel;
   }
-  const Candidate* best = pool[0];
-  for (const Candidate* c : pool)
-    if (c->cost >= 0 && best->cost >= 0 && c->cost < best->cost * (1 - 1e-9)) best = c;
-  sel.algo = best->algo;
-  sel.cost = best->cost;
-  if (!forced || best->algo != forced->algo) {
-    sel.reason += std::string(algorithm_name(best->algo)) + " predicted " + fmt_seconds(best->cost);
-    for (const Candidate* c : pool)
-      if (c != best) sel.reason += std::string(", ") + algorithm_name(c->algo) + " " + fmt_seconds(c->cost);
+  const Row& best = kTable[c.best];
+  sel.algo = best.algo;
+  sel.cost = c.cost;
+  const Row* forced = req.forced == Algorithm::kAuto ? nullptr : row_of(req.forced);
+  if (c.forced_runs) {
+    sel.reason += std::string(best.name) + " forced by UCCL_ALGO/algorithm option (" + fmt_seconds(c.cost) + ")";
+  } else {
+    if (forced) {
+      std::string why;
+      refuses(*forced, req, &why);
+      sel.reason += std::string("forced ") + forced->name + " cannot run (" + why + "), the plain algorithms compete; ";
+    }
+    sel.reason += std::string(best.name) + " predicted " + fmt_seconds(c.cost);
+    for (const Candidate& k : sel.candidates)
+      if (k.algo != best.algo && (c.pool & (1u << (row_of(k.algo) - kTable))))
+        sel.reason += std::string(", ") + algorithm_name(k.algo) + " " + fmt_seconds(k.cost);
   }
-  std::string avoided;
-  for (const Candidate& c : sel.candidates)
-    if (std::find(pool.begin(), pool.end(), &c) == pool.end() && c.algo != best->algo)
-      avoided += std::string(avoided.empty() ? "" : "; ") + algorithm_name(c.algo) + " " + fmt_seconds(c.cost) +
-                 (c.why.empty() ? "" : " (" + c.why + ")");
   if (!avoided.empty()) sel.reason += "; not chosen: " + avoided;
   if (!out.empty()) sel.reason += "; cannot run: " + out;
   return sel;
+}
+
+Algorithm SelectionMemo::choose(const SelectRequest& req, bool* fresh) {
+  const uint64_t key = static_cast<uint64_t>(req.bytes) ^ (static_cast<uint64_t>(req.coll) << 56) ^
+                       (static_cast<uint64_t>(static_cast<uint32_t>(req.root)) << 40);
+  Entry& e = entries_[((key * 0x9E3779B97F4A7C15ull) >> 60) % kEntries];
+  if (e.valid && e.bytes == req.bytes && e.coll == req.coll && e.root == req.root && e.topo == req.topo &&
+      e.forced == req.forced && e.small == req.small_msg_bytes && e.size == req.size && e.dtype == req.dtype) {
+    *fresh = false;
+    return e.algo;
+  }
+  e = {true, req.coll, req.dtype, req.forced, req.root, req.size, req.bytes, req.small_msg_bytes, req.topo,
+       choose_fast(req)};
+  *fresh = true;
+  return e.algo;
 }
 
 Result<double> predict_algorithm(const SelectRequest& req, Algorithm algo) {
@@ -257,9 +319,9 @@ Result<double> predict_algorithm(const SelectRequest& req, Algorithm algo) {
   if (!row) return InvalidArgument("unknown algorithm");
   SelectRequest r = req;
   r.coll = base_collective(req.coll);
-  const std::string no = refusal(*row, r);
-  if (!no.empty())
-    return InvalidArgument(std::string(row->name) + " cannot run " + collective_name(req.coll) + " here: " + no);
+  std::string why;
+  if (refuses(*row, r, &why))
+    return InvalidArgument(std::string(row->name) + " cannot run " + collective_name(req.coll) + " here: " + why);
   return row->cost(*req.topo, r);
 }
 

@@ -73,7 +73,34 @@ struct Selection {
   std::vector<Candidate> candidates;  // the rows that could run the request
 };
 
+// The choice with its reason and every candidate's predicted cost (logs, uccl.cost).
 Selection select_algorithm(const SelectRequest& req);
+// The same choice without text, for the hot path: costs are only predicted when two candidates
+// compete, nothing is allocated otherwise.
+Algorithm choose_fast(const SelectRequest& req);
+
+// Remembers one communicator's recent choices, so that an operation repeated at the same size
+// does not run the cost model again (a 256 KiB all_reduce on shm takes ~20 us; predicting two
+// candidates would add microseconds). Not thread safe: one per communicator's executing state.
+class SelectionMemo {
+ public:
+  // choose_fast(req), remembered; *fresh says it was computed now.
+  Algorithm choose(const SelectRequest& req, bool* fresh);
+
+ private:
+  struct Entry {
+    bool valid = false;
+    Collective coll = Collective::kAllReduce;
+    DataType dtype = DataType::kFloat32;
+    Algorithm forced = Algorithm::kAuto;
+    int root = 0, size = 0;
+    size_t bytes = 0, small = 0;
+    const Topology* topo = nullptr;
+    Algorithm algo = Algorithm::kAuto;
+  };
+  static constexpr size_t kEntries = 16;
+  Entry entries_[kEntries];
+};
 
 // Whether the choice for this collective can depend on the topology's shape (the core then
 // fetches every rank's PeerInfo before the first such operation).

@@ -274,3 +274,24 @@ TEST_CASE("cost model: every algorithm has a latency term and the bandwidth term
   CHECK(predict_p2p(*t, 0, 1, D) == doctest::Approx(D / B + 5e-6));
   CHECK(predict_hierarchical(*t, CostOp::kBroadcast, D) < 0);  // no such schedule
 }
+
+TEST_CASE("the memo and the fast path give the table's choice") {
+  auto t = topo(grid(2, 2, 2), {40, 4, 0.5});
+  SelectionMemo memo;
+  for (int round = 0; round < 2; ++round)
+    for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kBroadcast})
+      for (size_t bytes : {size_t(16), size_t(1) << 20, size_t(64) << 20}) {
+        SelectRequest r;
+        r.coll = c;
+        r.bytes = bytes;
+        r.size = t->size();
+        r.topo = t.get();
+        r.small_msg_bytes = kSmall;
+        bool fresh = false;
+        CHECK(memo.choose(r, &fresh) == select_algorithm(r).algo);
+        if (round == 0) CHECK(fresh);
+        CHECK(memo.choose(r, &fresh) == select_algorithm(r).algo);
+        CHECK(!fresh);  // the same request again: remembered
+        CHECK(choose_fast(r) == select_algorithm(r).algo);
+      }
+}
