@@ -1,4 +1,4 @@
-"""uccl's exception hierarchy (mirrors the C++ status codes in cpp/core/status.h).
+"""uccl's exception hierarchy (mirrors the C++ status codes in include/uccl/status.h).
 
 Every error carries ``code`` (the C++ code value) and ``peer`` (the rank involved, or None),
 and its message names the operation and the peer, e.g.
@@ -14,6 +14,10 @@ class UcclError(RuntimeError):
         super().__init__(message)
         self.code = code
         self.peer = peer
+
+    def __reduce__(self):
+        # Keeps code and peer across pickling (Ray ships a task's exception to the caller).
+        return type(self), (str(self), self.code, self.peer)
 
 
 class InvalidArgument(UcclError, ValueError):

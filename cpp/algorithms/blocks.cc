@@ -1,5 +1,5 @@
 #include "algorithms/collectives.h"
-#include "core/log.h"
+#include "base/log.h"
 
 namespace uccl {
 
@@ -43,14 +43,14 @@ Algorithm choose_algorithm(const OpEnv& env, Collective coll, size_t bytes) {
   req.forced = env.algo;
   req.small_msg_bytes = env.small_msg_bytes;
   bool fresh = true;
-  const Algorithm algo = env.exec ? env.exec->choices.choose(req, &fresh) : choose_fast(req);
+  const Algorithm algo = env.choices ? env.choices->memo.choose(req, &fresh) : choose_fast(req);
   set_algo(env, algorithm_name(algo));
   // INFO: the first time this communicator picks an algorithm for a collective, and again for
   // each other algorithm it picks (not on every call); the text is only built then.
-  if (fresh && env.exec && log_enabled(LogLevel::kInfo)) {
+  if (fresh && env.choices && log_enabled(LogLevel::kInfo)) {
     const size_t key = static_cast<size_t>(base_collective(coll)) * 16 + static_cast<size_t>(algo);
-    if (key < env.exec->logged_choices.size() && !env.exec->logged_choices.test(key)) {
-      env.exec->logged_choices.set(key);
+    if (key < env.choices->logged.size() && !env.choices->logged.test(key)) {
+      env.choices->logged.set(key);
       UCCL_INFO("%s", select_algorithm(req).reason.c_str());
     }
   }

@@ -18,13 +18,14 @@
 // Topology and settings, so the ranks agree without exchanging a message.
 #pragma once
 
+#include <bitset>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
-#include "core/status.h"
+#include "uccl/status.h"
+#include "uccl/types.h"
 
 namespace uccl {
 
@@ -100,6 +101,13 @@ class SelectionMemo {
   };
   static constexpr size_t kEntries = 16;
   Entry entries_[kEntries];
+};
+
+// What one communicator keeps between operations: its memo and which choices it INFO-logged.
+// Builders run one at a time per communicator, so no lock.
+struct SelectionState {
+  SelectionMemo memo;
+  std::bitset<256> logged;  // (base collective, algorithm) pairs
 };
 
 // Whether the choice for this collective can depend on the topology's shape (the core then

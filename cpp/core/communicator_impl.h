@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 #include "core/engine.h"
 #include "topology/topology.h"
 
@@ -66,6 +66,7 @@ class CommunicatorImpl : public Communicator {
   const Algorithm algo_;           // resolved once: options, then UCCL_ALGO
   const size_t small_msg_bytes_;
   ScratchArena scratch_;
+  SelectionState choices_;  // the algorithm choices this communicator remembers (select.h)
   ExecState exec_;  // reused by each executing operation in turn (see ExecState)
   std::mutex issue_mu_;          // sequence numbers are assigned in issue order
   uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "uccl/status.h"
 #include "topology/topo_value.h"
 #include "topology/topology.h"
 

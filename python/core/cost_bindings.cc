@@ -9,8 +9,8 @@
 #include <set>
 
 #include "algorithms/select.h"
-#include "core/config.h"
-#include "core/dtype.h"
+#include "base/config.h"
+#include "uccl/types.h"
 #include "python/core/py_errors.h"
 #include "topology/cost_model.h"
 #include "topology/declared_topology.h"
