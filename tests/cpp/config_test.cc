@@ -2,7 +2,6 @@
 // environment value leaves the default in place and is reported naming the variable and what
 // was expected, and Communicator::create refuses to start with it. Its own process: the
 // environment is set before any variable is read.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -65,7 +64,7 @@ TEST_CASE("parsers take what they document and refuse the rest") {
 }
 
 TEST_CASE("a refused value keeps the default and is named with what was expected") {
-  // Set before anything reads these variables (main() runs the tests first thing).
+  // Set before anything reads these variables (environment_set, a static initializer).
   CHECK(kNsocksPerPeer.error().code() == Code::kInvalidArgument);
   CHECK(contains(kNsocksPerPeer.error().message(), "UCCL_NSOCKS_PERPEER='abc': expected an integer from 1 to 64"));
   CHECK(kNsocksPerPeer.get() == kNsocksPerPeer.default_value());
@@ -118,11 +117,11 @@ TEST_CASE("every declared variable has a valid default, a meaning and a section"
   }
 }
 
-int main(int argc, char** argv) {
+// Before any test (and before anything reads a variable: they are read at first use).
+[[maybe_unused]] const bool environment_set = [] {
   setenv("UCCL_NSOCKS_PERPEER", "abc", 1);
   setenv("UCCL_SHM_CMA_MIN_BYTES", "12Q", 1);
   setenv("UCCL_SOCKET_FAMILY", "AF_UNIX", 1);
   setenv("UCCL_SHM_RING_BYTES", "1M", 1);
-  doctest::Context ctx(argc, argv);
-  return ctx.run();
-}
+  return true;
+}();

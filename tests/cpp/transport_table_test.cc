@@ -2,7 +2,6 @@
 // order and config variables, and a connect answered with kNotSupported (on this rank or in the
 // peer's accept) making the connection manager try the next transport. Ranks are threads of one
 // process, so the test transports registered here are seen by every rank.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>
