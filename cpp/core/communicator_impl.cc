@@ -70,6 +70,10 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
                     c.coll == Collective::kAllGatherV || c.coll == Collective::kReduceScatter ||
                     c.coll == Collective::kReduceScatterV))
     env.topo = topology();
+  if (env.topo && !host_ranks_noted_) {
+    host_ranks_noted_ = true;  // the waiting policy yields while spinning when they outnumber the cores
+    note_host_ranks(static_cast<int>(env.topo->host_members(env.topo->host_of(rank_)).size()));
+  }
   std::lock_guard<std::mutex> lock(issue_mu_);
   if (p2p_ops) {
     // Point-to-point messages are numbered per peer pair, not per communicator: the other

@@ -46,6 +46,13 @@ const std::vector<VarSpec>& specs() {
        [](Config& c, const std::string& v) { c.host_id = v; }},
       {"UCCL_PROGRESS_THREAD", "1", "run a background progress thread for asynchronous ops",
        [](Config& c, const std::string& v) { c.progress_thread = parse_bool(v); }},
+      {"UCCL_SPIN_US", "200",
+       "microseconds a waiting rank spins (progress passes) before it sleeps until a peer's write wakes it",
+       [](Config& c, const std::string& v) { c.spin_us = std::atof(v.c_str()); }},
+      {"UCCL_WAIT_YIELD", "auto",
+       "sched_yield between the spin's passes: auto does when more ranks share the host than it has CPUs "
+       "(like Open MPI when oversubscribed), 1 always, 0 never",
+       [](Config& c, const std::string& v) { c.wait_yield = v == "auto" || v.empty() ? -1 : parse_bool(v) ? 1 : 0; }},
       {"UCCL_NSOCKS_PERPEER", "2", "TCP sockets per peer; large messages are striped across them",
        [](Config& c, const std::string& v) { c.nsocks_per_peer = parse_int(v); }},
       {"UCCL_SOCKET_IFNAME", "", "interfaces to use (NCCL syntax: prefixes, ^exclude, =exact)",
