@@ -3,7 +3,7 @@
 Every rank can compute every other rank's input (a function of rank, seed, dtype, count and op),
 so each rank checks its own output against the reference without talking to the parent.
 
-Reference semantics (the contract the core promises, DESIGN.md / cpp/core/dtype.h):
+Reference semantics (the contract the core promises, DESIGN.md / include/uccl/types.h):
   * integer sum / prod / premul_sum wrap around like numpy's fixed-width arithmetic;
   * integer avg is the sum divided by the number of ranks, truncated toward zero (inputs are
     kept small enough that the sum itself does not wrap);

@@ -98,7 +98,7 @@ def body_nan(ctx):
 
 
 def test_min_max_propagate_nan_like_numpy():
-    """Open bug (cpp/core/reduce.cc): min/max are `v < u ? v : u` / `v > u ? v : u`, so a NaN
+    """Open bug (cpp/base/reduce.cc): min/max are `v < u ? v : u` / `v > u ? v : u`, so a NaN
     survives only when it is the first operand of a step: the result depends on which rank
     holds the NaN and on the algorithm (direct and ring disagree), and matches neither numpy's
     propagating np.maximum nor np.fmax. sum already propagates NaN."""

@@ -1,7 +1,8 @@
 #include "transports/registry.h"
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "topology/local_host.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
@@ -52,6 +53,19 @@ bool transport_available(TransportKind kind, std::string* why) {
 
 void remove_dead_peers_leftovers() {
   if (int n = shm::remove_stale_segments()) UCCL_INFO("shm: removed %d segment(s) that failed peers left in /dev/shm", n);
+}
+
+std::vector<NicInfo> local_rdma_nics() {
+#if UCCL_HAVE_VERBS
+  std::vector<NicInfo> out;
+  for (const VerbsNic& v : list_verbs_nics()) {
+    if (!v.active) continue;
+    out.push_back({v.name, v.link_layer, v.fabric, v.address, v.gbps});
+  }
+  return out;
+#else
+  return discover_rdma_nics();
+#endif
 }
 
 }  // namespace uccl

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/communicator.h"
+#include "uccl/types.h"
 
 namespace uccl {
 

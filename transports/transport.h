@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/status.h"
+#include "uccl/types.h"
+#include "uccl/status.h"
 
 namespace uccl {
 

@@ -10,7 +10,7 @@ import numpy as np
 from ._core import buffer_address
 from .errors import InvalidArgument, NotSupported
 
-# Values of uccl::DataType (cpp/core/dtype.h).
+# Values of uccl::DataType (include/uccl/types.h).
 DTYPES = {
     "int8": 0, "uint8": 1, "int32": 2, "int64": 3,
     "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7,

@@ -1,4 +1,4 @@
-"""uccl's exception hierarchy (mirrors the C++ status codes in cpp/core/status.h).
+"""uccl's exception hierarchy (mirrors the C++ status codes in include/uccl/status.h).
 
 Every error carries ``code`` (the C++ code value) and ``peer`` (the rank involved, or None),
 and its message names the operation and the peer, e.g.

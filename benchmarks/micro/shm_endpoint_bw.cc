@@ -1,7 +1,7 @@
 // Micro benchmark of one shm Endpoint pair in two processes (fork), ring path vs CMA.
 //
 // Build (after `cmake --build build/dev`), from the repository root:
-//   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so
+//   g++ -O2 -std=c++17 -Iinclude -Icpp -I. benchmarks/micro/shm_endpoint_bw.cc build/dev/libuccl.so
 //       -Wl,-rpath,$PWD/build/dev -o build/dev/shm_endpoint_bw
 // Run: build/dev/shm_endpoint_bw [reps=31] [scope=full|quick|lat] [kind=both|ring|cma]
 //                                [ring=4M] [piece=64K] [chunk=1M] [bounce=128K] [cma_min=1M] [cma_max=16M]

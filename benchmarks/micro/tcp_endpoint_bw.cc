@@ -5,7 +5,7 @@
 // movement the thread sleeps in poll() on wait_fd(), as the engine does.
 //
 // Build (after building the library in build/dev), one line:
-//   g++ -O2 -std=c++17 -Icpp -I. benchmarks/micro/tcp_endpoint_bw.cc -Lbuild/dev -luccl -Wl,-rpath,$PWD/build/dev -lpthread -o build/dev/tcp_endpoint_bw
+//   g++ -O2 -std=c++17 -Iinclude -Icpp -I. benchmarks/micro/tcp_endpoint_bw.cc -Lbuild/dev -luccl -Wl,-rpath,$PWD/build/dev -lpthread -o build/dev/tcp_endpoint_bw
 // Run:  build/dev/tcp_endpoint_bw [total_MiB_per_case=2048] [host=127.0.0.1] [sockets] [msg_KiB]
 //       (sockets and msg_KiB pick one case; default: 1 MiB and 64 MiB x 1, 2, 4 sockets)
 // Prints GB/s (1e9 bytes/s) of payload; "bidir" is the sum of both directions. Each row also
@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/net.h"
+#include "base/net.h"
 #include "transports/tcp/tcp_transport.h"
 
 using namespace uccl;

@@ -31,7 +31,7 @@ if [[ ${INNER:-0} != 1 ]]; then
   mkdir -p "$OUT"
   [[ -f $BUILD/libuccl.so ]] || cmake -S . -B "$BUILD" -G Ninja -DUCCL_BUILD_TESTS=ON >/dev/null
   cmake --build "$BUILD" -j2 >/dev/null
-  g++ -std=c++17 -O2 -Wall -Icpp -I. -Itests/cpp/verbs -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
+  g++ -std=c++17 -O2 -Wall -Iinclude -Icpp -I. -Itests/cpp/verbs -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
     benchmarks/verbs/verbs_p2p_bench.cc -L"$BUILD" -luccl -Wl,-rpath,"$BUILD" -o "$OUT/verbs_p2p_bench"
   exec "${VM_RUN:-$ROOT/../shared/rxe/vm-run}" --timeout 1200 -- \
     "$ROOT/benchmarks/verbs/p2p_vs_perftest.sh" --inner --qps "$QPS" --secs "$SECS"

@@ -1,7 +1,7 @@
 #include <cstring>
 
 #include "algorithms/collectives.h"
-#include "core/log.h"
+#include "base/log.h"
 
 namespace uccl {
 

@@ -23,7 +23,7 @@
 #include <mutex>
 
 #include "algorithms/collectives.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "topology/cost_model.h"
 #include "topology/topology.h"
 

@@ -1,11 +1,12 @@
-// Schedules: how an algorithm is written down, and the state machine that executes it.
+// Schedules: how an algorithm is written down. Pure data: building one needs no connection.
 //
 // An algorithm does not loop or block. It builds a Schedule: a list of phases, each a set of
 // actions. Local actions (copy, reduce, scale) of a phase run first, then all its sends and
 // receives are posted together; the phase is over when they all completed. Phases run in
-// order. A send may carry a local copy of its payload (send_tee). The executor (ScheduleTask)
-// is advanced by progress() from whichever thread drives the communicator, so an operation is
-// an explicit state machine as the design asks.
+// order. A send may carry a local copy of its payload (send_tee). The executor
+// (core/schedule_executor.h, ScheduleTask) is advanced by progress() from whichever thread
+// drives the communicator, so an operation is an explicit state machine as the design asks;
+// this floor only describes what to do, so schedules are unit tested without any connection.
 //
 // Pipelining inside a phase comes from the transports: a large message is streamed (shm ring
 // pieces, tcp socket chunks) and a reducing receive combines each piece as it lands, so a ring
@@ -18,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
 #include "transports/transport.h"
+#include "uccl/args.h"
+#include "uccl/work.h"
 
 namespace uccl {
 
-class ConnectionManager;
 class Topology;
 
 struct Action {
@@ -94,63 +95,21 @@ class ScratchArena {
   size_t cap_ = 0;
 };
 
-// Where the executing operation works: owned by the communicator and reused by one operation
-// after the other (only the operation at the head of the queue executes). The schedule, the
-// requests handed to the transports and the per-peer step counters keep their capacity from
-// call to call, so a small collective allocates almost nothing (8-byte all_reduce: ~10 fewer
-// allocations per call).
-struct ExecState {
-  Schedule sched{DataType::kUint8, RedOp::kSum};
-  std::vector<SendRequest> sends;
-  std::vector<RecvRequest> recvs;
-  std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
-};
-
 // An algorithm forced by UCCL_ALGO or a communicator option (parsed once per communicator).
 enum class AlgoChoice : uint8_t { kAuto, kRing, kDirect, kHier, kHalvingDoubling };
 bool algo_choice_valid(const std::string& name);      // "", auto, ring, direct, hier(archical), rhd
 AlgoChoice parse_algo_choice(const std::string& name);  // of a valid name
 
-// What an executing operation needs from its communicator.
+// What a schedule builder knows about the operation and its communicator.
 struct OpEnv {
   int rank = 0;
   int size = 1;
   Envelope envelope;          // op_seq, coll, count, dtype, redop, root of this operation
-  ConnectionManager* conns = nullptr;
   ScratchArena* scratch = nullptr;
-  ExecState* exec = nullptr;  // the communicator's (required)
   OpStats* stats = nullptr;
   AlgoChoice algo = AlgoChoice::kAuto;  // UCCL_ALGO / the communicator's algorithm option
   std::shared_ptr<const Topology> topo;  // set for collectives that may run hierarchically
   size_t small_msg_bytes = 0;
-};
-
-class ScheduleTask {
- public:
-  // `build` fills the schedule when the operation starts executing (not when issued), so that
-  // scratch memory is only claimed by the one operation running.
-  using Builder = std::function<Status(const OpEnv&, Schedule*)>;
-  ScheduleTask(OpEnv env, DataType dtype, RedOp op, Builder build)
-      : env_(std::move(env)), dtype_(dtype), op_(op), build_(std::move(build)) {}
-
-  // Advances the operation; never blocks. Sets *done when finished.
-  Status progress(bool* done);
-  // What the operation is waiting for (for timeout messages).
-  std::string waiting_for() const;
-  OpEnv& env() { return env_; }
-
- private:
-  Status start_phase(bool* ready);
-  // Adds a posted message's bytes to the operation's statistics (by transport and by level).
-  void count_traffic(const Endpoint& ep, const Action& a, uint64_t* by_transport, uint64_t* by_level);
-  OpEnv env_;
-  DataType dtype_;
-  RedOp op_;
-  Builder build_;
-  ExecState* x_ = nullptr;  // env_.exec, once the operation starts executing
-  bool built_ = false;
-  size_t phase_ = 0;
-  bool posted_ = false;
 };
 
 }  // namespace uccl

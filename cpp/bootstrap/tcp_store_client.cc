@@ -13,10 +13,10 @@
 #include <cstring>
 #include <mutex>
 
-#include "bootstrap/tcp_store.h"
+#include "uccl/tcp_store.h"
 #include "bootstrap/tcp_store_wire.h"
-#include "core/config.h"
-#include "core/net.h"
+#include "base/config.h"
+#include "base/net.h"
 
 namespace uccl {
 namespace {

@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/tcp_store.h"
+#include "uccl/tcp_store.h"
 #include "bootstrap/tcp_store_wire.h"
-#include "core/log.h"
-#include "core/net.h"
+#include "base/log.h"
+#include "base/net.h"
 
 namespace uccl {
 namespace {

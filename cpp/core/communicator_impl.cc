@@ -5,11 +5,15 @@
 #include <set>
 
 #include "algorithms/collectives.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "transports/path_choice.h"
 
 namespace uccl {
 namespace {
+
+// The path lines of describe(): the transports' choice for each pair (Topology cannot ask them).
+std::string describe_path(const PeerInfo& me, const PeerInfo& peer) { return choose_path(me, peer).describe(); }
 
 // The communicator's algorithm option, or UCCL_ALGO where the option is empty or "auto".
 const std::string& algorithm_name(const CommOptions& opts) {
@@ -59,9 +63,7 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.envelope.dtype = static_cast<uint8_t>(c.dtype);
   env.envelope.redop = static_cast<uint8_t>(c.op);
   env.envelope.root = c.root;
-  env.conns = engine_->conns();
   env.scratch = &scratch_;
-  env.exec = &exec_;
   env.stats = &w->stats_;
   env.algo = algo_;
   env.small_msg_bytes = small_msg_bytes_;
@@ -99,7 +101,7 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
     env.envelope.op_seq = ++coll_seq_;
     w->seq_ = coll_seq_;
   }
-  w->task = std::make_unique<ScheduleTask>(env, c.dtype, c.op, std::move(build));
+  w->task = std::make_unique<ScheduleTask>(env, engine_->conns(), &exec_, c.dtype, c.op, std::move(build));
   UCCL_TRACE("issue %s count %llu %s", w->label().c_str(), static_cast<unsigned long long>(c.count),
              dtype_name(c.dtype));
   Status s = engine_->submit(w);
@@ -329,7 +331,7 @@ Status CommunicatorImpl::error() { return engine_->error(); }
 
 std::string CommunicatorImpl::describe() {
   auto t = topology();
-  return engine_->describe() + (t ? t->describe(rank_) : std::string("topology: unavailable\n"));
+  return engine_->describe() + (t ? t->describe(rank_, describe_path) : std::string("topology: unavailable\n"));
 }
 
 std::shared_ptr<const Topology> CommunicatorImpl::topology() {
@@ -340,7 +342,7 @@ std::shared_ptr<const Topology> CommunicatorImpl::topology() {
       UCCL_WARN("topology unavailable, using flat algorithms: %s", t.status().message().c_str());
     return nullptr;
   }
-  UCCL_INFO("communicator %s:\n%s", opts_.name.c_str(), t.value()->describe(rank_).c_str());
+  UCCL_INFO("communicator %s:\n%s", opts_.name.c_str(), t.value()->describe(rank_, describe_path).c_str());
   return t.value();
 }
 

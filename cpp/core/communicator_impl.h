@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 #include "core/engine.h"
 #include "topology/topology.h"
 

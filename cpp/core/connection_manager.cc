@@ -8,12 +8,12 @@
 #include <cerrno>
 #include <random>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/net.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/net.h"
 #include "core/loopback_endpoint.h"
 #include "topology/local_host.h"
-#include "topology/path_choice.h"
+#include "transports/path_choice.h"
 #include "topology/topology.h"
 #include "transports/registry.h"
 
@@ -131,7 +131,7 @@ Status ConnectionManager::init() {
   me_.hostname = host;
   me_.pid = getpid();
   // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
-  UCCL_RETURN_IF_ERROR(describe_local_host(&me_));
+  UCCL_RETURN_IF_ERROR(describe_local_host(&me_, local_rdma_nics()));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());
 }
 

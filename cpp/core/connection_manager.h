@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/store.h"
-#include "core/communicator.h"
+#include "uccl/store.h"
+#include "uccl/communicator.h"
 #include "core/handshake.h"
 #include "topology/peer_info.h"
 #include "transports/transport.h"

@@ -3,9 +3,9 @@
 #include <sched.h>
 #include <time.h>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/net.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/net.h"
 #include "transports/registry.h"
 
 namespace uccl {

@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/schedule.h"
-#include "core/communicator.h"
+#include "core/schedule_executor.h"
+#include "uccl/communicator.h"
 #include "core/connection_manager.h"
 #include "core/idle_wait.h"
 

@@ -4,7 +4,7 @@
 
 #include <deque>
 
-#include "core/reduce.h"
+#include "base/reduce.h"
 #include "transports/transport.h"
 
 namespace uccl {

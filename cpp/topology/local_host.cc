@@ -1,17 +1,13 @@
 #include "topology/local_host.h"
 
-#if UCCL_HAVE_VERBS
-#include "transports/verbs/verbs_transport.h"
-#endif
-
 #include <dirent.h>
 
 #include <fstream>
 #include <mutex>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 namespace uccl {
 namespace {
@@ -127,24 +123,8 @@ Result<bool> apply_topology_doc(const TopoValue& doc, const std::string& host_id
   return false;
 }
 
-// The RDMA NICs this rank may use: through the verbs transport's own device listing when it is
-// built (UCCL_IB_HCA applies, RoCE ports get their subnet as fabric so two hosts on one RoCE
-// network find each other), else read from sysfs (fabrics then need the topology file).
-std::vector<NicInfo> local_rdma_nics() {
-#if UCCL_HAVE_VERBS
-  std::vector<NicInfo> out;
-  for (const VerbsNic& v : list_verbs_nics()) {
-    if (!v.active) continue;
-    out.push_back({v.name, v.link_layer, v.fabric, v.address, v.gbps});
-  }
-  return out;
-#else
-  return discover_rdma_nics();
-#endif
-}
-
-Status describe_local_host(PeerInfo* me) {
-  for (auto& n : local_rdma_nics()) me->nics.push_back(n);
+Status describe_local_host(PeerInfo* me, const std::vector<NicInfo>& rdma_nics) {
+  for (auto& n : rdma_nics) me->nics.push_back(n);
   me->cluster = config().cluster;
   const std::string& path = config().topo_file;
   if (path.empty()) return Status::Ok();

@@ -22,24 +22,26 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "uccl/status.h"
 #include "topology/peer_info.h"
 #include "topology/topo_value.h"
 
 namespace uccl {
 
 // RDMA ports from /sys/class/infiniband (ACTIVE ones): kind ib or roce from the link layer,
-// rated bandwidth from the port rate. Hook: once the verbs transport's list_verbs_nics()
-// exists, it is the better source (it knows GIDs and usable ports) and should replace this.
+// rated bandwidth from the port rate. The verbs transport's own listing is the better source
+// (it knows GIDs and usable ports); this one serves builds without verbs.
 std::vector<NicInfo> discover_rdma_nics(const std::string& sysfs_root = "/sys/class/infiniband");
 
 // Applies a parsed topology document to `me` (cluster, NIC fabric/rates, link rates). Returns
 // whether a host entry matched. Separate from the file reading so that tests can feed text.
 Result<bool> apply_topology_doc(const TopoValue& doc, const std::string& host_id, PeerInfo* me);
 
-// Fills in me->nics (adds RDMA ports), me->cluster and me->rates from sysfs, UCCL_TOPO_FILE
-// and UCCL_CLUSTER. A topology file that cannot be read or parsed is an error (a silently
-// ignored typo would quietly change which algorithms run).
-Status describe_local_host(PeerInfo* me);
+// Fills in me->nics (adds `rdma_nics`), me->cluster and me->rates from UCCL_TOPO_FILE and
+// UCCL_CLUSTER. A topology file that cannot be read or parsed is an error (a silently ignored
+// typo would quietly change which algorithms run). The RDMA NICs come from the caller: the
+// transports know them best (transports/registry.h local_rdma_nics()), and topology sits below
+// the transports, so it asks nobody above it.
+Status describe_local_host(PeerInfo* me, const std::vector<NicInfo>& rdma_nics);
 
 }  // namespace uccl

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/config.h"
+#include "base/config.h"
 
 namespace uccl {
 namespace {

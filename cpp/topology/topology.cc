@@ -4,8 +4,7 @@
 #include <cstdio>
 #include <set>
 
-#include "core/log.h"
-#include "topology/path_choice.h"
+#include "base/log.h"
 
 namespace uccl {
 
@@ -207,7 +206,7 @@ int Topology::nested_index(int r) const {
   return idx;
 }
 
-std::string Topology::describe(int me) const {
+std::string Topology::describe(int me, const PathDescriber& path_to) const {
   std::string s = "topology: " + std::to_string(size()) + " ranks, " + std::to_string(num_hosts()) + " hosts, " +
                   std::to_string(num_clusters()) + " clusters\n";
   for (int c = 0; c < num_clusters(); ++c) {
@@ -238,10 +237,10 @@ std::string Topology::describe(int me) const {
     auto rl = rail(me);
     for (size_t i = 0; i < rl.size(); ++i) s += (i ? "," : "") + std::to_string(rl[i]);
     s += "}\n";
-    for (int q = 0; q < size(); ++q) {
+    for (int q = 0; q < size() && path_to; ++q) {
       if (q == me) continue;
-      PathChoice pc = choose_path(peers_[me], peers_[q]);
-      s += "  path to rank " + std::to_string(q) + " (" + level_name(level(me, q)) + " level): " + pc.describe() + "\n";
+      s += "  path to rank " + std::to_string(q) + " (" + level_name(level(me, q)) + " level): " +
+           path_to(peers_[me], peers_[q]) + "\n";
     }
   }
   return s;

@@ -16,14 +16,15 @@
 // (the hierarchy, the algorithm choice) agree on all ranks without extra messages.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "bootstrap/store.h"
-#include "core/status.h"
+#include "uccl/store.h"
+#include "uccl/status.h"
 #include "topology/peer_info.h"
 
 namespace uccl {
@@ -73,7 +74,11 @@ class Topology {
   double rate(int level) const { return rate_[level]; }
   const std::string& rate_source(int level) const { return rate_src_[level]; }
 
-  std::string describe(int my_rank) const;
+  // `path_to(me, peer)` describes the path to each peer ("tcp via eth0 -> ..."). Which
+  // transport carries a pair is the transports' decision (transports/path_choice.h), one floor
+  // up, so the caller passes it in; without it the path lines are left out.
+  using PathDescriber = std::function<std::string(const PeerInfo& me, const PeerInfo& peer)>;
+  std::string describe(int my_rank, const PathDescriber& path_to = nullptr) const;
 
  private:
   std::vector<PeerInfo> peers_;

@@ -12,7 +12,7 @@
 
 #include <cstring>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 #include "python/core/py_errors.h"
 
 namespace py = pybind11;

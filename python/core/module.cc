@@ -11,11 +11,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "bootstrap/tcp_store.h"
+#include "uccl/tcp_store.h"
 #include "build_info.h"
-#include "core/communicator.h"
-#include "core/config.h"
-#include "core/net.h"
+#include "uccl/communicator.h"
+#include "base/config.h"
+#include "base/net.h"
 #include "python/core/blocking_call.h"
 #include "python/core/perf_loop.h"
 #include "python/core/py_errors.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 #include "python/core/py_errors.h"
 
 namespace py = pybind11;

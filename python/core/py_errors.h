@@ -3,7 +3,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "core/status.h"
+#include "uccl/status.h"
 
 namespace uccl {
 

@@ -8,7 +8,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "bootstrap/store.h"
+#include "uccl/store.h"
 
 namespace uccl {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 #include "work.h"
 
 namespace uccl_torch {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 
 namespace uccl_torch {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/store.h"
+#include "uccl/store.h"
 
 namespace uccl_torch {
 

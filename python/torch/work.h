@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 
 namespace uccl_torch {
 

@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/tcp_store.h"
+#include "uccl/tcp_store.h"
 #include "check.h"
-#include "core/communicator.h"
+#include "uccl/communicator.h"
 
 using namespace uccl;
 

@@ -1,6 +1,6 @@
 #include "check.h"
-#include "core/config.h"
-#include "core/dtype.h"
+#include "base/config.h"
+#include "uccl/types.h"
 
 using namespace uccl;
 

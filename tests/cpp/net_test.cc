@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "check.h"
-#include "core/net.h"
+#include "base/net.h"
 
 using namespace uccl;
 

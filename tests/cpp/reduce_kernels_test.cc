@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "check.h"
-#include "core/reduce.h"
-#include "core/stream_copy.h"
+#include "base/reduce.h"
+#include "base/stream_copy.h"
 
 using namespace uccl;
 

@@ -3,7 +3,7 @@
 // reduce receives. Failure behaviour is in shm_failure_test.cc.
 #include <cmath>
 
-#include "core/reduce.h"
+#include "base/reduce.h"
 #include "shm_test_util.h"
 
 using namespace shmtest;

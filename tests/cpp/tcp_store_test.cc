@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/tcp_store.h"
+#include "uccl/tcp_store.h"
 #include "check.h"
-#include "core/net.h"
+#include "base/net.h"
 
 using namespace uccl;
 

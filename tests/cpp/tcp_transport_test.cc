@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "check.h"
-#include "core/net.h"
+#include "base/net.h"
 #include "transports/tcp/tcp_endpoint.h"  // PartHeader, to hand-craft wire bytes
 #include "transports/tcp/tcp_transport.h"
 

@@ -6,7 +6,7 @@
 #include "check.h"
 #include "topology/cost_model.h"
 #include "topology/local_host.h"
-#include "topology/path_choice.h"
+#include "transports/path_choice.h"
 #include "topology/topo_value.h"
 #include "topology/topology.h"
 
@@ -180,8 +180,7 @@ void test_cost_model() {
 
 void test_example_file() {
   // The example shipped with the testbed parses and applies (a host matched by name).
-  std::string path = __FILE__;
-  path = path.substr(0, path.rfind("/tests/")) + "/benchmarks/testbed/example_topology.yaml";
+  const std::string path = std::string(UCCL_SOURCE_DIR) + "/benchmarks/testbed/example_topology.yaml";
   FILE* f = std::fopen(path.c_str(), "r");
   CHECK(f);
   std::string text;

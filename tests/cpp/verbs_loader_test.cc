@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "check.h"
-#include "core/status.h"
+#include "uccl/status.h"
 
 #if UCCL_HAVE_VERBS
 #include "transports/verbs/verbs_hca_spec.h"

@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "bootstrap/tcp_store.h"
-#include "core/config.h"
+#include "uccl/tcp_store.h"
+#include "base/config.h"
 #include "core/connection_manager.h"
-#include "core/net.h"
+#include "base/net.h"
 
 using namespace uccl;
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/net.h"
+#include "base/net.h"
 #include "transports/tcp/tcp_transport.h"
 
 using namespace uccl;

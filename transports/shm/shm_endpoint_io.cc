@@ -4,8 +4,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/reduce.h"
-#include "core/stream_copy.h"
+#include "base/reduce.h"
+#include "base/stream_copy.h"
 #include "transports/shm/shm_cma.h"
 #include "transports/shm/shm_endpoint.h"
 

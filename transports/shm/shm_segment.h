@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/status.h"
+#include "uccl/status.h"
 #include "transports/transport.h"
 
 namespace uccl {

@@ -14,8 +14,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "transports/shm/shm_cma.h"
 #include "transports/shm/shm_endpoint.h"
 #include "transports/shm/shm_transport.h"

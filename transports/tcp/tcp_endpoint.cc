@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/net.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/net.h"
 
 namespace uccl {
 namespace tcp {

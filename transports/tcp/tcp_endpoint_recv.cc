@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/reduce.h"
+#include "base/reduce.h"
 #include "transports/tcp/tcp_endpoint.h"
 
 namespace uccl {

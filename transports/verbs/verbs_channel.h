@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/status.h"
+#include "uccl/status.h"
 #include "transports/verbs/verbs_device.h"
 #include "transports/verbs/verbs_wire.h"
 

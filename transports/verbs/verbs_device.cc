@@ -10,7 +10,7 @@
 #include <map>
 #include <mutex>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transports/verbs/verbs_hca_spec.h"
 #include "transports/verbs/verbs_mr_cache.h"
 

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace uccl {
 namespace {

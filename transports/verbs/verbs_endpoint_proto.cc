@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/log.h"
-#include "core/reduce.h"
+#include "base/log.h"
+#include "base/reduce.h"
 #include "transports/verbs/verbs_endpoint.h"
 
 namespace uccl {

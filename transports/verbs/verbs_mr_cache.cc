@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace uccl {
 

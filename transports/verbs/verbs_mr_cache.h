@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "uccl/status.h"
 #include "transports/verbs/ibverbs_loader.h"
 #include "transports/verbs/verbs_transport.h"
 

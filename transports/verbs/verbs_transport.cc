@@ -12,8 +12,8 @@
 
 #include <algorithm>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "transports/verbs/verbs_channel.h"
 #include "transports/verbs/verbs_device.h"
 #include "transports/verbs/verbs_endpoint.h"

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "uccl/status.h"
 #include "transports/transport.h"
 
 namespace uccl {

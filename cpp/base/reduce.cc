@@ -1,4 +1,4 @@
-#include "core/reduce.h"
+#include "base/reduce.h"
 
 #include <immintrin.h>
 

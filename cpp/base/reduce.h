@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "core/dtype.h"
+#include "uccl/types.h"
 
 namespace uccl {
 

@@ -1,4 +1,4 @@
-#include "core/communicator.h"
+#include "uccl/types.h"
 
 namespace uccl {
 

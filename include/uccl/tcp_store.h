@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "bootstrap/store.h"
+#include "uccl/store.h"
 
 namespace uccl {
 

@@ -1,4 +1,4 @@
-#include "topology/path_choice.h"
+#include "transports/path_choice.h"
 
 #include <algorithm>
 

@@ -1,10 +1,14 @@
-// Element types and reduction operators understood by every collective.
+// The vocabulary every part of uccl speaks: element types, reduction operators and collectives.
+//
+// Public (include/uccl): an embedder sees these in every argument struct; inside uccl the wire
+// protocol (Envelope), the reduce kernels (cpp/base) and the transports use the same values, so
+// this header depends on nothing but status.h.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "core/status.h"
+#include "uccl/status.h"
 
 namespace uccl {
 
@@ -43,5 +47,23 @@ const char* dtype_name(DataType t);
 const char* redop_name(RedOp op);
 bool dtype_valid(int t);
 bool redop_valid(int op);
+
+// Values travel in the Envelope: append only.
+enum class Collective : uint8_t {
+  kAllReduce = 0,
+  kAllGather = 1,
+  kReduceScatter = 2,
+  kBroadcast = 3,
+  kReduce = 4,
+  kAllToAll = 5,
+  kGather = 6,
+  kScatter = 7,
+  kSendRecv = 8,  // a batch of point-to-point sends and receives
+  kBarrier = 9,
+  kAllGatherV = 10,
+  kReduceScatterV = 11,
+  kAllToAllV = 12,
+};
+const char* collective_name(Collective c);
 
 }  // namespace uccl

@@ -3,7 +3,7 @@
 // Why blocking helpers with deadlines instead of plain blocking calls: bootstrap code (store,
 // connection setup) must never hang on a dead peer. Every helper here polls with the time left
 // until an absolute deadline, so a caller states once how long the whole exchange may take.
-#include "core/net.h"
+#include "base/net.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -23,8 +23,8 @@
 #include <fstream>
 #include <thread>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 namespace uccl {
 

@@ -1,4 +1,4 @@
-#include "core/stream_copy.h"
+#include "base/stream_copy.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "core/status.h"
+#include "uccl/status.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "core/dtype.h"
+#include "uccl/types.h"
 
 namespace uccl {
 

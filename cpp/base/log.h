@@ -1,7 +1,7 @@
 // Logging to stderr with a rank prefix, filtered by UCCL_DEBUG=WARN|INFO|TRACE.
 #pragma once
 
-#include "core/config.h"
+#include "base/config.h"
 
 namespace uccl {
 

@@ -1,0 +1,100 @@
+// The arguments of each collective: one struct per operation (not long parameter lists), so that
+// a new field has a default and old callers keep compiling.
+//
+// Public (include/uccl). Counts are in elements, displacements in elements; send == recv means
+// in place where the collective allows it. The schedule builders (cpp/algorithms) take these
+// structs as they are.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "uccl/types.h"
+
+namespace uccl {
+
+struct AllReduceArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;  // may equal send
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  RedOp op = RedOp::kSum;
+  double scalar = 1.0;  // premul_sum factor
+};
+struct ReduceArgs : AllReduceArgs {
+  int root = 0;  // recv is only written (and may be null) off the root
+};
+struct BroadcastArgs {
+  const void* send = nullptr;  // read on the root only
+  void* recv = nullptr;        // written on every rank (root too, unless recv == send)
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+struct AllGatherArgs {
+  const void* send = nullptr;  // count elements; may equal recv + rank*count (in place)
+  void* recv = nullptr;        // size * count elements
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+struct AllGatherVArgs {
+  const void* send = nullptr;  // recv_counts[rank] elements
+  void* recv = nullptr;
+  std::vector<size_t> recv_counts;  // one per rank
+  std::vector<size_t> recv_displs;  // one per rank (empty = packed)
+  DataType dtype = DataType::kFloat32;
+};
+struct ReduceScatterArgs {
+  const void* send = nullptr;  // size * count elements
+  void* recv = nullptr;        // count elements; may equal send + rank*count (in place)
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  RedOp op = RedOp::kSum;
+  double scalar = 1.0;
+};
+struct ReduceScatterVArgs {
+  const void* send = nullptr;  // sum(recv_counts) elements, rank blocks packed in rank order
+  void* recv = nullptr;        // recv_counts[rank] elements
+  std::vector<size_t> recv_counts;
+  DataType dtype = DataType::kFloat32;
+  RedOp op = RedOp::kSum;
+  double scalar = 1.0;
+};
+struct AllToAllArgs {
+  const void* send = nullptr;  // size * count elements, block j goes to rank j
+  void* recv = nullptr;        // size * count elements, block j came from rank j
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+struct AllToAllVArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // one per rank
+  DataType dtype = DataType::kFloat32;
+};
+struct GatherArgs {
+  const void* send = nullptr;  // count elements
+  void* recv = nullptr;        // size * count elements on the root
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+struct ScatterArgs {
+  const void* send = nullptr;  // size * count elements on the root
+  void* recv = nullptr;        // count elements
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+// One point-to-point operation of a batch (torch's batch_isend_irecv, or a single send/recv).
+struct P2POp {
+  bool is_send = true;
+  void* buf = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int peer = 0;
+  uint32_t tag = 0;  // p2p ops to one peer match in order; the tag must then be equal too
+};
+
+}  // namespace uccl

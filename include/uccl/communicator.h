@@ -1,0 +1,85 @@
+// Communicator: the public C++ API of uccl (the one header an embedder includes; it brings
+// args.h, work.h, options.h, status.h and store.h along).
+//
+// A Communicator is a group of `size` ranks that run collectives together. Every operation is
+// asynchronous: it returns a Work at once, and operations on one communicator complete in the
+// order they were issued (the same order on every rank is the caller's contract; the Envelope
+// on every message detects when it is broken and fails with kMismatch naming what differed).
+//
+// Progress: Work::wait() drives the engine from the calling thread (lowest latency: no thread
+// hand-off). A background progress thread drives it only while operations are pending and
+// nobody waits, so asynchronous work (torch futures, overlapping compute) still completes.
+//
+// Buffers must stay valid and unchanged until the Work completes. Counts are in elements,
+// displacements in elements. send == recv means in place where the collective allows it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uccl/args.h"
+#include "uccl/options.h"
+#include "uccl/status.h"
+#include "uccl/store.h"
+#include "uccl/work.h"
+
+namespace uccl {
+
+class Communicator {
+ public:
+  // Collective over `store`: every rank calls it with the same size and store. Publishes this
+  // rank's PeerInfo and returns once the job secret is known; connections are made lazily on
+  // first use (lower rank connects), so init never serializes on rank 0.
+  static Result<std::shared_ptr<Communicator>> create(int rank, int size, std::shared_ptr<Store> store,
+                                                      const CommOptions& opts = {});
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual Result<WorkPtr> all_reduce(const AllReduceArgs& a) = 0;
+  virtual Result<WorkPtr> reduce(const ReduceArgs& a) = 0;
+  virtual Result<WorkPtr> broadcast(const BroadcastArgs& a) = 0;
+  virtual Result<WorkPtr> all_gather(const AllGatherArgs& a) = 0;
+  virtual Result<WorkPtr> all_gather_v(const AllGatherVArgs& a) = 0;
+  virtual Result<WorkPtr> reduce_scatter(const ReduceScatterArgs& a) = 0;
+  virtual Result<WorkPtr> reduce_scatter_v(const ReduceScatterVArgs& a) = 0;
+  virtual Result<WorkPtr> all_to_all(const AllToAllArgs& a) = 0;
+  virtual Result<WorkPtr> all_to_all_v(const AllToAllVArgs& a) = 0;
+  virtual Result<WorkPtr> gather(const GatherArgs& a) = 0;
+  virtual Result<WorkPtr> scatter(const ScatterArgs& a) = 0;
+  virtual Result<WorkPtr> p2p(const std::vector<P2POp>& ops) = 0;
+  virtual Result<WorkPtr> barrier() = 0;
+
+  // Collective over this communicator: ranks with the same color form a new communicator,
+  // ordered by (key, old rank). color < 0 returns nullptr (the rank joins no group).
+  virtual Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts = {}) = 0;
+  // Every rank of this communicator calls it with the same list; ranks not in it get nullptr.
+  virtual Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks,
+                                                          const CommOptions& opts = {}) = 0;
+
+  // Progress hint for a thread that issues operations and then waits for them itself (a
+  // blocking call, a benchmark loop). While the returned token is alive, issuing does not wake
+  // the background progress thread: that wake-up costs a futex call and a context switch, and
+  // the woken thread then competes with the soon-waiting caller for the engine lock and the
+  // cores (several microseconds per small operation on a 2-core host). The holder promises to
+  // wait (Work::wait) for what it issued; until it does, nothing else drives those operations.
+  // Dropping the token wakes the progress thread if operations are still pending. Nests;
+  // thread safe. The default (for other implementations) is a no-op token.
+  virtual std::shared_ptr<void> will_wait() { return nullptr; }
+
+  // Fails every pending operation with kAborted and refuses new ones. Thread safe.
+  virtual void abort(const std::string& why = "abort() called") = 0;
+  // The first error that failed the communicator (Ok if none). Once failed, new ops fail with it.
+  virtual Status error() = 0;
+  // Levels, peers and the transport chosen per peer, for logs and comm.describe().
+  virtual std::string describe() = 0;
+  virtual std::shared_ptr<Store> store() = 0;
+};
+using CommPtr = std::shared_ptr<Communicator>;
+
+}  // namespace uccl
