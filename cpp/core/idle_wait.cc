@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 
 #ifndef SYS_futex_waitv
 #define SYS_futex_waitv 449  // Linux 5.16, the same number on every architecture
