@@ -131,6 +131,10 @@ class Endpoint {
     else ws->poll_only = true;
   }
   virtual void disarm_wait() {}
+  // A waiter spinning on `cpu` says so (shm publishes it to the peer), and asks whether the peer
+  // said the same cpu: then the peer cannot run while we spin, and the waiter yields instead.
+  virtual void note_waiting_on_cpu(int /*cpu*/) {}
+  virtual bool peer_waits_on_cpu(int /*cpu*/) const { return false; }
   // Whether post_send() makes SendRequest::tee copies itself (else the caller copies first).
   virtual bool takes_tee() const { return false; }
   virtual bool has_pending() const = 0;

@@ -46,7 +46,7 @@ const std::vector<VarSpec>& specs() {
        [](Config& c, const std::string& v) { c.host_id = v; }},
       {"UCCL_PROGRESS_THREAD", "1", "run a background progress thread for asynchronous ops",
        [](Config& c, const std::string& v) { c.progress_thread = parse_bool(v); }},
-      {"UCCL_SPIN_US", "200",
+      {"UCCL_SPIN_US", "5000",
        "microseconds a waiting rank spins (progress passes) before it sleeps until a peer's write wakes it",
        [](Config& c, const std::string& v) { c.spin_us = std::atof(v.c_str()); }},
       {"UCCL_WAIT_YIELD", "auto",

@@ -20,7 +20,7 @@ struct Config {
   std::string algo = "auto";         // UCCL_ALGO
   std::string host_id;               // UCCL_HOST_ID
   bool progress_thread = true;       // UCCL_PROGRESS_THREAD
-  double spin_us = 200;              // UCCL_SPIN_US: a waiter spins this long before it sleeps
+  double spin_us = 5000;             // UCCL_SPIN_US: a waiter spins this long before it sleeps
   int wait_yield = -1;               // UCCL_WAIT_YIELD: -1 auto (more ranks on the host than CPUs), 0, 1
   // tcp
   int nsocks_per_peer = 2;           // UCCL_NSOCKS_PERPEER

@@ -153,6 +153,19 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
   remove_dead_peers_leftovers();
 }
 
+bool Engine::peer_on_my_cpu() {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  bool shared = false;
+  for (auto& ep : conns_->endpoints()) {
+    if (!ep || !ep->has_pending()) continue;
+    ep->note_waiting_on_cpu(cpu);
+    shared |= ep->peer_waits_on_cpu(cpu);
+  }
+  return shared;
+}
+
 void Engine::disarm_all() {
   armed_ = false;
   for (auto& ep : conns_->endpoints())
@@ -189,6 +202,7 @@ Status Engine::wait(OpWork* w, double timeout_s) {
   const IdlePolicy policy = idle_policy();
   double idle_since = 0;
   uint32_t passes = 0, idle_passes = 0;
+  bool yield = policy.yield;
   while (!w->done()) {
     bool moved;
     {
@@ -218,7 +232,9 @@ Status Engine::wait(OpWork* w, double timeout_s) {
     }
     if (idle_passes < kSpinPasses) continue;
     if (now - idle_since < policy.spin_s) {
-      if (policy.yield) sched_yield();  // oversubscribed: the rank we wait for may be queued here
+      // Oversubscribed, or the peer we wait for spun on this very cpu: it may be queued behind us.
+      if (idle_passes == kSpinPasses || (idle_passes & 255) == 0) yield = policy.yield || peer_on_my_cpu();
+      if (yield) sched_yield();
       continue;
     }
     if (sleep_until_signalled(now - idle_since, &done)) idle_passes = 0;

@@ -98,6 +98,9 @@ class Engine {
   // something instead (then it did not sleep).
   bool sleep_until_signalled(double idle, Callbacks* done);
   void disarm_all();  // requires mu_
+  // Tells the pending endpoints' peers which cpu this thread spins on; true if one of them
+  // spins on the same one (unpinned ranks the scheduler put together: yield to it).
+  bool peer_on_my_cpu();
   static constexpr uint32_t kSpinPasses = 16;  // passes of Engine::wait spun before the clock is read
   static void run(Callbacks& cbs);
 

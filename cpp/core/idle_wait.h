@@ -7,10 +7,13 @@
 // every wait slept at once, 0.7-1.8 us spinning first), and sched_yield beside a busy loop
 // hands it a whole time slice (the old 5 us spin then yield: 4-30 us with 1-3 busy loops beside
 // two ranks, Open MPI 0.5 us). So, like Open MPI's shared-memory path, a waiter:
-//   1. spins (progress passes) for UCCL_SPIN_US (200 us): the peer answers a small message in
-//      1-2 us when it runs, and a rank that keeps its core gets its fair share of it. With more
-//      ranks on the host than cores (UCCL_WAIT_YIELD auto) it calls sched_yield between passes,
-//      as Open MPI does when oversubscribed: the rank it waits for may be queued on this core;
+//   1. spins (progress passes) for UCCL_SPIN_US (5 ms, longer than a scheduler time slice, so a
+//      peer preempted once does not cost a sleep and a wake-up): the peer answers a small
+//      message in 1-2 us when it runs, and a rank that keeps its core gets its fair share of it.
+//      It calls sched_yield between passes instead where spinning would keep the peer off the
+//      core it needs: with more ranks on the host than cores (UCCL_WAIT_YIELD auto, as Open MPI
+//      does when oversubscribed), or when the shm peer last waited on this very cpu (unpinned
+//      ranks the scheduler put on one core: each spinning would stall the other for a slice);
 //   2. then sleeps until the peer acts: every pending endpoint arms what wakes it (shm: a futex
 //      doorbell in the segment that the peer rings after each write while we sleep; tcp: the
 //      sockets' epoll fd), one more progress pass catches what came meanwhile, and the thread

@@ -122,6 +122,8 @@ bool ShmEndpoint::progress() {
 // Sleeping (Doorbell in shm_segment.h).
 
 void ShmEndpoint::arm_wait(WaitSet* ws) {
+  // A dead peer rings nothing: look now (one poll() per sleep), not after 16 more passes.
+  if (!dead_ && !peer_gone_ && peer_seems_gone()) on_peer_gone();
   Doorbell& b = ctl_->bell[side_];
   const uint32_t seq = b.seq.load(std::memory_order_acquire);
   b.sleeping.store(1, std::memory_order_relaxed);

@@ -119,6 +119,12 @@ class ShmEndpoint final : public Endpoint {
   bool takes_tee() const override { return true; }
   void arm_wait(WaitSet* ws) override;
   void disarm_wait() override;
+  void note_waiting_on_cpu(int cpu) override {
+    ctl_->bell[side_].cpu.store(static_cast<uint32_t>(cpu + 1), std::memory_order_relaxed);
+  }
+  bool peer_waits_on_cpu(int cpu) const override {
+    return ctl_->bell[1 - side_].cpu.load(std::memory_order_relaxed) == static_cast<uint32_t>(cpu + 1);
+  }
   std::string describe() const override;
 
   const ShmStats& stats() const { return stats_; }

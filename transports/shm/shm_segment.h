@@ -65,9 +65,12 @@ struct CloseNote {
 // bumps `seq` and wakes it. Each side fences between its store and its load (Dekker), and the
 // futex sleeps only while `seq` still holds the value read before the arming, so no wake-up is
 // lost. A side that never sleeps costs the other one fence and one read of a shared line.
+// `cpu` is where side s last spun waiting (+1; 0 unknown): a peer that spins on the same cpu
+// yields instead, or neither would run until the scheduler's time slice ends (unpinned ranks).
 struct Doorbell {
   alignas(64) std::atomic<uint32_t> seq;
   std::atomic<uint32_t> sleeping;
+  std::atomic<uint32_t> cpu;
 };
 
 struct SegmentControl {
