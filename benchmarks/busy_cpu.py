@@ -95,7 +95,8 @@ class BusyLoops:
 
 
 def run(cmd, env=None, timeout=600):
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    # Not from the checkout: `python -m uccl.perf` would import its uccl/ (no _core) instead.
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=tempfile.gettempdir())
     if r.returncode != 0:
         sys.stderr.write(f"# command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}{r.stderr[-2000:]}\n")
         return None
