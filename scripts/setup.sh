@@ -32,6 +32,7 @@ _uccl_missing="$("$PYTHON" - <<'PY'
 import importlib.util, shutil
 need = {"pybind11": "pybind11", "scikit_build_core": "scikit-build-core", "numpy": "numpy",
         "pytest": "pytest", "pytest_timeout": "pytest-timeout", "ml_dtypes": "ml_dtypes"}
+need.update({"ray": "ray==2.60.0", "jax": "jax==0.10.2 jaxlib==0.10.2"})  # embedding tests: Ray backend, JAX arrays
 if shutil.which("mpicc"):
     need["mpi4py"] = "mpi4py"
 print(" ".join(req for mod, req in need.items() if importlib.util.find_spec(mod) is None))

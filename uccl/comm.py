@@ -4,6 +4,8 @@ Conventions (those of torch.distributed, which most users know):
   * ``out=None`` means in place where the collective allows it (all_reduce, broadcast, reduce);
     otherwise a new array like the input is allocated and returned.
   * ``async_op=True`` returns a :class:`uccl.work.Work`; ``.wait()`` returns the result.
+  * JAX, CuPy and other DLPack / array-API arrays are accepted as ``x`` (and ``out``): results
+    come back as the caller's array type (uccl/_interop.py).
   * Operations complete in issue order; every rank must issue the same collectives in the same
     order (a mismatch raises MismatchError naming the ranks and what differed).
 """
@@ -11,6 +13,7 @@ import numpy as np
 
 from . import _core
 from ._buffers import DTYPE_SIZE, Buffer, as_buffer, op_code
+from ._interop import accepts_arrays
 from .errors import InvalidArgument
 from .store import as_core_store
 from .work import Work
@@ -120,6 +123,7 @@ class Communicator:
             raise InvalidArgument(f"{what}: output needs {count} elements, has {out.count}")
 
     # -- collectives -------------------------------------------------------------------------
+    @accepts_arrays
     def all_reduce(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over all ranks; in place unless out is given. op: sum prod min max avg premul_sum."""
         out_or_x = x if out is None else out
@@ -133,6 +137,7 @@ class Communicator:
         submit = lambda: self._c.all_reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def reduce(self, x, out=None, op="sum", root=0, scalar=None, async_op=False):
         """Reduces to `root` (in place there unless out is given); other ranks' x is unchanged."""
         s = as_buffer(x, "reduce input", writable=out is None and self.rank == root)
@@ -142,6 +147,7 @@ class Communicator:
         submit = lambda: self._c.reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), int(root))
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def broadcast(self, x, root=0, out=None, async_op=False):
         """Copies root's x to every rank (into x itself unless out is given)."""
         out_or_x = x if out is None else out
@@ -153,6 +159,7 @@ class Communicator:
         submit = lambda: self._c.broadcast(s.addr, r.addr, s.count, s.dtype, int(root))
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def all_gather(self, x, out=None, async_op=False):
         """Concatenates every rank's x in rank order (out has size * len(x) elements)."""
         if self._blocking_call(_ALL_GATHER, x, out, "sum", 0, async_op, None):
@@ -166,6 +173,7 @@ class Communicator:
         submit = lambda: self._c.all_gather(s.addr, r.addr, s.count, s.dtype)
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def all_gather_v(self, x, counts, out=None, displs=None, async_op=False):
         """all_gather with per-rank element counts (and optional displacements)."""
         s = as_buffer(x, "all_gather_v input")
@@ -182,6 +190,7 @@ class Communicator:
         submit = lambda: self._c.all_gather_v(s.addr, r.addr, counts, [int(d) for d in (displs or [])], s.dtype)
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def reduce_scatter(self, x, out=None, op="sum", scalar=None, async_op=False):
         """Reduces x over ranks and leaves block `rank` (len(x) / size elements) in out."""
         if self._blocking_call(_REDUCE_SCATTER, x, out, op, 0, async_op, scalar):
@@ -199,6 +208,7 @@ class Communicator:
         submit = lambda: self._c.reduce_scatter(s.addr, r.addr, n, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def reduce_scatter_v(self, x, counts, out=None, op="sum", scalar=None, async_op=False):
         """reduce_scatter with per-rank block sizes (blocks packed in rank order in x)."""
         s = as_buffer(x, "reduce_scatter_v input")
@@ -211,6 +221,7 @@ class Communicator:
         submit = lambda: self._c.reduce_scatter_v(s.addr, r.addr, counts, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def all_to_all(self, x, out=None, async_op=False):
         """Block j of x goes to rank j; block i of out came from rank i."""
         s = as_buffer(x, "all_to_all input")
@@ -222,6 +233,7 @@ class Communicator:
         submit = lambda: self._c.all_to_all(s.addr, r.addr, s.count // self.size, s.dtype)
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, send_displs=None, recv_displs=None,
                      async_op=False):
         """all_to_all with per-peer counts (packed in rank order unless displacements are given)."""
@@ -241,6 +253,7 @@ class Communicator:
         submit = lambda: self._c.all_to_all_v(s.addr, r.addr, sc, [int(v) for v in sd], rc, [int(v) for v in rd], s.dtype)
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def gather(self, x, out=None, root=0, async_op=False):
         """Concatenates every rank's x at root (returns None elsewhere)."""
         s = as_buffer(x, "gather input")
@@ -252,6 +265,7 @@ class Communicator:
         submit = lambda: self._c.gather(s.addr, r.addr if r else 0, s.count, s.dtype, int(root))
         return self._finish(submit, (s, r), r.owner if r else None, async_op)
 
+    @accepts_arrays
     def scatter(self, x, out=None, root=0, count=None, dtype="float32", async_op=False):
         """Block i of root's x goes to rank i. Non-roots pass x=None and out (or count and dtype;
         a dtype that differs from the root's raises MismatchError)."""
@@ -273,10 +287,12 @@ class Communicator:
         submit = lambda: self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root))
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    @accepts_arrays
     def send(self, x, peer, tag=0, async_op=False):
         b = as_buffer(x, "send buffer")
         return self._finish(lambda: self._c.p2p([(True, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), None, async_op)
 
+    @accepts_arrays
     def recv(self, x, peer, tag=0, async_op=False):
         b = as_buffer(x, "recv buffer", writable=True)
         return self._finish(lambda: self._c.p2p([(False, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), b.owner,

@@ -15,6 +15,10 @@ class UcclError(RuntimeError):
         self.code = code
         self.peer = peer
 
+    def __reduce__(self):
+        # Keeps code and peer across pickling (Ray ships a task's exception to the caller).
+        return type(self), (str(self), self.code, self.peer)
+
 
 class InvalidArgument(UcclError, ValueError):
     """A bad argument: wrong size, dtype, rank, or buffer."""

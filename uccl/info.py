@@ -1,4 +1,10 @@
-"""python -m uccl.info: what was built, every UCCL_* setting, and the network interfaces."""
+"""python -m uccl.info: what was built, every UCCL_* setting, and the network interfaces.
+
+python -m uccl.info --cmakedir | --pkgconfigdir | --includedir prints where the installed package
+keeps ucclConfig.cmake, uccl.pc and the headers (like pybind11 --cmakedir), for C and C++ builds:
+cmake -Duccl_DIR=$(python -m uccl.info --cmakedir), PKG_CONFIG_PATH=$(python -m uccl.info --pkgconfigdir).
+"""
+import os
 import sys
 
 from . import _core, build_info, config
@@ -25,5 +31,18 @@ def main(out=sys.stdout):
               f"{' loopback' if i['loopback'] else ''} {speed}", file=out)
 
 
+_DIRS = {"--cmakedir": ("lib", "cmake", "uccl"), "--pkgconfigdir": ("lib", "pkgconfig"), "--includedir": ("include",)}
+
+
+def package_dir(flag):
+    """The installed package's directory for one of _DIRS' flags."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), *_DIRS[flag])
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 2 and sys.argv[1] in _DIRS:
+        print(package_dir(sys.argv[1]))
+    elif len(sys.argv) > 1:
+        sys.exit(f"usage: python -m uccl.info [{' | '.join(_DIRS)}]")
+    else:
+        main()

@@ -1,0 +1,124 @@
+"""Arrays of other frameworks (JAX, CuPy, anything with DLPack and the array API standard's
+``__array_namespace__``) through the Communicator, with results handed back as the caller's
+array type.
+
+How: the array is seen as numpy through DLPack (``np.from_dlpack``: zero-copy for host memory;
+a DLPack copy to the host for device memory, e.g. CuPy, until uccl has a device path), the
+collective runs on that, and the result goes back through the caller's own namespace
+(``x.__array_namespace__().asarray(result, device=x.device)``). Arrays uccl may not write
+(JAX arrays are immutable; a device array's host copy) are worked on in a host copy: the
+returned value is the result, and a mutable caller array (CuPy) also gets it written back for
+the in-place collectives, so ``comm.all_reduce(x)`` means the same as for numpy. A numpy or torch
+first argument never comes here (one type check on the fast path).
+"""
+import functools
+
+import numpy as np
+
+from .errors import NotSupported
+from .work import Work
+
+_KDL_CPU, _KDL_CUDA_HOST = 1, 3
+# Collectives that write into their first argument when no `out` is given.
+_IN_PLACE = {"all_reduce", "reduce", "broadcast", "recv"}
+
+
+def is_foreign(obj):
+    if obj is None or isinstance(obj, np.ndarray) or type(obj).__module__.startswith("torch"):
+        return False
+    return hasattr(obj, "__dlpack__") and hasattr(obj, "__array_namespace__")
+
+
+def _to_host(obj, what):
+    """(numpy view or copy of obj, whether it is a copy)."""
+    device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else _KDL_CPU
+    if device in (_KDL_CPU, _KDL_CUDA_HOST):
+        try:
+            return np.from_dlpack(obj), False
+        except (BufferError, RuntimeError, TypeError):
+            # numpy's DLPack has no bfloat16: the framework's own host conversion (ml_dtypes).
+            return np.asarray(obj), True
+    try:
+        return np.from_dlpack(obj, device="cpu", copy=True), True
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        if callable(getattr(obj, "get", None)):  # CuPy's device-to-host copy, for older DLPack
+            return np.asarray(obj.get()), True
+        raise NotSupported(f"{what}: {type(obj).__name__} on DLPack device {device} cannot be copied "
+                           f"to the host ({e})") from e
+
+
+class _Foreign:
+    """One caller array, its host image, and the way back."""
+
+    def __init__(self, obj, what, writable):
+        self.obj = obj
+        self.host, copied = _to_host(obj, what)
+        self.staged = copied or not self.host.flags.writeable
+        if writable and not self.host.flags.writeable:
+            self.host = self.host.copy()
+
+    def give_back(self, result, written):
+        """The caller-typed value for `result`; writes it into the caller's array when the
+        collective wrote into a staged copy and the array is mutable."""
+        if result is self.host and not self.staged:
+            return self.obj
+        value = as_caller_type(self.obj, result)
+        if written and result is self.host:
+            try:
+                self.obj[...] = value
+                return self.obj
+            except (TypeError, ValueError, AttributeError):
+                pass  # immutable (JAX): the returned value is the result
+        return value
+
+
+def as_caller_type(like, result):
+    """result (numpy) as an array of like's framework, on like's device."""
+    xp = like.__array_namespace__()
+    try:
+        return xp.asarray(result, device=like.device)
+    except (TypeError, AttributeError):
+        return xp.asarray(result)
+
+
+class _ConvertedWork(Work):
+    __slots__ = ("_convert",)
+
+    def __init__(self, work, convert):
+        super().__init__(work._work, work._keep, work._result)
+        self._convert = convert
+
+    def wait(self, timeout=None):
+        return self._convert(super().wait(timeout))
+
+    def result(self):
+        return self._convert(self._result)
+
+
+def accepts_arrays(method):
+    """Lets a Communicator method take foreign arrays as `x` and `out` (see module doc)."""
+    in_place = method.__name__ in _IN_PLACE
+
+    @functools.wraps(method)
+    def call(self, x, *args, **kwargs):
+        if type(x) is np.ndarray or not (is_foreign(x) or is_foreign(kwargs.get("out"))):
+            return method(self, x, *args, **kwargs)
+        writes_x = in_place and kwargs.get("out") is None
+        fx = _Foreign(x, f"{method.__name__} input", writes_x) if is_foreign(x) else None
+        fo = _Foreign(kwargs["out"], f"{method.__name__} output", True) if is_foreign(kwargs.get("out")) else None
+        if fo:
+            kwargs["out"] = fo.host
+        result = method(self, fx.host if fx else x, *args, **kwargs)
+
+        def convert(r):
+            if r is None:
+                return None
+            if fo and r is fo.host:
+                return fo.give_back(r, True)
+            if fx:
+                return fx.give_back(r, writes_x)
+            return r
+
+        return _ConvertedWork(result, convert) if isinstance(result, Work) else convert(result)
+
+    return call
