@@ -7,17 +7,8 @@ tensors) is refused with NotSupported until the staged/CUDA path is built.
 """
 import numpy as np
 
-from ._core import buffer_address
+from ._core import DTYPE_SIZE, DTYPES, RED_OPS as OPS, buffer_address  # uccl::DataType / RedOp, from C++
 from .errors import InvalidArgument, NotSupported
-
-# Values of uccl::DataType (include/uccl/types.h).
-DTYPES = {
-    "int8": 0, "uint8": 1, "int32": 2, "int64": 3,
-    "float16": 4, "bfloat16": 5, "float32": 6, "float64": 7,
-}
-DTYPE_SIZE = {0: 1, 1: 1, 2: 4, 3: 8, 4: 2, 5: 2, 6: 4, 7: 8}
-# Values of uccl::RedOp.
-OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "premul_sum": 5, "band": 6, "bor": 7, "bxor": 8}
 
 
 class Buffer:

@@ -36,6 +36,21 @@ def sh(*args, check=True):
     return r.stdout
 
 
+def topology_doc(clusters, hosts, intra_gbit, inter_gbit, host_gbps=None):
+    """The UCCL_TOPO_FILE document of a bed of this shape (hosts named c<c>h<h>, matched by name or
+    by their address); benchmarks/testbed/model.py predicts with it too."""
+    doc = {"inter_cluster_gbps": inter_gbit, "clusters": []}
+    if host_gbps:
+        doc["host_gbps"] = host_gbps
+    for c in range(clusters):
+        doc["clusters"].append({
+            "name": f"c{c}", "fabric": f"c{c}-fabric", "nic_gbps": intra_gbit, "uplink_gbps": inter_gbit,
+            "hosts": [{"name": f"c{c}h{h}", "addresses": [Testbed.host_addr(c, h)],
+                       "nics": [{"name": "eth0", "kind": "tcp", "fabric": f"c{c}-fabric", "gbps": intra_gbit}]}
+                      for h in range(hosts)]})
+    return doc
+
+
 def netns_available():
     """True when this process may create network namespaces (root + iproute2)."""
     name = f"utbprobe{os.getpid()}"
@@ -192,15 +207,7 @@ class Testbed:
 
     def topology_file(self, path, ranks_per_host, host_gbps=None):
         """Writes the UCCL_TOPO_FILE describing this bed (clusters, hosts by address, rates)."""
-        doc = {"inter_cluster_gbps": self.inter_gbit, "clusters": []}
-        if host_gbps:
-            doc["host_gbps"] = host_gbps
-        for c in range(self.clusters):
-            doc["clusters"].append({
-                "name": f"c{c}", "fabric": f"c{c}-fabric", "nic_gbps": self.intra_gbit, "uplink_gbps": self.inter_gbit,
-                "hosts": [{"name": f"c{c}h{h}", "addresses": [self.host_addr(c, h)],
-                           "nics": [{"name": "eth0", "kind": "tcp", "fabric": f"c{c}-fabric",
-                                     "gbps": self.intra_gbit}]} for h in range(self.hosts)]})
+        doc = topology_doc(self.clusters, self.hosts, self.intra_gbit, self.inter_gbit, host_gbps)
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)
         return path

@@ -1,5 +1,3 @@
-#include <cstring>
-
 #include "algorithms/collectives.h"
 #include "base/log.h"
 
@@ -34,23 +32,29 @@ Blocks blocks_from(const std::vector<size_t>& counts, const std::vector<size_t>&
   return b;
 }
 
-const char* pick_algorithm(const OpEnv& env, size_t bytes) {
-  if (env.algo == AlgoChoice::kRing) return "ring";
-  if (env.algo == AlgoChoice::kDirect) return "direct";
-  return bytes <= env.small_msg_bytes ? "direct" : "ring";
-}
-
-bool algo_choice_valid(const std::string& name) {
-  return name.empty() || name == "auto" || name == "ring" || name == "direct" || name == "hier" ||
-         name == "hierarchical" || name == "rhd";
-}
-
-AlgoChoice parse_algo_choice(const std::string& name) {
-  if (name == "ring") return AlgoChoice::kRing;
-  if (name == "direct") return AlgoChoice::kDirect;
-  if (name == "hier" || name == "hierarchical") return AlgoChoice::kHier;
-  if (name == "rhd") return AlgoChoice::kHalvingDoubling;
-  return AlgoChoice::kAuto;
+Algorithm choose_algorithm(const OpEnv& env, Collective coll, size_t bytes) {
+  SelectRequest req;
+  req.coll = coll;
+  req.dtype = static_cast<DataType>(env.envelope.dtype);
+  req.bytes = bytes;
+  req.size = env.size;
+  req.root = env.envelope.root;
+  req.topo = env.topo.get();
+  req.forced = env.algo;
+  req.small_msg_bytes = env.small_msg_bytes;
+  bool fresh = true;
+  const Algorithm algo = env.choices ? env.choices->memo.choose(req, &fresh) : choose_fast(req);
+  set_algo(env, algorithm_name(algo));
+  // INFO: the first time this communicator picks an algorithm for a collective, and again for
+  // each other algorithm it picks (not on every call); the text is only built then.
+  if (fresh && env.choices && log_enabled(LogLevel::kInfo)) {
+    const size_t key = static_cast<size_t>(base_collective(coll)) * 16 + static_cast<size_t>(algo);
+    if (key < env.choices->logged.size() && !env.choices->logged.test(key)) {
+      env.choices->logged.set(key);
+      UCCL_INFO("%s", select_algorithm(req).reason.c_str());
+    }
+  }
+  return algo;
 }
 
 }  // namespace uccl

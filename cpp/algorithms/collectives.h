@@ -1,6 +1,6 @@
-// Schedule builders, one per collective. Each picks its algorithm (ring for bandwidth, direct
-// for latency, UCCL_ALGO / CommOptions::algorithm to override) and records the choice in
-// OpStats::algorithm. Builders run when the operation starts executing.
+// Schedule builders, one per collective. Each asks the selection table (select.h) for its
+// algorithm through choose_algorithm(), which records the choice in OpStats::algorithm.
+// Builders run when the operation starts executing.
 #pragma once
 
 #include <vector>
@@ -27,8 +27,9 @@ inline void set_algo(const OpEnv& env, const char* name) {
   if (env.stats) env.stats->algorithm = name;
 }
 
-// "ring" or "direct" for an operation moving `bytes` per rank (UCCL_ALGO may force one).
-const char* pick_algorithm(const OpEnv& env, size_t bytes);
+// The selection table's algorithm for this operation (bytes = D, see select.h), recorded in
+// the stats; its reason is INFO-logged the first time this communicator picks it for `coll`.
+Algorithm choose_algorithm(const OpEnv& env, Collective coll, size_t bytes);
 
 Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s);
 Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s);
@@ -41,9 +42,7 @@ Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s);
 Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s);
 Status build_barrier(const OpEnv& env, Schedule* s);
 
-// Hierarchical variants over the topology's levels (hierarchical.cc). use_hierarchical()
-// decides: UCCL_ALGO=hier forces it, auto asks the cost model; INFO logs say why.
-bool use_hierarchical(const OpEnv& env, Collective coll, size_t total_bytes);
+// Hierarchical variants over the topology's levels (hierarchical.cc).
 Status build_hier_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s);
 Status build_hier_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env,
                                Schedule* s);

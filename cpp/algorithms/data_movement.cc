@@ -1,7 +1,6 @@
 // Collectives that move data without combining it: all_gather(v), broadcast, all_to_all(v),
 // gather, scatter, and the barrier.
 #include <algorithm>
-#include <cstring>
 
 #include "algorithms/collectives.h"
 
@@ -29,11 +28,9 @@ void root_check(int root, const OpEnv& env, Schedule* s, bool towards_root) {
 Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(dt);
-  if (use_hierarchical(env, Collective::kAllGather, b.total() * es))
-    return build_hier_all_gather_v(send, recv, b, dt, env, s);
-  const char* algo = n == 1 ? "local" : pick_algorithm(env, b.total() * es);
-  set_algo(env, algo);
-  if (n == 1 || std::strcmp(algo, "direct") == 0) {
+  const Algorithm algo = choose_algorithm(env, Collective::kAllGather, b.total() * es);
+  if (algo == Algorithm::kHier) return build_hier_all_gather_v(send, recv, b, dt, env, s);
+  if (algo != Algorithm::kRing) {  // direct, or local (one rank)
     s->new_phase();
     s->copy(at(recv, b.off[r], es), send, b.cnt[r] * es);  // no-op when already in place
     for (int p = 0; p < n; ++p) {
@@ -54,10 +51,9 @@ Status build_broadcast(const BroadcastArgs& a, const OpEnv& env, Schedule* s) {
   const bool root = r == a.root;
   s->new_phase();
   if (root && a.recv) s->copy(a.recv, a.send, bytes);
-  const char* algo = n == 1 ? "local" : n == 2 ? "direct" : pick_algorithm(env, bytes);
-  set_algo(env, algo);
-  if (n == 1) return Status::Ok();
-  if (std::strcmp(algo, "direct") == 0) {
+  const Algorithm algo = choose_algorithm(env, Collective::kBroadcast, bytes);
+  if (algo == Algorithm::kLocal) return Status::Ok();
+  if (algo == Algorithm::kDirect) {
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       if (root) s->send(p, a.send, bytes);
@@ -83,7 +79,9 @@ Status build_broadcast(const BroadcastArgs& a, const OpEnv& env, Schedule* s) {
 Status build_all_to_all_v(const AllToAllVArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype);
-  set_algo(env, n == 1 ? "local" : "direct");
+  size_t total = 0;
+  for (int p = 0; p < n; ++p) total += a.send_counts[p];
+  choose_algorithm(env, Collective::kAllToAll, total * es);  // local or direct: the schedule below
   const void* send = a.send;
   s->new_phase();
   if (a.send == a.recv && n > 1) {
@@ -108,7 +106,7 @@ Status build_all_to_all_v(const AllToAllVArgs& a, const OpEnv& env, Schedule* s)
 Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t bytes = a.count * dtype_size(a.dtype);
-  set_algo(env, "direct");
+  choose_algorithm(env, Collective::kGather, n * bytes);  // direct: the schedule below
   s->new_phase();
   root_check(a.root, env, s, /*towards_root=*/false);
   if (r != a.root) {
@@ -125,7 +123,7 @@ Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s) {
 Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t bytes = a.count * dtype_size(a.dtype);
-  set_algo(env, "direct");
+  choose_algorithm(env, Collective::kScatter, n * bytes);  // direct: the schedule below
   s->new_phase();
   root_check(a.root, env, s, /*towards_root=*/true);
   if (r != a.root) {
@@ -142,7 +140,7 @@ Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s) {
 Status build_barrier(const OpEnv& env, Schedule* s) {
   // Dissemination barrier: ceil(log2 n) rounds of empty messages at distance 1, 2, 4, ...
   const int n = env.size, r = env.rank;
-  set_algo(env, "dissemination");
+  choose_algorithm(env, Collective::kBarrier, 0);  // dissemination: the schedule below
   for (int d = 1; d < n; d *= 2) {
     s->new_phase();
     s->send((r + d) % n, nullptr, 0);

@@ -18,13 +18,8 @@
 // then distributed. (They differ from the flat ring's in the last bits for floats, because
 // the summation order differs; integer-valued data gives identical results.)
 #include <algorithm>
-#include <cstdio>
-#include <map>
-#include <mutex>
 
 #include "algorithms/collectives.h"
-#include "base/log.h"
-#include "topology/cost_model.h"
 #include "topology/topology.h"
 
 namespace uccl {
@@ -96,63 +91,7 @@ void all_gather_all_dims(const Grid& g, char* work, Schedule* s) {
   for (int d = static_cast<int>(g.t.dims().size()) - 1; d >= 0; --d) all_gather_dim(g, d, work, s);
 }
 
-void set_algo(const OpEnv& env) {
-  if (env.stats) env.stats->algorithm = "hier";
-}
-
-std::string mib(double bytes) {
-  char b[32];
-  snprintf(b, sizeof b, "%.3g MiB", bytes / (1 << 20));
-  return b;
-}
-
-// INFO log of a decision, once per (topology, collective) and again whenever it flips.
-void log_decision(const Topology* t, Collective coll, const std::string& choice, const std::string& why) {
-  if (!log_enabled(LogLevel::kInfo)) return;
-  static std::mutex mu;
-  static std::map<std::pair<const Topology*, int>, std::string> last;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& prev = last[{t, static_cast<int>(coll)}];
-  if (prev == choice) return;
-  prev = choice;
-  UCCL_INFO("%s: %s (%s)", collective_name(coll), choice.c_str(), why.c_str());
-}
-
-CostOp cost_op(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce: return CostOp::kAllReduce;
-    case Collective::kReduceScatter:
-    case Collective::kReduceScatterV: return CostOp::kReduceScatter;
-    default: return CostOp::kAllGather;
-  }
-}
-
 }  // namespace
-
-bool use_hierarchical(const OpEnv& env, Collective coll, size_t total_bytes) {
-  if (!env.topo || env.size < 2) return false;
-  const bool forced = env.algo == AlgoChoice::kHier;
-  if (!forced && env.algo != AlgoChoice::kAuto) return false;  // ring/direct forced
-  const Topology& t = *env.topo;
-  if (!t.hierarchical()) {
-    if (forced) log_decision(&t, coll, "ring", "UCCL_ALGO=hier but the hierarchy is flat: " + t.flat_reason());
-    return false;
-  }
-  if (forced) {
-    log_decision(&t, coll, "hier", "forced by UCCL_ALGO/algorithm option");
-    return true;
-  }
-  if (total_bytes <= env.small_msg_bytes) return false;  // latency-bound: the direct algorithm
-  const double ring = predict_flat_ring(t, cost_op(coll), static_cast<double>(total_bytes));
-  const double hier = predict_hierarchical(t, cost_op(coll), static_cast<double>(total_bytes));
-  const bool pick = hier < ring;
-  char why[256];
-  snprintf(why, sizeof why, "%s: cost model predicts hier %.3g ms vs ring %.3g ms; links host %.3g, nic %.3g, uplink %.3g Gbit/s",
-           mib(static_cast<double>(total_bytes)).c_str(), hier * 1e3, ring * 1e3, t.rate(0) * 8e-9, t.rate(1) * 8e-9,
-           t.rate(2) * 8e-9);
-  log_decision(&t, coll, pick ? "hier" : "ring", why);
-  return pick;
-}
 
 Status build_hier_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
   const Topology& t = *env.topo;
@@ -160,7 +99,6 @@ Status build_hier_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule*
   const Blocks b = even_blocks(a.count, env.size);
   Grid g{t, env.rank, b, {}, es};
   for (int r = 0; r < env.size; ++r) g.block_of.push_back(t.nested_index(r));
-  set_algo(env);
   s->new_phase();
   const void* in = a.send;
   if (a.op == RedOp::kPremulSum) {
@@ -182,7 +120,6 @@ Status build_hier_all_gather_v(const void* send, void* recv, const Blocks& b, Da
   const size_t es = dtype_size(dt);
   Grid g{*env.topo, env.rank, b, {}, es};
   for (int r = 0; r < env.size; ++r) g.block_of.push_back(r);
-  set_algo(env);
   s->new_phase();
   s->copy(at(recv, b.off[env.rank] * es), send, b.cnt[env.rank] * es);  // no-op in place
   all_gather_all_dims(g, static_cast<char*>(recv), s);
@@ -196,7 +133,6 @@ Status build_hier_reduce_scatter_v(const void* send, void* recv, const Blocks& b
   for (size_t i = 0; i < b.off.size(); ++i) extent = std::max(extent, (b.off[i] + b.cnt[i]) * es);
   Grid g{*env.topo, env.rank, b, {}, es};
   for (int r = 0; r < env.size; ++r) g.block_of.push_back(r);
-  set_algo(env);
   // Scratch: [premul-scaled input][work: the input's layout, holding partial sums]. The work
   // area keeps the caller's input untouched and lets recv alias the input (in place).
   const size_t scaled = a.op == RedOp::kPremulSum ? extent : 0;

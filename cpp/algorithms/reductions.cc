@@ -4,7 +4,6 @@
 // and then distributes it, and the direct algorithm reduces in rank order everywhere (a
 // replica that drifts by one ULP per step would slowly break data-parallel training).
 #include <algorithm>
-#include <cstring>
 
 #include "algorithms/collectives.h"
 #include "topology/topology.h"
@@ -63,20 +62,9 @@ void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s, 
 
 namespace {
 
-// Recursive halving/doubling instead of the ring: when forced (UCCL_ALGO=rhd), or for a
-// bandwidth-sized all_reduce of a power-of-two group of at least 4 ranks on one host. It moves
-// the same bytes as the ring in 2 log2(n) steps instead of 2 (n - 1); fewer steps matter where
-// each one waits for a rank to be scheduled (4 ranks on the 2-core VM, 1 MiB: 450-475 us
-// against 545-715 us by ring; 16 MiB: 8.1-8.5 against 9.0-9.8 ms). Across hosts its first steps
-// send half the buffer over the slow link at once, so a flat multi-host group keeps the ring.
-bool use_halving_doubling(const OpEnv& env, const char* size_choice) {
-  const int n = env.size;
-  if ((n & (n - 1)) != 0) return false;  // power-of-two groups only (others take the ring)
-  if (env.algo == AlgoChoice::kHalvingDoubling) return true;
-  return env.algo == AlgoChoice::kAuto && n >= 4 && std::strcmp(size_choice, "ring") == 0 && env.topo &&
-         env.topo->num_hosts() == 1;
-}
-
+// Recursive halving/doubling instead of the ring (select.cc says when: forced by
+// UCCL_ALGO=rhd, or a bandwidth-sized all_reduce of a power-of-two group on one host, where it
+// moves the same bytes as the ring in 2 log2(n) steps instead of 2 (n - 1)).
 // Recursive halving, then recursive doubling (Rabenseifner), for a power-of-two group. Step k
 // of the reduce-scatter pairs rank r with r ^ (n >> (k + 1)); each keeps the half of its range
 // that holds its own block, sends the other half and reduces the partner's copy of its half
@@ -119,22 +107,19 @@ void halving_doubling_all_reduce(const void* send, void* recv, const Blocks& b, 
 Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), bytes = a.count * es;
-  if (use_hierarchical(env, Collective::kAllReduce, bytes)) return build_hier_all_reduce(a, env, s);
+  const Algorithm algo = choose_algorithm(env, Collective::kAllReduce, bytes);
+  if (algo == Algorithm::kHier) return build_hier_all_reduce(a, env, s);
   const void* send = a.send;
   s->new_phase();
   if (a.op == RedOp::kPremulSum) {
     s->scale(a.recv, a.send, bytes, a.scalar);  // scale once, then sum in place
     send = a.recv;
   }
-  if (n == 1) {
+  if (algo == Algorithm::kLocal) {
     s->copy(a.recv, send, bytes);
-    set_algo(env, "local");
     return Status::Ok();
   }
-  const char* algo = pick_algorithm(env, bytes);
-  if (use_halving_doubling(env, algo)) algo = "rhd";
-  set_algo(env, algo);
-  if (std::strcmp(algo, "direct") == 0) {
+  if (algo == Algorithm::kDirect) {
     char* slots = static_cast<char*>(env.scratch->get(n * bytes));
     s->copy(slots + r * bytes, send, bytes);
     for (int p = 0; p < n; ++p) {
@@ -148,7 +133,7 @@ Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
     return Status::Ok();
   }
   const Blocks b = even_blocks(a.count, n);
-  if (std::strcmp(algo, "rhd") == 0) {
+  if (algo == Algorithm::kHalvingDoubling) {
     halving_doubling_all_reduce(send, a.recv, b, a.op == RedOp::kAvg, env, s);
     return Status::Ok();
   }
@@ -178,11 +163,9 @@ Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, con
                               const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), total = b.total() * es, mine = b.cnt[r] * es, maxb = max_block(b) * es;
-  if (use_hierarchical(env, Collective::kReduceScatter, total))
-    return build_hier_reduce_scatter_v(send, recv, b, a, env, s);
-  const char* algo = n == 1 ? "local" : pick_algorithm(env, total);
-  set_algo(env, algo);
-  const bool direct = std::strcmp(algo, "direct") == 0;
+  const Algorithm algo = choose_algorithm(env, Collective::kReduceScatter, total);
+  if (algo == Algorithm::kHier) return build_hier_reduce_scatter_v(send, recv, b, a, env, s);
+  const bool direct = algo == Algorithm::kDirect;  // local (one rank) takes the ring's path
   // Scratch layout: [premul-scaled input][direct: n slots | ring: two blocks in flight].
   const size_t scaled_bytes = a.op == RedOp::kPremulSum ? total : 0;
   char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + (direct ? n * maxb : 2 * maxb) + 64));
@@ -215,11 +198,10 @@ Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), bytes = a.count * es;
   const bool root = r == a.root;
-  const char* algo = n == 1 ? "local" : pick_algorithm(env, bytes);
-  set_algo(env, algo);
+  const Algorithm algo = choose_algorithm(env, Collective::kReduce, bytes);
   const Blocks b = even_blocks(a.count, n);
   const size_t maxb = max_block(b) * es;
-  const bool direct = std::strcmp(algo, "ring") != 0;
+  const bool direct = algo != Algorithm::kRing;  // local (one rank) takes the direct path
   const size_t scaled_bytes = a.op == RedOp::kPremulSum ? bytes : 0;
   char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + (direct ? n * bytes : 3 * maxb) + 64));
   const void* send = a.send;

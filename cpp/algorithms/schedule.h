@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/select.h"
 #include "transports/transport.h"
 #include "uccl/args.h"
 #include "uccl/work.h"
@@ -95,11 +96,6 @@ class ScratchArena {
   size_t cap_ = 0;
 };
 
-// An algorithm forced by UCCL_ALGO or a communicator option (parsed once per communicator).
-enum class AlgoChoice : uint8_t { kAuto, kRing, kDirect, kHier, kHalvingDoubling };
-bool algo_choice_valid(const std::string& name);      // "", auto, ring, direct, hier(archical), rhd
-AlgoChoice parse_algo_choice(const std::string& name);  // of a valid name
-
 // What a schedule builder knows about the operation and its communicator.
 struct OpEnv {
   int rank = 0;
@@ -107,8 +103,9 @@ struct OpEnv {
   Envelope envelope;          // op_seq, coll, count, dtype, redop, root of this operation
   ScratchArena* scratch = nullptr;
   OpStats* stats = nullptr;
-  AlgoChoice algo = AlgoChoice::kAuto;  // UCCL_ALGO / the communicator's algorithm option
-  std::shared_ptr<const Topology> topo;  // set for collectives that may run hierarchically
+  SelectionState* choices = nullptr;  // the communicator's memo of choices (select.h), optional
+  Algorithm algo = Algorithm::kAuto;  // forced by UCCL_ALGO / the communicator's algorithm option
+  std::shared_ptr<const Topology> topo;  // set for collectives whose choice reads it (needs_topology)
   size_t small_msg_bytes = 0;
 };
 

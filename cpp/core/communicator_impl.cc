@@ -28,9 +28,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
   if (rank < 0 || rank >= size)
     return InvalidArgument("rank " + std::to_string(rank) + " out of range for size " + std::to_string(size));
   if (!store) return InvalidArgument("a store is required");
-  const std::string& algo = algorithm_name(opts);
-  if (!algo_choice_valid(algo))
-    return InvalidArgument("unknown algorithm '" + algo + "' (option or UCCL_ALGO): expected auto, ring, direct, hier or rhd");
+  auto algo = parse_algorithm(algorithm_name(opts));
+  if (!algo.ok()) return algo.status().with_context("option or UCCL_ALGO");
   log_set_rank(rank);
   const double timeout = opts.timeout_s > 0 ? opts.timeout_s : config().timeout_s;
   auto conns = std::make_unique<ConnectionManager>(rank, size, store, opts, timeout);
@@ -45,7 +44,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
 CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts,
                                    std::shared_ptr<Engine> engine)
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)),
-      algo_(parse_algo_choice(algorithm_name(opts))),
+      algo_(parse_algorithm(algorithm_name(opts)).value()),
       small_msg_bytes_(config().small_msg_bytes) {
   p2p_sent_.assign(size, 0);
   p2p_recvd_.assign(size, 0);
@@ -64,14 +63,12 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.envelope.redop = static_cast<uint8_t>(c.op);
   env.envelope.root = c.root;
   env.scratch = &scratch_;
+  env.choices = &choices_;
   env.stats = &w->stats_;
   env.algo = algo_;
   env.small_msg_bytes = small_msg_bytes_;
-  // Collectives with a hierarchical variant need everyone's PeerInfo to choose (first time only).
-  if (size_ > 1 && (c.coll == Collective::kAllReduce || c.coll == Collective::kAllGather ||
-                    c.coll == Collective::kAllGatherV || c.coll == Collective::kReduceScatter ||
-                    c.coll == Collective::kReduceScatterV))
-    env.topo = topology();
+  // Collectives whose algorithm choice reads the topology need everyone's PeerInfo (first time only).
+  if (size_ > 1 && needs_topology(c.coll)) env.topo = topology();
   if (env.topo && !host_ranks_noted_) {
     host_ranks_noted_ = true;  // the waiting policy yields while spinning when they outnumber the cores
     note_host_ranks(static_cast<int>(env.topo->host_members(env.topo->host_of(rank_)).size()));

@@ -63,9 +63,10 @@ class CommunicatorImpl : public Communicator {
   std::shared_ptr<Store> store_;
   CommOptions opts_;
   std::shared_ptr<Engine> engine_;
-  const AlgoChoice algo_;          // resolved once: options, then UCCL_ALGO
+  const Algorithm algo_;           // resolved once: options, then UCCL_ALGO
   const size_t small_msg_bytes_;
   ScratchArena scratch_;
+  SelectionState choices_;  // the algorithm choices this communicator remembers (select.h)
   ExecState exec_;  // reused by each executing operation in turn (see ExecState)
   std::mutex issue_mu_;          // sequence numbers are assigned in issue order
   uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)

@@ -4,10 +4,10 @@
 
 #include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "base/config.h"
 #include "base/log.h"
+#include "topology/declared_topology.h"
 
 namespace uccl {
 namespace {
@@ -135,15 +135,8 @@ Status describe_local_host(PeerInfo* me, const std::vector<NicInfo>& rdma_nics) 
   {
     std::lock_guard<std::mutex> lock(mu);
     if (!loaded) {
-      std::ifstream f(path);
-      if (!f) {
-        doc = InvalidArgument("UCCL_TOPO_FILE=" + path + " cannot be read");
-      } else {
-        std::stringstream ss;
-        ss << f.rdbuf();
-        doc = parse_topo_text(ss.str(), path);
-        if (!doc.ok()) doc = doc.status().with_context("UCCL_TOPO_FILE=" + path);
-      }
+      doc = read_topology_file(path);
+      if (!doc.ok()) doc = doc.status().with_context("UCCL_TOPO_FILE");
       loaded = true;
     }
   }

@@ -17,6 +17,7 @@
 #include "base/config.h"
 #include "base/net.h"
 #include "python/core/blocking_call.h"
+#include "python/core/cost_bindings.h"
 #include "python/core/perf_loop.h"
 #include "python/core/py_errors.h"
 #include "python/core/py_store.h"
@@ -249,4 +250,6 @@ PYBIND11_MODULE(_core, m) {
   });
 
   register_perf_loop(m);  // uccl-perf's timed loop (perf_loop.cc)
+  register_cost(m);       // uccl.cost: the topology file, cost model and algorithm choice
+  register_enums(m);      // DTYPES, DTYPE_SIZE, RED_OPS
 }

@@ -58,8 +58,10 @@ c10::intrusive_ptr<UcclWork> UcclBackend::make_work(c10d::OpType type, const cha
   // No sequence number here: uccl's message names the op with its own ("all_reduce #12").
   std::string what = std::string(name) + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
                      (opts_.name.empty() ? "" : ", group " + opts_.name) + ")";
-  return c10::make_intrusive<UcclWork>(rank_, type, title.c_str(), seq, std::move(what), std::move(outputs),
-                                       timeout_s, cq_);
+  auto w = c10::make_intrusive<UcclWork>(rank_, type, title.c_str(), seq, std::move(what), std::move(outputs),
+                                         timeout_s, cq_);
+  w->count_into(traffic_);
+  return w;
 }
 
 void UcclBackend::add_op(UcclWork& w, uccl::Result<uccl::WorkPtr> r) {

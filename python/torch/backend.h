@@ -87,6 +87,8 @@ class UcclBackend : public c10d::Backend {
   // Extras for Python (uccl._torch).
   std::string describe();
   const uccl::CommOptions& comm_options() const { return opts_; }
+  // Bytes moved by this group's finished ops so far (TrafficTotals).
+  const std::shared_ptr<TrafficTotals>& traffic() const { return traffic_; }
 
   // Building blocks of every op (used by backend.cc and collectives.cc). Callers hold mu_.
   std::recursive_mutex& issue_mutex() { return mu_; }
@@ -107,6 +109,7 @@ class UcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Store> store_;
   uccl::CommOptions opts_;
   std::shared_ptr<CompletionQueue> cq_;
+  std::shared_ptr<TrafficTotals> traffic_ = std::make_shared<TrafficTotals>();
   // Serializes op issue: uccl's per-communicator ordering is the caller's issue order, and the
   // coalescing state below is shared.
   std::recursive_mutex mu_;

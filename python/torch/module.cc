@@ -6,6 +6,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend.h"
+#include "topology/topology.h"
+#include "transports/transport.h"
 
 namespace py = pybind11;
 using uccl_torch::UcclBackend;
@@ -36,6 +38,21 @@ PYBIND11_MODULE(_torch, m) {
       .def("describe", &UcclBackend::describe, "Levels, peers and the transport chosen per peer.",
            py::call_guard<py::gil_scoped_release>())
       // c10d binds get_error() only on NCCL's class; ours returns the same dist.ErrorType enum.
+      // Cumulative bytes of this group's finished ops: {"ops", "bytes_sent": {transport: n},
+      // "bytes_sent_by_level": {"host"|"cluster"|"inter_cluster": n}} (uccl.parallel reports).
+      .def("traffic",
+           [](UcclBackend& b) {
+             auto& t = *b.traffic();
+             std::lock_guard<std::mutex> lk(t.mu);
+             py::dict d, by_transport, by_level;
+             for (int k = 0; k < 4; ++k)
+               by_transport[uccl::transport_name(static_cast<uccl::TransportKind>(k))] = t.sum.bytes_sent_by_transport[k];
+             for (int l = 0; l < 3; ++l) by_level[uccl::level_name(l)] = t.sum.bytes_sent_by_level[l];
+             d["ops"] = t.ops;
+             d["bytes_sent"] = by_transport;
+             d["bytes_sent_by_level"] = by_level;
+             return d;
+           })
       .def("get_error", &UcclBackend::getError, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("timeout_s", [](UcclBackend& b) { return b.comm_options().timeout_s; })
       .def_property_readonly("transport", [](UcclBackend& b) { return b.comm_options().transport; })

@@ -88,6 +88,19 @@ void CompletionQueue::stop() {
   }
 }
 
+void TrafficTotals::add(const uccl::OpStats& s) {
+  std::lock_guard<std::mutex> lk(mu);
+  for (int k = 0; k < 4; ++k) {
+    sum.bytes_sent_by_transport[k] += s.bytes_sent_by_transport[k];
+    sum.bytes_received_by_transport[k] += s.bytes_received_by_transport[k];
+  }
+  for (int l = 0; l < 3; ++l) {
+    sum.bytes_sent_by_level[l] += s.bytes_sent_by_level[l];
+    sum.bytes_received_by_level[l] += s.bytes_received_by_level[l];
+  }
+  ++ops;
+}
+
 // ---------------------------------------------------------------------------------------------
 // UcclWork
 
@@ -153,6 +166,9 @@ void UcclWork::finish_once(uccl::Status s) {
       } catch (...) {
         eptr = std::current_exception();
       }
+    }
+    if (traffic_ && !eptr) {
+      for (auto& w : works_) traffic_->add(w->stats());
     }
     t_end_ = std::chrono::steady_clock::now();
     finish(eptr);

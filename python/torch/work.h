@@ -59,6 +59,15 @@ class CompletionQueue {
   std::vector<std::thread> threads_;  // guarded by st_->mu
 };
 
+// Bytes a process group moved since it was made, summed over its finished ops (by transport and
+// by topology level of the peer): what uccl.parallel reports per group and step.
+struct TrafficTotals {
+  std::mutex mu;
+  uccl::OpStats sum;
+  uint64_t ops = 0;
+  void add(const uccl::OpStats& s);
+};
+
 class UcclWork : public c10d::Work {
  public:
   UcclWork(int rank, c10d::OpType type, const char* profiling_title, uint64_t seq, std::string what,
@@ -70,6 +79,7 @@ class UcclWork : public c10d::Work {
   void add_dep(c10::intrusive_ptr<UcclWork> w) { deps_.push_back(std::move(w)); }
   void add_epilogue(std::function<void()> fn) { epilogues_.push_back(std::move(fn)); }
   void keep_alive(at::Tensor t) { keep_.push_back(std::move(t)); }
+  void count_into(std::shared_ptr<TrafficTotals> t) { traffic_ = std::move(t); }
   // Arms completion: from here on the work completes by itself.
   void start();
   bool started() const { return started_.load(); }
@@ -103,6 +113,7 @@ class UcclWork : public c10d::Work {
   std::vector<c10::intrusive_ptr<UcclWork>> deps_;
   std::vector<std::function<void()>> epilogues_;
   std::vector<at::Tensor> keep_;
+  std::shared_ptr<TrafficTotals> traffic_;
 
   std::atomic<bool> started_{false};
   std::atomic<int> pending_{0};

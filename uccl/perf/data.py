@@ -12,24 +12,26 @@ expected arrays (256 MiB sweeps stay cheap on a small machine).
 """
 import numpy as np
 
+from .._core import DTYPES, RED_OPS  # uccl::DataType / RedOp values, from C++
+
 PERIOD = 11  # prime: a block or chunk shifted by a power of two never lines up with itself
 
 # nccl-tests' names first; uccl's (numpy) names and short forms are accepted too.
 # name -> (uccl dtype code, numpy storage dtype, exact-integer limit of the type or None)
 TYPES = {
-    "int8": (0, np.int8, None),
-    "uint8": (1, np.uint8, None),
-    "int32": (2, np.int32, None),
-    "int64": (3, np.int64, None),
-    "half": (4, np.float16, 2048),
-    "bfloat16": (5, np.uint16, 256),  # stored as raw bits: numpy has no bfloat16
-    "float": (6, np.float32, 1 << 24),
-    "double": (7, np.float64, 1 << 53),
+    "int8": (DTYPES["int8"], np.int8, None),
+    "uint8": (DTYPES["uint8"], np.uint8, None),
+    "int32": (DTYPES["int32"], np.int32, None),
+    "int64": (DTYPES["int64"], np.int64, None),
+    "half": (DTYPES["float16"], np.float16, 2048),
+    "bfloat16": (DTYPES["bfloat16"], np.uint16, 256),  # stored as raw bits: numpy has no bfloat16
+    "float": (DTYPES["float32"], np.float32, 1 << 24),
+    "double": (DTYPES["float64"], np.float64, 1 << 53),
 }
 TYPE_ALIASES = {"float16": "half", "fp16": "half", "bf16": "bfloat16", "float32": "float", "fp32": "float",
                 "float64": "double", "fp64": "double", "char": "int8", "int": "int32"}
-# nccl-tests' op names; "mulsum" is NCCL's premul_sum (uccl code 5).
-OPS = {"sum": 0, "prod": 1, "max": 3, "min": 2, "avg": 4, "mulsum": 5}
+# nccl-tests' op names; "mulsum" is NCCL's premul_sum.
+OPS = {n: RED_OPS["premul_sum" if n == "mulsum" else n] for n in ("sum", "prod", "max", "min", "avg", "mulsum")}
 OP_ALIASES = {"premul_sum": "mulsum"}
 MULSUM_SCALAR = 2.0  # exact in every dtype
 

@@ -1,0 +1,216 @@
+"""uccl.parallel on the emulated clusters: the Holmes pattern, two device speeds, and the
+planner's predictions against measured runs. Writes JSON; uccl/parallel/RESULTS.md quotes it.
+
+    sudo python benchmarks/testbed/run_trainer.py holmes   [--fast 1 --slow 0.1 ...]
+    sudo python benchmarks/testbed/run_trainer.py hetero   [--quota-fast 0.3 --quota-slow 0.15]
+    sudo python benchmarks/testbed/run_trainer.py validate [--plans 8]
+
+2 clusters x 2 hosts x 2 ranks, torchrun per host (--nnodes 4). Each host's processes run in a
+cgroup with a CPU quota of (ranks x per-rank cores): the quota is the "device speed" and also
+keeps the measurement from depending on what else the (shared) machine runs, as long as the
+machine has those cores to spare. Configurations alternate within each round.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import launch  # noqa: E402
+from netbed import Testbed  # noqa: E402
+
+from uccl.parallel.cpuquota import CpuQuota  # noqa: E402
+
+RPH = 2  # ranks per host
+# cpu.shares of each host's group: on the shared 2-core machine (load 15-30 from other jobs) a
+# default weight gets far less than the quota; the quota (at most 8 x 0.1 = 0.8 cores) still caps.
+SHARES = 8192
+
+
+def load1():
+    return os.getloadavg()[0]
+
+
+def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517):
+    """Runs `python -m uccl.parallel.train args_` with torchrun on the bed's hosts (or a subset),
+    each host's processes under its CPU quota; returns rank 0's RESULT."""
+    hosts = hosts or bed.all_hosts()
+    master = bed.host_addr(*hosts[0])
+    groups, procs = [], []
+    try:
+        for node, (c, h) in enumerate(hosts):
+            q = CpuQuota(f"trainer-{bed.prefix}-c{c}h{h}", quotas[(c, h)] * RPH, shares=SHARES)
+            groups.append(q)
+            env = launch.base_env({**launch._host_env(bed, c, h, topo, False), "OMP_NUM_THREADS": "1"})
+            env.pop("RANK", None)
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}",
+                   f"--nproc-per-node={RPH}", f"--node-rank={node}", f"--master-addr={master}",
+                   f"--master-port={port}", *args_]
+            procs.append((f"node {node} (c{c}h{h})", start_in(bed, c, h, q, cmd, env)))
+        out = launch.wait(procs, timeout=timeout)
+    finally:
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for q in groups:
+            q.close()
+    return out[0]
+
+
+def start_in(bed, c, h, quota, cmd, env):
+    """Starts cmd in host (c, h)'s namespace inside the CPU quota group. `ip netns exec` mounts a
+    fresh /sys, so the process cannot join the cgroup itself: it waits at a gate until its pid
+    was moved from here (`ip netns exec` execs in place: the pid stays the same)."""
+    import subprocess
+    import tempfile
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    p = bed.popen(c, h, CpuQuota.gated(cmd), env, stdin=subprocess.PIPE, stdout=out, stderr=err, text=True)
+    p.out_file, p.err_file = out, err
+    quota.add(p.pid)
+    p.stdin.write("go\n")
+    p.stdin.close()
+    return p
+
+
+def model_args(a):
+    return ["--layers", str(a.layers), "--hidden", str(a.hidden), "--heads", str(a.heads), "--seq", str(a.seq),
+            "--vocab", str(a.vocab), "--micro-batch", str(a.micro_batch), "--micro-batches", str(a.micro_batches),
+            "--steps", str(a.steps), "--warmup", "1", "--quiet"]
+
+
+def bed_for(a, intra, inter, tag):
+    bed = Testbed(clusters=2, hosts=2, intra_gbit=intra, inter_gbit=inter, prefix=f"trainer{tag}")
+    bed.up()
+    return bed, bed.topology_file(f"/tmp/trainer-{tag}-topo.json", ranks_per_host=RPH)
+
+
+def holmes(a, rows):
+    envs = {"all_fast": (a.fast, a.fast), "all_slow": (a.slow, a.slow), "mixed": (a.fast, a.slow)}
+    runs = [("all_fast", "holmes"), ("all_slow", "holmes"), ("mixed", "holmes"), ("mixed", "naive")]
+    for rnd in range(a.rounds):
+        for env, layout in runs:
+            bed, topo = bed_for(a, *envs[env], "h")
+            try:
+                quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
+                la = load1()
+                r = run_bed(bed, ["-m", "uccl.parallel.train", "--pp", "2", "--tp", str(a.tp), "--layout", layout,
+                                  *model_args(a)], quotas, topo)
+            finally:
+                bed.close()
+            r.update(env=env, round=rnd, load1_before=la, load1_after=load1(), rates_gbit=envs[env])
+            rows.append(r)
+            print(f"[holmes] round {rnd} {env:8s} {layout:6s}: {r['tokens_per_s']:.0f} tok/s, step {r['step_s']:.3f}s "
+                  f"comm {json.dumps({k: round(v, 3) for k, v in r['comm_s'].items()})} load {la:.1f}", flush=True)
+    return rows
+
+
+def hetero(a, rows):
+    """c0 at quota_fast, c1 at quota_slow: each cluster alone, then both with adapt / uniform."""
+    bed, topo = bed_for(a, a.fast, a.fast, "x")
+    try:
+        qf, qs = a.quota_fast, a.quota_slow
+        both = {(c, h): (qf if c == 0 else qs) for c, h in bed.all_hosts()}
+        cases = [("c0_alone", [(0, 0), (0, 1)], "adapt"), ("c1_alone", [(1, 0), (1, 1)], "adapt"),
+                 ("both_adapt", None, "adapt"), ("both_uniform", None, "uniform")]
+        for rnd in range(a.rounds):
+            for name, hosts, parts in cases:
+                la = load1()
+                r = run_bed(bed, ["-m", "uccl.parallel.train", "--pp", "2", "--parts", parts, *model_args(a)],
+                            both, topo, hosts=hosts)
+                r.update(case=name, round=rnd, load1_before=la, load1_after=load1(), quotas=[qf, qs])
+                rows.append(r)
+                print(f"[hetero] round {rnd} {name:12s}: parts {r['parts']} {r['tokens_per_s']:.0f} tok/s "
+                      f"step {r['step_s']:.3f}s load {la:.1f}", flush=True)
+    finally:
+        bed.close()
+    return rows
+
+
+def validate(a, rows):
+    """Planner on this bed (rates from the topology file, device speed profiled under the quota),
+    then every plan it lists run on the bed."""
+    from uccl.planner import estimate as est_mod
+    from uccl.planner import search as search_mod
+    from uccl.planner import spec
+    from uccl.planner.profile import profile_devices
+    from uccl.planner.validate import trainer_args
+    bed, topo = bed_for(a, a.fast, a.slow, "v")
+    try:
+        with open(topo) as f:
+            tdoc = json.load(f)
+        doc = {"topology": tdoc, "devices": {"cpu": {"flops": 1e9, "memory_gib": 4, "cpu_quota": a.quota_fast}},
+               "hosts": {"default": {"device": "cpu", "count": RPH}},
+               "model": dict(layers=a.layers, hidden=a.hidden, heads=a.heads, seq=a.seq, vocab=a.vocab,
+                             global_batch=a.global_batch)}
+        cluster, model = spec.cluster_from_dict(doc), spec.model_from_dict(doc["model"])
+        flops = profile_devices(cluster, model)
+        for d in cluster.device_of_rank:
+            d.flops = flops[d.name]
+        comm = est_mod.Comm.from_uccl(cluster.topology())
+        plans, stats = search_mod.search(model, cluster, comm, top=a.plans, max_micro_batch=a.max_micro_batch)
+        quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
+        for i, (e, s) in enumerate(plans):
+            d = search_mod.plan_dict(e, s, search_mod.describe_groups(cluster, comm, model, s))
+            la = load1()
+            r = run_bed(bed, trainer_args(d, model, a.steps), quotas, topo)
+            d.update(rank_predicted=i + 1, measured_s=r["step_s"], measured_all=r["step_s_all"],
+                     error=d["predicted_s"] / r["step_s"] - 1, load1_before=la, load1_after=load1(),
+                     comm_s=r["comm_s"], device_flops=flops)
+            rows.append(d)
+            print(f"[validate] #{i + 1} t={s.tp} p={s.pp} d={s.dp} b={s.micro_batch} {s.layout} parts={s.parts} "
+                  f"order={s.order}: predicted {e.time_s:.3f}s measured {r['step_s']:.3f}s "
+                  f"({d['error'] * 100:+.1f}%) load {la:.1f}", flush=True)
+    finally:
+        bed.close()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("holmes", "hetero", "validate"))
+    ap.add_argument("--fast", type=float, default=1.0, help="Gbit/s of a fast link")
+    ap.add_argument("--slow", type=float, default=0.05, help="Gbit/s of a slow link")
+    ap.add_argument("--quota-fast", type=float, default=0.1, help="cores per rank, fast devices")
+    ap.add_argument("--quota-slow", type=float, default=0.05, help="cores per rank, slow devices")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--global-batch", type=int, default=16, help="validate: the planner's global batch")
+    ap.add_argument("--max-micro-batch", type=int, default=4)
+    ap.add_argument("--plans", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    t0 = time.time()
+    out = a.out or os.path.join(HERE, f"trainer_{a.what}.json")
+    rows = Rows(out, {"config": vars(a), "cpus": os.cpu_count()}, t0)
+    {"holmes": holmes, "hetero": hetero, "validate": validate}[a.what](a, rows)
+    print(f"wrote {out} ({time.time() - t0:.0f} s)")
+
+
+class Rows(list):
+    """The results so far, rewritten to the JSON file after every run (an interrupted
+    measurement keeps what it measured)."""
+
+    def __init__(self, path, head, t0):
+        super().__init__()
+        self.path, self.head, self.t0 = path, head, t0
+
+    def append(self, row):
+        super().append(row)
+        with open(self.path, "w") as f:
+            json.dump({**self.head, "rows": list(self), "wall_s": time.time() - self.t0}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The planner wired to uccl.cost (the C++ cost model): the testbed-shaped cluster file and a
+paper-scale preset give plans whose groups name the algorithm uccl would pick."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+cost = pytest.importorskip("uccl.cost", reason="uccl.cost not in this build")
+
+CLUSTER = {
+    "topology": {"inter_cluster_gbps": 0.05, "clusters": [
+        {"name": f"c{c}", "fabric": f"c{c}-fabric", "nic_gbps": 1.0, "uplink_gbps": 0.05,
+         "hosts": [{"name": f"c{c}h{h}", "nics": [{"name": "eth0", "kind": "tcp", "fabric": f"c{c}-fabric",
+                                                   "gbps": 1.0}]} for h in range(2)]} for c in range(2)]},
+    "devices": {"fast": {"flops": 2e9, "memory_gib": 4}, "slow": {"flops": 1e9, "memory_gib": 4}},
+    "hosts": {"c0": {"device": "fast", "count": 2}, "c1": {"device": "slow", "count": 2}},
+    "model": {"layers": 8, "hidden": 256, "heads": 4, "seq": 32, "vocab": 512, "global_batch": 16},
+}
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, "-m", "uccl.planner", *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+def test_testbed_cluster_plans(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(CLUSTER))
+    out = json.loads(run("--cluster", str(path), "--json", "--top", "4"))
+    plans = out["plans"]
+    assert plans and out["world"] == 8
+    times = [p["predicted_s"] for p in plans]
+    assert times == sorted(times)
+    best = plans[0]
+    # A slow link between clusters: the best plan keeps DP inside clusters or avoids DP across.
+    if best["pp"] > 1 and best["dp"] > 1:
+        assert best["layout"] == "holmes", best
+        assert best["groups"]["dp"]["where"] != "across clusters"
+        fast = best["order"].index(0)  # pipeline position 0 = cluster c0, the fast devices
+        assert best["parts"][fast] >= best["parts"][1 - fast], best
+    text = run("--cluster", str(path), "--top", "2")
+    assert "groups:" in text and "s/iter" in text
+
+
+def test_paper_scale_preset():
+    out = json.loads(run("--preset", "a100:1024", "--model-preset", "gpt-145b", "--json", "--top", "3"))
+    assert out["world"] == 1024 and len(out["plans"]) == 3
+    for p in out["plans"]:
+        assert p["tp"] * p["pp"] * p["dp"] == 1024 and p["memory_gib"] <= 80
+        assert p["groups"]["tp"]["where"] in ("inside a host", "-")
