@@ -2,12 +2,7 @@
 // armed its doorbell and sleeps is woken by the peer's send, not by its (30 s) timeout; a sleep
 // whose futex word already moved returns at once (no lost wake-up); a sleeper whose peer dies
 // sees it on its next look. Two processes, like two ranks (shm_test_util.h's fork_pair).
-// doctest with prefixed macros: check.h (shm_test_util.h) owns the short CHECK name.
-#define DOCTEST_CONFIG_NO_SHORT_MACRO_NAMES
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "shm_test_util.h"
-
-#include <doctest/doctest.h>
 
 #include "core/idle_wait.h"
 
@@ -46,7 +41,7 @@ int sleepy_receiver(Endpoint* ep) {
 
 }  // namespace
 
-DOCTEST_TEST_CASE("a sleeping receiver is woken by the peer's send") {
+TEST_CASE("a sleeping receiver is woken by the peer's send") {
   std::unique_ptr<Endpoint> ep;
   const ShmOptions o = options(true);
   pid_t child = fork_pair(o, o, &ep, sleepy_receiver);
@@ -55,11 +50,11 @@ DOCTEST_TEST_CASE("a sleeping receiver is woken by the peer's send") {
   SendRequest s;
   make_send(&s, payload.data(), payload.size(), env_for(1));
   ep->post_send(&s);
-  DOCTEST_CHECK(drive(ep.get(), {&s}).ok());
-  DOCTEST_CHECK(join(child) == 0);
+  CHECK(drive(ep.get(), {&s}).ok());
+  CHECK(join(child) == 0);
 }
 
-DOCTEST_TEST_CASE("a sleeping receiver notices that its peer died") {
+TEST_CASE("a sleeping receiver notices that its peer died") {
   std::unique_ptr<Endpoint> ep;
   const ShmOptions o = options(true);
   pid_t child = fork_pair(o, o, &ep, [](Endpoint*) -> int {
@@ -78,20 +73,20 @@ DOCTEST_TEST_CASE("a sleeping receiver notices that its peer died") {
     if (!ep->progress() && r.pending()) idle_sleep(ws, 0.01);
     ep->disarm_wait();
   }
-  DOCTEST_CHECK(r.state == ReqState::kFailed);
-  DOCTEST_CHECK(join(child) == 0);
+  CHECK(r.state == ReqState::kFailed);
+  CHECK(join(child) == 0);
 }
 
-DOCTEST_TEST_CASE("a futex word that moved before the sleep ends it at once") {
+TEST_CASE("a futex word that moved before the sleep ends it at once") {
   alignas(64) uint32_t word = 7;
   WaitSet ws;
   ws.futexes.push_back({&word, 6});  // armed at 6, bumped to 7 since: the ring was missed
   const double t0 = now_s();
   uccl::idle_sleep(ws, kLongSleep);
-  DOCTEST_CHECK(now_s() - t0 < kLongSleep / 2);
+  CHECK(now_s() - t0 < kLongSleep / 2);
   uint32_t other = 1;
   ws.futexes.push_back({&other, 1});  // two words: futex_waitv (or its fallback)
   const double t1 = now_s();
   uccl::idle_sleep(ws, kLongSleep);
-  DOCTEST_CHECK(now_s() - t1 < kLongSleep / 2);
+  CHECK(now_s() - t1 < kLongSleep / 2);
 }
