@@ -9,11 +9,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$UCCL_ROOT"
 RANKS="${RANKS:-4}"
 
-echo "== build and install the Python package"
-"$PYTHON" -m pip install --no-build-isolation -q .
+echo "== build and install the Python package (editable: the source uccl/ is the package)"
+"$PYTHON" -m pip install --no-build-isolation -q -e .
 
-# Run from a neutral directory so that `import uccl` finds the installed package, not ./uccl.
-cd "$(mktemp -d)"
 "$PYTHON" -m uccl.info | sed -n '1,6p'
 if "$PYTHON" -c "import uccl.perf.__main__" >/dev/null 2>&1; then
   for coll in all_reduce all_gather reduce_scatter broadcast; do

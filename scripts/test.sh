@@ -9,8 +9,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$UCCL_ROOT"
 
-echo "== build and install the Python package"
-"$PYTHON" -m pip install --no-build-isolation -q .
+echo "== build and install the Python package (editable: the source uccl/ is the package)"
+"$PYTHON" -m pip install --no-build-isolation -q -e .
 
 echo "== C++ tests (ctest)"
 cmake -S . -B build/ctest -G Ninja -DUCCL_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null

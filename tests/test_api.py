@@ -53,6 +53,37 @@ def test_info_prints_every_variable(tmp_path):
     assert "network interfaces" in out and "lo" in out
 
 
+def _editable_checkout():
+    """The checkout an editable install of uccl points at (the README's set-up), or None."""
+    try:
+        direct = importlib.metadata.distribution("uccl").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    info = json.loads(direct or "{}")
+    if not info.get("dir_info", {}).get("editable"):
+        return None
+    return info["url"].removeprefix("file://")
+
+
+def test_readme_commands_work_from_the_repository_root():
+    """After the README's set-up (an editable install), the commands run from the checkout's root:
+    the source uccl/ is the package, with the compiled _core from the install beside it."""
+    root = _editable_checkout()
+    if root is None:
+        pytest.skip("uccl is not an editable install (the README's set-up is pip install -e .)")
+    env = _clean_env()
+    p = subprocess.run([sys.executable, "-m", "uccl.info"], env=env, capture_output=True, text=True,
+                       timeout=60, cwd=root)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "network interfaces" in p.stdout
+    perf = shutil.which("uccl-perf", path=os.path.dirname(sys.executable)) or shutil.which("uccl-perf")
+    assert perf, "the uccl-perf entry point is not installed"
+    p = subprocess.run([perf, "all_reduce", "-N", "2", "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w", "1"],
+                       env=env, capture_output=True, text=True, timeout=240, cwd=root)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "Out of bounds values : 0 OK" in p.stdout
+
+
 def test_build_info_keys():
     info = uccl.build_info()
     assert BUILD_INFO_KEYS <= set(info), f"missing {BUILD_INFO_KEYS - set(info)}"

@@ -35,8 +35,12 @@ _DIRS = {"--cmakedir": ("lib", "cmake", "uccl"), "--pkgconfigdir": ("lib", "pkgc
 
 
 def package_dir(flag):
-    """The installed package's directory for one of _DIRS' flags."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), *_DIRS[flag])
+    """The installed package's directory for one of _DIRS' flags. An editable install (the
+    README's set-up) splits the package: the Python sources in the checkout, the compiled parts
+    and these files in site-packages; the package's __path__ lists both."""
+    import uccl
+    dirs = [os.path.join(p, *_DIRS[flag]) for p in uccl.__path__]
+    return next((d for d in dirs if os.path.isdir(d)), dirs[0])
 
 
 if __name__ == "__main__":

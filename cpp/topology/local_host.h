@@ -2,7 +2,7 @@
 // sysfs, and what the topology file (UCCL_TOPO_FILE) or UCCL_CLUSTER declares (cluster,
 // fabrics, NIC and link rates).
 //
-// Topology file (JSON, or the YAML subset of topo_value.h), every key optional:
+// Topology file (JSON or YAML, see topo_value.h), every key optional:
 //   host_gbps: 40              # between ranks of one host (shared memory)
 //   inter_cluster_gbps: 0.5    # default uplink of a cluster to the others
 //   fabrics: [{name: ib0, kind: ib, gbps: 200}]

@@ -1,10 +1,9 @@
-// A tiny document tree for topology files: JSON, and a simple subset of YAML.
+// The document tree of a topology file (UCCL_TOPO_FILE), JSON or YAML.
 //
-// Why not a library: the topology file is small and written by hand or by the testbed, and
-// the build must not fetch anything. The YAML subset covers what such a file needs: nested
-// block mappings and sequences by indentation ("key: value", "- item", "- key: value"),
-// inline flow lists/maps ([a, b], {k: v}) parsed as JSON-ish flow, scalars (numbers, bools,
-// quoted or bare strings) and '#' comments. Anchors, multi-line scalars and tags are not.
+// Parsing is left to maintained libraries (Debian packages, found by CMake): nlohmann-json for
+// JSON (strict) and yaml-cpp for YAML; this small tree is what the topology code reads, so
+// neither library's types leak past topo_value.cc. YAML scalars follow the core schema: plain
+// null/true/false/numbers are typed, quoted scalars stay strings.
 #pragma once
 
 #include <map>

@@ -4,7 +4,6 @@
 //   * a readable table of cases the tests and benchmarks exercise, with the expected choice;
 //   * a sweep over worlds, layouts, sizes, collectives and forced names comparing the table with
 //     the previous rules, written out below as `previous_choice` (the code as it was).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <string>

@@ -10,36 +10,39 @@
 #include <vector>
 
 #include "uccl/tcp_store.h"
-#include "check.h"
+#include "test_util.h"
 #include "uccl/communicator.h"
 
 using namespace uccl;
 
 namespace {
 
-// Runs fn(comm) on `n` ranks (threads), each with its own communicator over one store.
+// Runs fn(comm) on `n` ranks (threads), each with its own communicator over one store. A
+// failed REQUIRE ends its rank's thread (run_guarded); the test case fails with it.
 void run_ranks(int n, const CommOptions& opts, const std::function<void(Communicator&)>& fn) {
   static int generation = 0;
   auto server = TcpStoreServer::start("127.0.0.1", 0);
-  CHECK_OK(server.status());
+  REQUIRE_OK(server.status());
   const int port = server.value()->port();
   const std::string prefix = "gen" + std::to_string(generation++) + "/";
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto store = connect_tcp_store("127.0.0.1", port, 30);
-      CHECK_OK(store.status());
-      auto comm = Communicator::create(r, n, std::make_shared<PrefixStore>(store.value(), prefix), opts);
-      CHECK_OK(comm.status());
-      fn(*comm.value());
+      uccl_test::run_guarded([&] {
+        auto store = connect_tcp_store("127.0.0.1", port, 30);
+        REQUIRE_OK(store.status());
+        auto comm = Communicator::create(r, n, std::make_shared<PrefixStore>(store.value(), prefix), opts);
+        REQUIRE_OK(comm.status());
+        fn(*comm.value());
+      });
     });
   }
   for (auto& t : threads) t.join();
 }
 
 void wait_ok(Result<WorkPtr> w) {
-  CHECK_OK(w.status());
-  CHECK_OK(w.value()->wait(60));
+  REQUIRE_OK(w.status());
+  REQUIRE_OK(w.value()->wait(60));
 }
 
 void collectives(Communicator& c) {
@@ -49,21 +52,21 @@ void collectives(Communicator& c) {
     std::vector<float> in(count), out(count, -1.f);
     for (size_t i = 0; i < count; ++i) in[i] = float(r + 1) * float(i % 13);
     wait_ok(c.all_reduce({in.data(), out.data(), count, DataType::kFloat32, RedOp::kSum}));
-    for (size_t i = 0; i < count; ++i) CHECK(out[i] == float(n * (n + 1) / 2) * float(i % 13));
+    CHECK(uccl_test::count_wrong(count, [&](size_t i) { return out[i] == float(n * (n + 1) / 2) * float(i % 13); }) == 0);
     wait_ok(c.all_reduce({in.data(), in.data(), count, DataType::kFloat32, RedOp::kMax}));
-    for (size_t i = 0; i < count; ++i) CHECK(in[i] == float(n) * float(i % 13));
+    CHECK(uccl_test::count_wrong(count, [&](size_t i) { return in[i] == float(n) * float(i % 13); }) == 0);
     // all_gather
     std::vector<int32_t> mine(count, r), all(count * n, -1);
     wait_ok(c.all_gather({mine.data(), all.data(), count, DataType::kInt32}));
-    for (size_t i = 0; i < all.size(); ++i) CHECK(all[i] == int32_t(i / count));
+    CHECK(uccl_test::count_wrong(all.size(), [&](size_t i) { return all[i] == int32_t(i / count); }) == 0);
     // reduce_scatter
     std::vector<int64_t> big(count * n, r + 1), part(count, -1);
     wait_ok(c.reduce_scatter({big.data(), part.data(), count, DataType::kInt64, RedOp::kSum}));
-    for (size_t i = 0; i < count; ++i) CHECK(part[i] == int64_t(n) * (n + 1) / 2);
+    CHECK(uccl_test::count_wrong(count, [&](size_t i) { return part[i] == int64_t(n) * (n + 1) / 2; }) == 0);
     // broadcast and reduce from the last rank
     std::vector<double> b(count, r == n - 1 ? 3.5 : 0.0);
     wait_ok(c.broadcast({b.data(), b.data(), count, DataType::kFloat64, n - 1}));
-    for (double v : b) CHECK(v == 3.5);
+    CHECK(uccl_test::count_wrong(count, [&](size_t i) { return b[i] == 3.5; }) == 0);
     ReduceArgs ra;
     ra.send = b.data();
     ra.recv = b.data();
@@ -72,15 +75,13 @@ void collectives(Communicator& c) {
     ra.op = RedOp::kAvg;
     ra.root = n - 1;
     wait_ok(c.reduce(ra));
-    if (r == n - 1)
-      for (double v : b) CHECK(v == 3.5);
+    if (r == n - 1) CHECK(uccl_test::count_wrong(count, [&](size_t i) { return b[i] == 3.5; }) == 0);
     // all_to_all
     std::vector<int32_t> a2a(count * n), got(count * n, -1);
     for (int p = 0; p < n; ++p)
       for (size_t i = 0; i < count; ++i) a2a[p * count + i] = r * 100 + p;
     wait_ok(c.all_to_all({a2a.data(), got.data(), count, DataType::kInt32}));
-    for (int p = 0; p < n; ++p)
-      for (size_t i = 0; i < count; ++i) CHECK(got[p * count + i] == p * 100 + r);
+    CHECK(uccl_test::count_wrong(got.size(), [&](size_t i) { return got[i] == int32_t(i / count) * 100 + r; }) == 0);
   }
   // p2p ring with a batch, then barrier
   std::vector<int32_t> s(5, r), rv(5, -1);
@@ -93,14 +94,14 @@ void collectives(Communicator& c) {
   std::vector<WorkPtr> works;
   std::vector<std::vector<float>> bufs(8, std::vector<float>(1000, 1.f));
   for (auto& buf : bufs) works.push_back(c.all_reduce({buf.data(), buf.data(), 1000, DataType::kFloat32, RedOp::kSum}).value());
-  CHECK_OK(works.back()->wait(60));
+  REQUIRE_OK(works.back()->wait(60));
   for (auto& w : works) CHECK(w->is_completed());
   for (auto& buf : bufs) CHECK(buf[999] == float(n));
 }
 
 void split_test(Communicator& c) {
   auto sub = c.split(c.rank() % 2, -c.rank());
-  CHECK_OK(sub.status());
+  REQUIRE_OK(sub.status());
   Communicator& s = *sub.value();
   int32_t v = c.rank(), sum = 0;
   wait_ok(s.all_reduce({&v, &sum, 1, DataType::kInt32, RedOp::kSum}));
@@ -113,19 +114,19 @@ void split_test(Communicator& c) {
 void errors_test(Communicator& c) {
   // Bad arguments fail at once and leave the communicator usable.
   auto bad = c.all_reduce({nullptr, nullptr, 10, DataType::kFloat32, RedOp::kSum});
-  CHECK(!bad.ok() && bad.status().code() == Code::kInvalidArgument);
+  CHECK((!bad.ok() && bad.status().code() == Code::kInvalidArgument));
   auto bad_root = c.broadcast({nullptr, nullptr, 0, DataType::kFloat32, c.size()});
-  CHECK(!bad_root.ok() && bad_root.status().code() == Code::kInvalidArgument);
+  CHECK((!bad_root.ok() && bad_root.status().code() == Code::kInvalidArgument));
   wait_ok(c.barrier());
   // Mismatched collectives: rank 0 all_reduce, others all_gather of the same bytes.
   if (c.size() > 1) {
     std::vector<float> x(4, 1.f), y(4 * c.size());
     auto w = c.rank() == 0 ? c.all_reduce({x.data(), x.data(), 4, DataType::kFloat32, RedOp::kSum})
                            : c.all_gather({x.data(), y.data(), 4, DataType::kFloat32});
-    CHECK_OK(w.status());
+    REQUIRE_OK(w.status());
     Status s = w.value()->wait(20);
     CHECK(!s.ok());
-    CHECK(s.code() == Code::kMismatch || s.code() == Code::kRemoteError);
+    CHECK((s.code() == Code::kMismatch || s.code() == Code::kRemoteError));
     // The communicator is now failed and says why.
     auto again = c.barrier();
     CHECK(!again.ok());
@@ -134,10 +135,13 @@ void errors_test(Communicator& c) {
 
 }  // namespace
 
-int main() {
+TEST_CASE("every collective on 1-4 ranks, tcp and shm, every algorithm; split; errors") {
   for (const char* transport : {"tcp", "shm"}) {
     for (const char* algo : {"auto", "ring", "direct"}) {
       for (int n : {1, 2, 3, 4}) {
+        CAPTURE(transport);
+        CAPTURE(algo);
+        CAPTURE(n);
         CommOptions o;
         o.transport = transport;
         o.algorithm = algo;
@@ -145,13 +149,16 @@ int main() {
         run_ranks(n, o, collectives);
       }
     }
+    CAPTURE(transport);
     CommOptions o;
     o.transport = transport;
     o.timeout_s = 60;
     run_ranks(4, o, split_test);
     run_ranks(3, o, errors_test);
   }
-  // abort() from another thread unblocks a receive that has no sender.
+}
+
+TEST_CASE("abort() from another thread unblocks a receive that has no sender") {
   CommOptions o;
   o.timeout_s = 60;
   run_ranks(2, o, [](Communicator& c) {
@@ -161,7 +168,7 @@ int main() {
     }
     int32_t v = 0;
     auto w = c.p2p({{false, &v, 1, DataType::kInt32, 1, 0}});
-    CHECK_OK(w.status());
+    REQUIRE_OK(w.status());
     std::thread aborter([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       c.abort("test abort");
@@ -171,6 +178,4 @@ int main() {
     CHECK(s.code() == Code::kAborted);
     CHECK(c.error().code() == Code::kAborted);
   });
-  std::puts("communicator_test ok");
-  return 0;
 }

@@ -7,12 +7,12 @@
 #include <string>
 #include <thread>
 
-#include "check.h"
+#include "test_util.h"
 #include "base/net.h"
 
 using namespace uccl;
 
-static void test_ifname_matrix() {
+TEST_CASE("UCCL_SOCKET_IFNAME matching") {
   struct Case {
     const char* spec;
     const char* name;
@@ -44,20 +44,20 @@ static void test_ifname_matrix() {
   }
 }
 
-static void test_addresses() {
+TEST_CASE("address parsing and printing") {
   auto a = parse_address("10.0.0.2", 41234);
-  CHECK(a.ok() && a.value().family() == AF_INET);
+  REQUIRE((a.ok() && a.value().family() == AF_INET));
   CHECK(a.value().to_string() == "10.0.0.2:41234");
   auto b = parse_address("10.0.0.2:80", 41234);  // a port in the text wins
-  CHECK(b.ok() && b.value().port() == 80);
+  REQUIRE((b.ok() && b.value().port() == 80));
   auto c = parse_address("fd00::2", 41234);
-  CHECK(c.ok() && c.value().family() == AF_INET6);
+  REQUIRE((c.ok() && c.value().family() == AF_INET6));
   CHECK(c.value().to_string() == "[fd00::2]:41234");
   auto d = parse_address("[::1]:5000", 0);
-  CHECK(d.ok() && d.value().family() == AF_INET6 && d.value().port() == 5000);
+  REQUIRE((d.ok() && d.value().family() == AF_INET6 && d.value().port() == 5000));
   CHECK(d.value().to_string() == "[::1]:5000");
   auto e = parse_address("localhost", 7);
-  CHECK(e.ok() && e.value().port() == 7);
+  REQUIRE((e.ok() && e.value().port() == 7));
   CHECK(!parse_address("[::1", 1).ok());
   CHECK(!parse_address("1.2.3.4:99999", 1).ok());
   CHECK(!parse_address("no-such-host.invalid", 1).ok());
@@ -66,9 +66,9 @@ static void test_addresses() {
   CHECK(s.port() == 9);
 }
 
-static void test_interfaces() {
+TEST_CASE("interface listing and selection") {
   auto all = list_interfaces();
-  CHECK(!all.empty());
+  REQUIRE(!all.empty());
   bool have_lo = false;
   for (auto& ni : all) {
     CHECK(ni.addr.port() == 0);
@@ -76,35 +76,35 @@ static void test_interfaces() {
     std::printf("  %s %s%s%s speed %.1f Gb/s\n", ni.name.c_str(), ni.addr.to_string().c_str(), ni.up ? " up" : "",
                 ni.loopback ? " loopback" : "", ni.speed_gbps);
   }
-  CHECK(have_lo);
+  REQUIRE(have_lo);
   auto def = select_interfaces("", "");
-  CHECK(!def.empty());  // falls back to loopback at worst
+  REQUIRE(!def.empty());  // falls back to loopback at worst
   bool all_lo = true;
   for (auto& ni : def) all_lo &= ni.loopback;
-  for (auto& ni : def) CHECK(ni.up && (all_lo || !ni.loopback) && ni.name.compare(0, 6, "docker") != 0);
+  for (auto& ni : def) CHECK((ni.up && (all_lo || !ni.loopback) && ni.name.compare(0, 6, "docker") != 0));
   auto lo = select_interfaces("=lo", "AF_INET");
-  CHECK(!lo.empty() && lo[0].loopback && lo[0].addr.family() == AF_INET);
+  REQUIRE((!lo.empty() && lo[0].loopback && lo[0].addr.family() == AF_INET));
   CHECK(select_interfaces("=no_such_if0", "").empty());
   for (auto& ni : select_interfaces("", "AF_INET6")) CHECK(ni.addr.family() == AF_INET6);
 }
 
 static void test_loopback(const char* host) {
   auto addr = parse_address(host, 0);
-  CHECK(addr.ok());
+  REQUIRE(addr.ok());
   SockAddr a = addr.value();
   auto lfd = listen_on(&a);
-  CHECK_OK(lfd.status());
+  REQUIRE_OK(lfd.status());
   CHECK(a.port() != 0);
   auto cfd = connect_to(a, now_s() + 5);
-  CHECK_OK(cfd.status());
+  REQUIRE_OK(cfd.status());
   int sfd = accept(lfd.value(), nullptr, nullptr);
-  CHECK(sfd >= 0);
+  REQUIRE(sfd >= 0);
   // A payload larger than the socket buffers, sent from another thread.
   std::string big(8 << 20, 'x');
   for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>(i);
   std::thread t([&] { CHECK_OK(send_all(cfd.value(), big.data(), big.size(), now_s() + 10)); });
   std::string got(big.size(), 0);
-  CHECK_OK(recv_all(sfd, &got[0], got.size(), now_s() + 10));
+  REQUIRE_OK(recv_all(sfd, &got[0], got.size(), now_s() + 10));
   t.join();
   CHECK(got == big);
 
@@ -114,9 +114,9 @@ static void test_loopback(const char* host) {
   Status st = recv_all(sfd, buf, sizeof buf, now_s() + 0.2);
   double dt = now_s() - t0;
   CHECK(st.code() == Code::kTimeout);
-  CHECK(dt >= 0.15 && dt < 5);
+  CHECK((dt >= 0.15 && dt < 5));
   // Peer close: kRemoteError with the byte count in the message.
-  CHECK_OK(send_all(cfd.value(), "ab", 2, now_s() + 1));
+  REQUIRE_OK(send_all(cfd.value(), "ab", 2, now_s() + 1));
   close(cfd.value());
   st = recv_all(sfd, buf, sizeof buf, now_s() + 5);
   CHECK(st.code() == Code::kRemoteError);
@@ -125,45 +125,42 @@ static void test_loopback(const char* host) {
   close(lfd.value());
 }
 
-static void test_connect_deadline() {
+TEST_CASE("connect_to: deadline, and a listener that appears late") {
   // Bind a port, close it: connecting is refused and retried until the deadline.
   auto addr = parse_address("127.0.0.1", 0);
   SockAddr a = addr.value();
   auto lfd = listen_on(&a);
-  CHECK_OK(lfd.status());
+  REQUIRE_OK(lfd.status());
   close(lfd.value());
   double t0 = now_s();
   auto c = connect_to(a, now_s() + 0.3);
   double dt = now_s() - t0;
-  CHECK(!c.ok() && c.status().code() == Code::kTimeout);
-  CHECK(dt >= 0.25 && dt < 5);
+  CHECK((!c.ok() && c.status().code() == Code::kTimeout));
+  CHECK((dt >= 0.25 && dt < 5));
   // A listener that appears late is still reached.
   std::thread late([&] {
-    usleep(200 * 1000);
-    SockAddr b = a;
-    auto l2 = listen_on(&b);
-    CHECK_OK(l2.status());
-    int s = accept(l2.value(), nullptr, nullptr);
-    CHECK(s >= 0);
-    close(s);
-    close(l2.value());
+    uccl_test::run_guarded([&] {
+      usleep(200 * 1000);
+      SockAddr b = a;
+      auto l2 = listen_on(&b);
+      REQUIRE_OK(l2.status());
+      int s = accept(l2.value(), nullptr, nullptr);
+      REQUIRE(s >= 0);
+      close(s);
+      close(l2.value());
+    });
   });
   auto c2 = connect_to(a, now_s() + 5);
-  CHECK_OK(c2.status());
+  REQUIRE_OK(c2.status());
   close(c2.value());
   late.join();
 }
 
-int main() {
-  test_ifname_matrix();
-  test_addresses();
-  test_interfaces();
-  test_loopback("127.0.0.1");
+TEST_CASE("listen, connect, send and receive over IPv4 loopback") { test_loopback("127.0.0.1"); }
+
+TEST_CASE("listen, connect, send and receive over IPv6 loopback") {
   bool have_v6 = false;
   for (auto& ni : list_interfaces()) have_v6 |= ni.loopback && ni.addr.family() == AF_INET6;
   if (have_v6) test_loopback("::1");
-  else std::puts("  (no IPv6 loopback: skipping ::1)");
-  test_connect_deadline();
-  std::puts("net_test ok");
-  return 0;
+  else MESSAGE("no IPv6 loopback: skipping ::1");
 }

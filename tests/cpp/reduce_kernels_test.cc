@@ -5,11 +5,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ios>
 #include <random>
 #include <type_traits>
 #include <vector>
 
-#include "check.h"
+#include "test_util.h"
 #include "base/reduce.h"
 #include "base/stream_copy.h"
 
@@ -148,11 +149,10 @@ void check_case(DataType dt, RedOp op, size_t count, int alias, std::mt19937_64&
     uint64_t bits = 0;
     std::memcpy(&bits, got + i * esz, esz);
     const bool ok = want.nan ? is_nan_bits(dt, bits) : bits == want.bits;
-    if (!ok) {
-      std::fprintf(stderr, "%s %s count %zu alias %d: element %zu = 0x%llx, expected 0x%llx\n", dtype_name(dt),
-                   redop_name(op), count, alias, i, static_cast<unsigned long long>(bits),
-                   static_cast<unsigned long long>(want.bits));
-      std::exit(1);
+    if (!ok) {  // one failure per case: the first wrong element
+      FAIL_CHECK(dtype_name(dt) << " " << redop_name(op) << " count " << count << " alias " << alias << ": element "
+                                << i << " = 0x" << std::hex << bits << ", expected 0x" << want.bits);
+      return;
     }
   }
   if (alias == 0) CHECK(out[count * esz] == 0xab);
@@ -176,9 +176,13 @@ void check_stream_copy(std::mt19937_64& rng) {
       }
 }
 
-int main() {
+TEST_CASE("stream_copy: every destination alignment, bytes outside the copy untouched") {
   std::mt19937_64 rng(12345);
   check_stream_copy(rng);
+}
+
+TEST_CASE("reduce: every dtype and op against a scalar reference, in and out of place") {
+  std::mt19937_64 rng(12345);
   const size_t counts[] = {0, 1, 7, 8, 15, 16, 17, 33, 2047, 2048, 2049, 5000};
   for (int dt = 0; dt < kNumDataTypes; ++dt)
     for (int op = 0; op < kNumRedOps; ++op)
@@ -186,14 +190,15 @@ int main() {
       if (!redop_is_bitwise(static_cast<RedOp>(op)) || dtype_is_integer(static_cast<DataType>(dt)))
       for (size_t count : counts)
         for (int alias = 0; alias < 3; ++alias) check_case(static_cast<DataType>(dt), static_cast<RedOp>(op), count, alias, rng);
-  // Every fp16 value against every fp16 "nudge": widening and narrowing are exact round trips.
+}
+
+TEST_CASE("fp16: widening and narrowing are exact round trips for every value") {
+  // Every fp16 value against every fp16 "nudge".
   std::vector<uint16_t> all(65536), zero(65536, 0), out(65536);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
   reduce(out.data(), all.data(), zero.data(), all.size(), DataType::kFloat16, RedOp::kMax);
   for (size_t i = 0; i < all.size(); ++i) {
     Ref want = reference(DataType::kFloat16, all.data(), zero.data(), i, RedOp::kMax);
-    CHECK(want.nan ? is_nan_bits(DataType::kFloat16, out[i]) : out[i] == want.bits);
+    CHECK((want.nan ? is_nan_bits(DataType::kFloat16, out[i]) : out[i] == want.bits));
   }
-  std::puts("reduce_kernels_test ok");
-  return 0;
 }

@@ -13,6 +13,12 @@ using namespace shmtest;
 
 namespace {
 
+// A write to a peer that is gone must fail with EPIPE, not kill the test.
+const bool sigpipe_ignored = [] {
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
 constexpr size_t kBig = 64u << 20;
 
 // Waits for `r` and returns how long it took.
@@ -26,7 +32,7 @@ double wait_failed(Endpoint* ep, Request* r, Code expect, double limit_s) {
   return dt;
 }
 
-void test_mismatch() {
+TEST_CASE("mismatch") {
   for (int variant = 0; variant < 2; ++variant) {
     auto body = [&](Endpoint* ep) -> int {
       std::vector<uint8_t> p(100, 1);
@@ -35,7 +41,7 @@ void test_mismatch() {
       s.bytes = 100;
       s.env = env_for(variant == 0 ? 8 : 7);  // variant 0: another op; variant 1: another size
       ep->post_send(&s);
-      CHECK_OK(drive(ep, {&s}));
+      REQUIRE_OK(drive(ep, {&s}));
       // The parent detects the mismatch and shuts the connection: our next receive fails.
       RecvRequest r;
       std::vector<uint8_t> buf(10);
@@ -44,8 +50,8 @@ void test_mismatch() {
       r.expect = env_for(1);
       ep->post_recv(&r);
       Status st = drive(ep, {&r}, 5);
-      CHECK(st.code() == Code::kRemoteError);
-      CHECK(st.message().find("mismatch") != std::string::npos);
+      REQUIRE(st.code() == Code::kRemoteError);
+      REQUIRE(st.message().find("mismatch") != std::string::npos);
       return 0;
     };
     std::unique_ptr<Endpoint> ep;
@@ -62,7 +68,7 @@ void test_mismatch() {
     CHECK(st.peer() == 1);
     SendRequest later;  // the endpoint is dead now: posts fail at once
     ep->post_send(&later);
-    CHECK(later.state == ReqState::kFailed && later.error.code() == Code::kMismatch);
+    CHECK((later.state == ReqState::kFailed && later.error.code() == Code::kMismatch));
     CHECK(join(child) == 0);
   }
 }
@@ -78,7 +84,7 @@ void test_receiver_dies(bool sigkill) {
     r.expect = env_for(1);
     ep->post_recv(&r);
     ep->progress();  // moves at most 64 pieces: a few MiB of the 64
-    CHECK(r.pending());
+    REQUIRE(r.pending());
     if (sigkill) raise(SIGKILL);
     _exit(0);
   };
@@ -97,12 +103,12 @@ void test_receiver_dies(bool sigkill) {
   CHECK(s.error.peer() == 1);
   SendRequest later;
   ep->post_send(&later);
-  CHECK(later.state == ReqState::kFailed && later.error.code() == Code::kRemoteError);
+  CHECK((later.state == ReqState::kFailed && later.error.code() == Code::kRemoteError));
   CHECK(join(child) == (sigkill ? 128 + SIGKILL : 0));
 }
 
 // The parent's CMA send waits for the child's ack; the child is SIGKILLed from outside.
-void test_cma_sender_waits_for_dead_peer() {
+TEST_CASE("a CMA sender waiting for a dead peer's ack") {
   auto body = [&](Endpoint* ep) -> int {
     pause();  // never receives
     return 0;
@@ -156,12 +162,12 @@ void test_sender_dies(bool cma) {
 
 // The peer forks a child (think DataLoader worker) that inherits the liveness socket and
 // outlives it. The socket stays open, so the peer's death must be seen through its pidfd.
-void test_peer_dies_but_its_fork_lives() {
+TEST_CASE("the peer dies but its fork holds the socket") {
   auto body = [&](Endpoint* ep) -> int {
     RecvRequest go;  // setup is over on both sides
     go.expect = env_for(0);
     ep->post_recv(&go);
-    CHECK_OK(drive(ep, {&go}));
+    REQUIRE_OK(drive(ep, {&go}));
     pid_t grandchild = fork();
     if (grandchild == 0) {
       close(1);  // let ctest's output pipe close when the test ends
@@ -176,7 +182,7 @@ void test_peer_dies_but_its_fork_lives() {
   SendRequest go;
   go.env = env_for(0);
   ep->post_send(&go);
-  CHECK_OK(drive(ep.get(), {&go}));
+  REQUIRE_OK(drive(ep.get(), {&go}));
   std::vector<uint8_t> buf(10);
   RecvRequest r;
   r.dst = buf.data();
@@ -190,7 +196,7 @@ void test_peer_dies_but_its_fork_lives() {
 }
 
 // Completed sends stay deliverable after the sender exits (a rank may send and leave).
-void test_send_then_exit() {
+TEST_CASE("send, then exit: completed sends stay deliverable") {
   auto body = [&](Endpoint* ep) -> int {
     for (int k = 0; k < 3; ++k) {
       std::vector<uint8_t> p = make_payload(1000 + k, k);
@@ -199,7 +205,7 @@ void test_send_then_exit() {
       s.bytes = p.size();
       s.env = env_for(k);
       ep->post_send(&s);
-      CHECK_OK(drive(ep, {&s}));
+      REQUIRE_OK(drive(ep, {&s}));
     }
     return 0;  // endpoint destroyed, process exits
   };
@@ -213,7 +219,7 @@ void test_send_then_exit() {
   probe.bytes = 1000;
   probe.expect = env_for(0);
   ep->post_recv(&probe);
-  CHECK_OK(drive(ep.get(), {&probe}));
+  REQUIRE_OK(drive(ep.get(), {&probe}));
   CHECK(check_payload(first.data(), 1000, 0));
   usleep(10000);
   ep->progress();
@@ -224,7 +230,7 @@ void test_send_then_exit() {
     r.bytes = buf.size();
     r.expect = env_for(k);
     ep->post_recv(&r);
-    CHECK_OK(drive(ep.get(), {&r}));
+    REQUIRE_OK(drive(ep.get(), {&r}));
     CHECK(check_payload(buf.data(), buf.size(), k));
   }
   RecvRequest more;  // nothing else is coming
@@ -241,7 +247,7 @@ void test_send_then_exit() {
 
 // fail_all(): local requests fail with the given status at once, later posts too, and the
 // peer's pending requests fail soon after with a RemoteError naming the reason.
-void test_fail_all() {
+TEST_CASE("fail_all") {
   auto body = [&](Endpoint* ep) -> int {
     std::vector<uint8_t> buf(kBig);
     RecvRequest r;
@@ -250,8 +256,8 @@ void test_fail_all() {
     r.expect = env_for(1);
     ep->post_recv(&r);
     Status st = drive(ep, {&r}, 10);
-    CHECK(st.code() == Code::kRemoteError);
-    CHECK(st.message().find("failed and closed the connection; root cause: test abort") != std::string::npos);
+    REQUIRE(st.code() == Code::kRemoteError);
+    REQUIRE(st.message().find("failed and closed the connection; root cause: test abort") != std::string::npos);
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
@@ -269,18 +275,18 @@ void test_fail_all() {
   CHECK(ep->has_pending());
   ep->fail_all(Status(Code::kAborted, "test abort"));
   CHECK(!ep->has_pending());
-  CHECK(r.state == ReqState::kFailed && r.error.code() == Code::kAborted);
+  CHECK((r.state == ReqState::kFailed && r.error.code() == Code::kAborted));
   ep->post_send(&s);
-  CHECK(s.state == ReqState::kFailed && s.error.code() == Code::kAborted);
+  CHECK((s.state == ReqState::kFailed && s.error.code() == Code::kAborted));
   CHECK(join(child) == 0);
 }
 
 // Setup failures: a segment that does not exist, and a connect that is abandoned.
-void test_setup_errors() {
+TEST_CASE("setup errors") {
   auto t = make_shm_transport(options(true));
   {
     Result<PendingConnect*> pc = t->start_connect(peer_ctx(0, 1));
-    CHECK_OK(pc.status());
+    REQUIRE_OK(pc.status());
     CHECK(leftover_segments() == 1);
     delete pc.value();  // never finished: the segment must not stay behind
     CHECK(leftover_segments() == 0);
@@ -292,23 +298,23 @@ void test_setup_errors() {
                                    "uccl-shm 1 name=/uccl-1-doesnotexist total=" + std::to_string(4096 + 2 * 65536) +
                                        " ring=65536 pid=1 cma=0",
                                    &answer, {sv[0]});
-  CHECK(!ep.ok() && ep.status().code() == Code::kNotSupported);
+  CHECK((!ep.ok() && ep.status().code() == Code::kNotSupported));
   ep = t->accept(peer_ctx(1, 0), "garbage", &answer, {sv[1]});
-  CHECK(!ep.ok() && ep.status().code() == Code::kRemoteError);
+  CHECK((!ep.ok() && ep.status().code() == Code::kRemoteError));
 }
 
 // A creator that died between start_connect() and the peer's open leaves its name behind; the
 // next process to connect (or to see a peer fail) removes it, but never one whose creator still
 // lives: a live creator holds the segment's lock, and an unlocked name with a live pid is left
 // alone until it is older than min_age (the pid may have been reused since).
-void test_stale_segment_janitor() {
+TEST_CASE("stale segment janitor") {
   pid_t dead = fork();
   if (dead == 0) _exit(0);
   CHECK(join(dead) == 0);
   auto make = [](pid_t pid, const char* hex, int age_s) {
     std::string name = "/uccl-" + std::to_string(pid) + "-" + hex;
     int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    CHECK(fd >= 0);
+    REQUIRE(fd >= 0);
     timespec times[2];
     clock_gettime(CLOCK_REALTIME, &times[0]);
     times[0].tv_sec -= age_s;
@@ -341,41 +347,29 @@ void test_stale_segment_janitor() {
   const std::string live = std::string("/dev/shm") + buf;
   CHECK(exists(live));
   CHECK(shm::remove_stale_segments(200) >= 2);  // stale, dead_fresh (and any real leftover)
-  CHECK(!exists(stale) && !exists(dead_fresh));
-  CHECK(exists(alive) && exists(reused) && exists(live));
+  CHECK((!exists(stale) && !exists(dead_fresh)));
+  CHECK((exists(alive) && exists(reused) && exists(live)));
   CHECK(shm::remove_stale_segments(200) == 0);
-  CHECK(shm::remove_stale_segments(100) == 1 && !exists(reused));  // old enough: pid reused
+  CHECK((shm::remove_stale_segments(100) == 1 && !exists(reused)));  // old enough: pid reused
   CHECK(exists(live));  // locked: never, whatever its age
   kill(creator, SIGKILL);
   CHECK(join(creator) == 128 + SIGKILL);
-  CHECK(shm::remove_stale_segments(60) == 1 && !exists(live));  // the lock died with it
+  CHECK((shm::remove_stale_segments(60) == 1 && !exists(live)));  // the lock died with it
   CHECK(exists(alive));
   shm_unlink(alive.c_str() + 8);
   close(pipefd[0]);
 }
 
-}  // namespace
-
-int main() {
-  signal(SIGPIPE, SIG_IGN);
-  std::puts("mismatch");
-  test_mismatch();
-  std::puts("receiver dies mid-transfer");
+TEST_CASE("receiver dies mid-transfer (exit, SIGKILL)") {
   test_receiver_dies(false);
   test_receiver_dies(true);
-  test_cma_sender_waits_for_dead_peer();
-  std::puts("sender dies mid-transfer");
+}
+
+TEST_CASE("sender dies mid-transfer (ring, CMA)") {
   test_sender_dies(false);
   test_sender_dies(true);
-  test_peer_dies_but_its_fork_lives();
-  std::puts("send, then exit");
-  test_send_then_exit();
-  std::puts("fail_all");
-  test_fail_all();
-  std::puts("setup errors");
-  test_setup_errors();
-  test_stale_segment_janitor();
-  CHECK(leftover_segments() == 0);
-  std::puts("shm_failure_test ok");
-  return 0;
 }
+
+TEST_CASE("no segment of this process is left in /dev/shm") { CHECK(leftover_segments() == 0); }
+
+}  // namespace

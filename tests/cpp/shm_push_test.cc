@@ -28,9 +28,9 @@ void test_tee(bool cma, bool push, bool duplex, size_t bytes, bool expect_push) 
     RecvRequest r;
     make_recv(&r, in.data(), bytes, env_for(1));
     ep->post_recv(&r);
-    CHECK_OK(drive(ep, {&r}));
-    CHECK(check_payload(in.data(), bytes, 1));
-    CHECK(in[bytes] == kUntouched);
+    REQUIRE_OK(drive(ep, {&r}));
+    REQUIRE(check_payload(in.data(), bytes, 1));
+    REQUIRE(in[bytes] == kUntouched);
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
@@ -42,7 +42,7 @@ void test_tee(bool cma, bool push, bool duplex, size_t bytes, bool expect_push) 
   make_send(&s, payload.data(), bytes, env_for(1), duplex);
   s.tee = tee.data();
   ep->post_send(&s);
-  CHECK_OK(drive(ep.get(), {&s}));
+  REQUIRE_OK(drive(ep.get(), {&s}));
   CHECK(check_payload(tee.data(), bytes, 1));
   CHECK(tee[bytes] == kUntouched);
   const shm::ShmStats& st = as_shm(ep.get())->stats();
@@ -66,20 +66,20 @@ void test_fail_during_push(bool mid_push) {
     if (mid_push) {
       // The payload's first byte is pattern(0, 2) = 14, so the push has begun when it changes.
       const double deadline = now_s() + 30;
-      while (reinterpret_cast<volatile uint8_t*>(in.data())[0] == kUntouched) CHECK(now_s() < deadline);
+      while (reinterpret_cast<volatile uint8_t*>(in.data())[0] == kUntouched) REQUIRE(now_s() < deadline);
     }
     const double t0 = now_s();
     ep->fail_all(Status(Code::kAborted, "test abort"));
-    CHECK(now_s() - t0 < 1.0);  // the writer stopped at a chunk boundary, not at the wait's bound
-    CHECK(r.state == ReqState::kFailed);
+    REQUIRE(now_s() - t0 < 1.0);  // the writer stopped at a chunk boundary, not at the wait's bound
+    REQUIRE(r.state == ReqState::kFailed);
     const std::vector<uint8_t> snapshot = in;
     usleep(300 * 1000);  // a sender that kept writing would change the buffer meanwhile
-    CHECK(in == snapshot);
+    REQUIRE(in == snapshot);
     if (mid_push) {
-      CHECK(!all_bytes(in, 0, kUntouched));         // the push had started...
-      CHECK(in.back() == kUntouched);               // ...and stopped before the end
+      REQUIRE(!all_bytes(in, 0, kUntouched));         // the push had started...
+      REQUIRE(in.back() == kUntouched);               // ...and stopped before the end
     } else {
-      CHECK(all_bytes(in, 0, kUntouched));
+      REQUIRE(all_bytes(in, 0, kUntouched));
     }
     return 0;
   };
@@ -100,7 +100,7 @@ void test_fail_during_push(bool mid_push) {
 
 // An offer that does not fit the message (another size) is not used: no byte is written into
 // the receiver's buffer, and the receiver reports the mismatch from the pull header.
-void test_mismatched_offer() {
+TEST_CASE("mismatched offer") {
   const size_t want = 2u << 20, sent = 3u << 20;
   auto body = [&](Endpoint* ep) -> int {
     std::vector<uint8_t> in(want, kUntouched);
@@ -108,8 +108,8 @@ void test_mismatched_offer() {
     make_recv(&r, in.data(), want, env_for(1));
     ep->post_recv(&r);
     Status st = drive(ep, {&r}, 10);
-    CHECK(st.code() == Code::kMismatch);
-    CHECK(all_bytes(in, 0, kUntouched));
+    REQUIRE(st.code() == Code::kMismatch);
+    REQUIRE(all_bytes(in, 0, kUntouched));
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
@@ -125,10 +125,7 @@ void test_mismatched_offer() {
   CHECK(join(child) == 0);
 }
 
-}  // namespace
-
-int main() {
-  std::puts("tee");
+TEST_CASE("tee copies, pushed, pulled and through the ring") {
   test_tee(true, true, true, (4u << 20) + 3, true);    // pushed, chunk by chunk
   test_tee(true, true, true, (16u << 20) + 3, true);   // pushed, the tee copy streaming
   test_tee(true, true, false, (16u << 20) + 3, false); // pulled, the tee copy streaming
@@ -136,13 +133,11 @@ int main() {
   test_tee(true, false, true, (4u << 20) + 3, false);  // push off: pulled
   test_tee(false, true, true, (1u << 20) + 5, false);  // ring pieces
   test_tee(false, true, true, 100, false);             // one inline ring message
-  std::puts("receiver fails before the push");
-  test_fail_during_push(false);
-  std::puts("receiver fails in the middle of a push");
-  test_fail_during_push(true);
-  std::puts("mismatched offer");
-  test_mismatched_offer();
-  CHECK(leftover_segments() == 0);
-  std::puts("shm_push_test ok");
-  return 0;
 }
+
+TEST_CASE("receiver fails before the push") { test_fail_during_push(false); }
+TEST_CASE("receiver fails in the middle of a push") { test_fail_during_push(true); }
+
+TEST_CASE("no segment of this process is left in /dev/shm") { CHECK(leftover_segments() == 0); }
+
+}  // namespace

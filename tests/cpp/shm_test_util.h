@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "test_util.h"
 #include "transports/shm/shm_endpoint.h"
 #include "transports/shm/shm_transport.h"
 
@@ -62,14 +62,14 @@ inline PeerContext peer_ctx(int me, int peer) {
 }
 
 // Forks; the child accepts with `child_opt`, runs body(endpoint) and _exit()s with its return
-// value. The parent connects with `parent_opt` and gets its endpoint back. Returns the child pid.
+// value (1 if one of its checks failed: uccl_test::child_exit_code). The parent connects with `parent_opt` and gets its endpoint back. Returns the child pid.
 inline pid_t fork_pair(const ShmOptions& parent_opt, const ShmOptions& child_opt, std::unique_ptr<Endpoint>* parent_ep,
                        const std::function<int(Endpoint*)>& body) {
   int sv[2];
   CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
   std::fflush(nullptr);
   pid_t pid = fork();
-  CHECK(pid >= 0);
+  REQUIRE(pid >= 0);
   if (pid == 0) {
     close(sv[0]);
     auto t = make_shm_transport(child_opt);
@@ -82,7 +82,7 @@ inline pid_t fork_pair(const ShmOptions& parent_opt, const ShmOptions& child_opt
     }
     write_string(sv[1], answer);  // the core's reply, written after accept() like the real thing
     std::unique_ptr<Endpoint> mine(ep.value());
-    int rc = body(mine.get());
+    int rc = uccl_test::child_exit_code([&] { return body(mine.get()); });
     mine.reset();
     std::fflush(nullptr);
     _exit(rc);
@@ -90,12 +90,12 @@ inline pid_t fork_pair(const ShmOptions& parent_opt, const ShmOptions& child_opt
   close(sv[1]);
   auto t = make_shm_transport(parent_opt);
   Result<PendingConnect*> pc = t->start_connect(peer_ctx(0, 1));
-  CHECK_OK(pc.status());
+  REQUIRE_OK(pc.status());
   std::unique_ptr<PendingConnect> pending(pc.value());
   write_string(sv[0], pending->offer());
   std::string answer = read_string(sv[0]);
   Result<Endpoint*> ep = pending->finish(answer, {sv[0]});
-  CHECK_OK(ep.status());
+  REQUIRE_OK(ep.status());
   parent_ep->reset(ep.value());
   return pid;
 }

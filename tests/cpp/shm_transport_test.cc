@@ -23,9 +23,9 @@ void test_sizes(bool cma, bool push) {
       r.bytes = kSizes[k];
       r.expect = env_for(k);
       ep->post_recv(&r);
-      CHECK_OK(drive(ep, {&r}));
-      CHECK(check_payload(buf.data(), kSizes[k], k));
-      CHECK(buf[kSizes[k]] == 0xee);  // nothing written past the end
+      REQUIRE_OK(drive(ep, {&r}));
+      REQUIRE(check_payload(buf.data(), kSizes[k], k));
+      REQUIRE(buf[kSizes[k]] == 0xee);  // nothing written past the end
     }
     for (size_t k = 0; k < kSizes.size(); ++k) {  // and send back
       std::vector<uint8_t> payload = make_payload(kSizes[k], 100 + k);
@@ -35,7 +35,7 @@ void test_sizes(bool cma, bool push) {
       s.env = env_for(100 + k);
       s.duplex = true;
       ep->post_send(&s);
-      CHECK_OK(drive(ep, {&s}));
+      REQUIRE_OK(drive(ep, {&s}));
     }
     return 0;
   };
@@ -52,7 +52,7 @@ void test_sizes(bool cma, bool push) {
     s.env = env_for(k);
     s.duplex = true;  // push is for exchange steps
     ep->post_send(&s);
-    CHECK_OK(drive(ep.get(), {&s}));
+    REQUIRE_OK(drive(ep.get(), {&s}));
   }
   for (size_t k = 0; k < kSizes.size(); ++k) {
     std::vector<uint8_t> buf(kSizes[k]);
@@ -61,7 +61,7 @@ void test_sizes(bool cma, bool push) {
     r.bytes = kSizes[k];
     r.expect = env_for(100 + k);
     ep->post_recv(&r);
-    CHECK_OK(drive(ep.get(), {&r}));
+    REQUIRE_OK(drive(ep.get(), {&r}));
     CHECK(check_payload(buf.data(), kSizes[k], 100 + k));
   }
   const shm::ShmStats& st = as_shm(ep.get())->stats();
@@ -73,12 +73,12 @@ void test_sizes(bool cma, bool push) {
   if (cma && as_shm(ep.get())->cma_send_enabled()) {
     // 4 MiB+3 and 64 MiB each way
     if (push) {
-      CHECK(st.push_sends == 2 && st.push_recvs == 2 && st.cma_sends == 0 && st.cma_recvs == 0);
+      CHECK((st.push_sends == 2 && st.push_recvs == 2 && st.cma_sends == 0 && st.cma_recvs == 0));
     } else {
-      CHECK(st.cma_sends == 2 && st.cma_recvs == 2 && st.push_sends == 0 && st.push_recvs == 0);
+      CHECK((st.cma_sends == 2 && st.cma_recvs == 2 && st.push_sends == 0 && st.push_recvs == 0));
     }
   } else {
-    CHECK(st.cma_sends == 0 && st.cma_recvs == 0 && st.push_sends == 0 && st.push_recvs == 0);
+    CHECK((st.cma_sends == 0 && st.cma_recvs == 0 && st.push_sends == 0 && st.push_recvs == 0));
   }
   CHECK(ep->counters().messages_sent == kSizes.size());
   CHECK(join(child) == 0);
@@ -88,7 +88,7 @@ void test_sizes(bool cma, bool push) {
 
 // The two sides configured differently: CMA on one side only (the ring must carry
 // everything), and a piece size on the passive side larger than the active side's ring allows.
-void test_asymmetric_options() {
+TEST_CASE("asymmetric options") {
   ShmOptions parent = options(true, 64 << 10), child = options(false);
   parent.piece_bytes = 16 << 10;
   child.piece_bytes = 256 << 10;
@@ -106,10 +106,10 @@ void test_asymmetric_options() {
       r.expect = env_for(k);
       ep->post_send(&s);
       ep->post_recv(&r);
-      CHECK_OK(drive(ep, {&s, &r}));
-      CHECK(check_payload(in.data(), sizes[k], k));
+      REQUIRE_OK(drive(ep, {&s, &r}));
+      REQUIRE(check_payload(in.data(), sizes[k], k));
     }
-    CHECK(as_shm(ep)->stats().cma_sends == 0 && as_shm(ep)->stats().push_sends == 0);
+    REQUIRE((as_shm(ep)->stats().cma_sends == 0 && as_shm(ep)->stats().push_sends == 0));
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
@@ -126,7 +126,7 @@ void test_asymmetric_options() {
     r.expect = env_for(k);
     ep->post_send(&s);
     ep->post_recv(&r);
-    CHECK_OK(drive(ep.get(), {&s, &r}));
+    REQUIRE_OK(drive(ep.get(), {&s, &r}));
     CHECK(check_payload(in.data(), sizes[k], 50 + k));
   }
   CHECK(as_shm(ep.get())->stats().cma_sends == 0);  // the child does not allow CMA
@@ -141,13 +141,13 @@ void test_same_process(bool cma) {
   CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
   auto t = make_shm_transport(options(cma));
   Result<PendingConnect*> pc = t->start_connect(peer_ctx(0, 1));
-  CHECK_OK(pc.status());
+  REQUIRE_OK(pc.status());
   std::unique_ptr<PendingConnect> pending(pc.value());
   std::string answer;
   Result<Endpoint*> b = t->accept(peer_ctx(1, 0), pending->offer(), &answer, {sv[1]});
-  CHECK_OK(b.status());
+  REQUIRE_OK(b.status());
   Result<Endpoint*> a = pending->finish(answer, {sv[0]});
-  CHECK_OK(a.status());
+  REQUIRE_OK(a.status());
   std::unique_ptr<Endpoint> ea(a.value()), eb(b.value());
   CHECK(leftover_segments() == 0);
   for (size_t bytes : {size_t(0), size_t(100), size_t(5u << 20) + 1}) {
@@ -179,7 +179,7 @@ void test_same_process(bool cma) {
 }
 
 // Only messages inside [cma_min_bytes, cma_max_bytes] take the CMA path.
-void test_cma_window() {
+TEST_CASE("cma window") {
   ShmOptions o = options(true);
   o.cma_max_bytes = 2 << 20;
   const std::vector<size_t> sizes = {(1u << 20) - 1, 1u << 20, 2u << 20, (2u << 20) + 1};
@@ -191,8 +191,8 @@ void test_cma_window() {
       r.bytes = sizes[k];
       r.expect = env_for(k);
       ep->post_recv(&r);
-      CHECK_OK(drive(ep, {&r}));
-      CHECK(check_payload(in.data(), sizes[k], k));
+      REQUIRE_OK(drive(ep, {&r}));
+      REQUIRE(check_payload(in.data(), sizes[k], k));
     }
     return 0;
   };
@@ -205,16 +205,16 @@ void test_cma_window() {
     s.bytes = sizes[k];
     s.env = env_for(k);
     ep->post_send(&s);
-    CHECK_OK(drive(ep.get(), {&s}));
+    REQUIRE_OK(drive(ep.get(), {&s}));
   }
   const shm::ShmStats& st = as_shm(ep.get())->stats();
-  CHECK(st.cma_sends + st.push_sends == 2 && st.ring_sends == 2);
+  CHECK((st.cma_sends + st.push_sends == 2 && st.ring_sends == 2));
   CHECK(join(child) == 0);
 }
 
 // Thousands of messages posted at once, sizes mixing inline, multi-piece and CMA: they must
 // arrive and complete in posting order.
-void test_fifo_many() {
+TEST_CASE("fifo, many in flight") {
   const int kCount = 3000;
   auto size_of = [](int k) -> size_t {
     if (k % 500 == 7) return (1u << 20) + k;  // CMA
@@ -233,8 +233,8 @@ void test_fifo_many() {
       ep->post_recv(&reqs[k]);
       all.push_back(&reqs[k]);
     }
-    CHECK_OK(drive(ep, all));
-    for (int k = 0; k < kCount; ++k) CHECK(check_payload(bufs[k].data(), size_of(k), k));
+    REQUIRE_OK(drive(ep, all));
+    for (int k = 0; k < kCount; ++k) REQUIRE(check_payload(bufs[k].data(), size_of(k), k));
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
@@ -281,7 +281,7 @@ void test_bidirectional(bool cma, size_t bytes, int iters, bool push = true) {
       r.expect = env_for(it);
       ep->post_send(&s);
       ep->post_recv(&r);
-      CHECK_OK(drive(ep, {&s, &r}));
+      REQUIRE_OK(drive(ep, {&s, &r}));
       CHECK(check_payload(in.data(), bytes, peer_seed));
     }
     return 0;
@@ -337,9 +337,9 @@ void test_reduce(DataType dt, RedOp op, size_t count, bool cma, bool with_acc) {
     r.dtype = dt;
     r.op = op;
     ep->post_recv(&r);
-    CHECK_OK(drive(ep, {&r}));
-    CHECK(bytes == 0 || std::memcmp(dst.data(), expect.data(), bytes) == 0);  // memcmp(nullptr, .., 0) is UB
-    CHECK(acc == b);
+    REQUIRE_OK(drive(ep, {&r}));
+    REQUIRE((bytes == 0 || std::memcmp(dst.data(), expect.data(), bytes) == 0));  // memcmp(nullptr, .., 0) is UB
+    REQUIRE(acc == b);
     return 0;
   };
   std::unique_ptr<Endpoint> ep;
@@ -349,37 +349,32 @@ void test_reduce(DataType dt, RedOp op, size_t count, bool cma, bool with_acc) {
   s.bytes = bytes;
   s.env = env_for(9);
   ep->post_send(&s);
-  CHECK_OK(drive(ep.get(), {&s}));
+  REQUIRE_OK(drive(ep.get(), {&s}));
   CHECK(join(child) == 0);
 }
 
-}  // namespace
+TEST_CASE("sizes, cma push") { test_sizes(true, true); }
+TEST_CASE("sizes, cma pull") { test_sizes(true, false); }
+TEST_CASE("sizes, cma off") { test_sizes(false, true); }
 
-int main() {
-  std::puts("sizes, cma push");
-  test_sizes(true, true);
-  std::puts("sizes, cma pull");
-  test_sizes(true, false);
-  std::puts("sizes, cma off");
-  test_sizes(false, true);
-  std::puts("same process");
+TEST_CASE("two endpoints in one process") {
   test_same_process(true);
   test_same_process(false);
-  std::puts("asymmetric options");
-  test_asymmetric_options();
-  std::puts("cma window");
-  test_cma_window();
-  std::puts("fifo, many in flight");
-  test_fifo_many();
-  std::puts("bidirectional");
+}
+
+TEST_CASE("bidirectional exchanges never deadlock") {
   test_bidirectional(false, (16u << 20) + 5, 3);
   test_bidirectional(true, (16u << 20) + 5, 3);
   test_bidirectional(false, 1000, 200);
   test_bidirectional(true, 64u << 20, 1);
   test_bidirectional(true, (16u << 20) + 5, 3, false);
-  std::puts("reduce receives");
+}
+
+TEST_CASE("reduce receives") {
   for (bool cma : {false, true}) {
     for (bool acc : {false, true}) {
+      CAPTURE(cma);
+      CAPTURE(acc);
       test_reduce(DataType::kFloat32, RedOp::kSum, (1u << 20) + 3, cma, acc);  // 4 MiB + 12: multi piece / CMA
       test_reduce(DataType::kBFloat16, RedOp::kSum, (1u << 20) + 1, cma, acc);
       test_reduce(DataType::kInt8, RedOp::kMax, (2u << 20) + 7, cma, acc);
@@ -387,7 +382,8 @@ int main() {
   }
   test_reduce(DataType::kFloat32, RedOp::kSum, 5, false, true);  // single small message
   test_reduce(DataType::kFloat32, RedOp::kSum, 0, false, false);
-  CHECK(leftover_segments() == 0);
-  std::puts("shm_transport_test ok");
-  return 0;
 }
+
+TEST_CASE("no segment of this process is left in /dev/shm") { CHECK(leftover_segments() == 0); }
+
+}  // namespace

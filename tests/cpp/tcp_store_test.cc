@@ -9,20 +9,20 @@
 #include <vector>
 
 #include "uccl/tcp_store.h"
-#include "check.h"
+#include "test_util.h"
 #include "base/net.h"
 
 using namespace uccl;
 
 static std::shared_ptr<Store> client(int port) {
   auto c = connect_tcp_store("127.0.0.1", port, 5);
-  CHECK_OK(c.status());
+  REQUIRE_OK(c.status());
   return c.value();
 }
 
-int main() {
+TEST_CASE("TcpStore: set/get, blocking get and wait, add, timeouts, garbage, server loss") {
   auto server = TcpStoreServer::start("127.0.0.1", 0);
-  CHECK_OK(server.status());
+  REQUIRE_OK(server.status());
   int port = server.value()->port();
   CHECK(port > 0);
 
@@ -30,15 +30,15 @@ int main() {
   auto a = client(port);
   std::string bin;
   for (int i = 0; i < 256; ++i) bin.push_back(static_cast<char>(i));
-  CHECK_OK(a->set("bin", bin));
-  CHECK_OK(a->set("empty", ""));
+  REQUIRE_OK(a->set("bin", bin));
+  REQUIRE_OK(a->set("empty", ""));
   auto b = client(port);
   auto g = b->get("bin", 1);
-  CHECK_OK(g.status());
+  REQUIRE_OK(g.status());
   CHECK(g.value() == bin);
   CHECK(b->get("empty", 1).value().empty());
   std::string big(3 << 20, 'q');
-  CHECK_OK(a->set("big", big));
+  REQUIRE_OK(a->set("big", big));
   CHECK(b->get("big", 1).value() == big);
 
   // get blocks until another thread sets the key (server-side wake-up, no client polling).
@@ -50,9 +50,9 @@ int main() {
     });
     auto r = b->get("late", 10);
     double dt = now_s() - t0;
-    CHECK_OK(r.status());
+    REQUIRE_OK(r.status());
     CHECK(r.value() == "v");
-    CHECK(dt >= 0.15 && dt < 5);
+    CHECK((dt >= 0.15 && dt < 5));
     setter.join();
   }
 
@@ -63,10 +63,10 @@ int main() {
       CHECK_OK(c->wait({"k1", "k2", "k3"}, 10));
     });
     auto c1 = client(port), c2 = client(port);
-    CHECK_OK(c1->set("k1", "1"));
+    REQUIRE_OK(c1->set("k1", "1"));
     usleep(50 * 1000);
-    CHECK_OK(c2->set("k2", "2"));
-    CHECK_OK(c1->set("k3", "3"));
+    REQUIRE_OK(c2->set("k2", "2"));
+    REQUIRE_OK(c1->set("k3", "3"));
     w.join();
   }
 
@@ -83,13 +83,13 @@ int main() {
     }
     for (auto& t : ts) t.join();
     auto v = a->add("counter", 0);
-    CHECK_OK(v.status());
+    REQUIRE_OK(v.status());
     CHECK(v.value() == kThreads * kAdds);
     CHECK(a->get("counter", 1).value() == std::to_string(kThreads * kAdds));
     CHECK(a->add("counter", -5).value() == kThreads * kAdds - 5);
     CHECK(a->add("fresh", -3).value() == -3);
     CHECK(a->add("bin", 1).status().code() == Code::kRemoteError);  // not an integer
-    CHECK_OK(a->set("after_error", "ok"));                          // the connection is still fine
+    REQUIRE_OK(a->set("after_error", "ok"));                          // the connection is still fine
   }
 
   // get timeout: kTimeout naming the key, promptly; the client stays usable.
@@ -99,9 +99,9 @@ int main() {
     double dt = now_s() - t0;
     CHECK(r.status().code() == Code::kTimeout);
     CHECK(r.status().message().find("never") != std::string::npos);
-    CHECK(dt >= 0.15 && dt < 5);
+    CHECK((dt >= 0.15 && dt < 5));
     Status w = b->wait({"bin", "never2"}, 0.1);
-    CHECK(w.code() == Code::kTimeout && w.message().find("never2") != std::string::npos);
+    CHECK((w.code() == Code::kTimeout && w.message().find("never2") != std::string::npos));
     CHECK(b->get("bin", 0).value() == bin);  // timeout 0 on an existing key
   }
 
@@ -109,9 +109,9 @@ int main() {
   {
     auto addr = parse_address("127.0.0.1", port);
     auto fd = connect_to(addr.value(), now_s() + 2);
-    CHECK_OK(fd.status());
+    REQUIRE_OK(fd.status());
     const char junk[] = "GET / HTTP/1.1\r\n\r\n";
-    CHECK_OK(send_all(fd.value(), junk, sizeof junk, now_s() + 1));
+    REQUIRE_OK(send_all(fd.value(), junk, sizeof junk, now_s() + 1));
     char c;
     CHECK(recv_all(fd.value(), &c, 1, now_s() + 2).code() == Code::kRemoteError);  // server closed it
     close(fd.value());
@@ -144,9 +144,7 @@ int main() {
   {
     double t0 = now_s();
     auto c = connect_tcp_store("127.0.0.1", port, 0.3);
-    CHECK(!c.ok() && c.status().code() == Code::kTimeout);
+    CHECK((!c.ok() && c.status().code() == Code::kTimeout));
     CHECK(now_s() - t0 < 5);
   }
-  std::puts("tcp_store_test ok");
-  return 0;
 }

@@ -151,13 +151,14 @@ void TcpEndpoint::poll_readiness() {
       uint32_t e = evs[i].events;
       s.readable |= (e & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
       s.writable |= (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0;
-      if ((e & (EPOLLHUP | EPOLLERR)) && s.stalled) {
-        // Reset by the peer while we were not reading this socket: it is gone.
-        int err = 0;
-        socklen_t len = sizeof err;
-        getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        fatal(peer_gone("socket " + std::to_string(s.index) + ": " + (err ? std::strerror(err) : "hang-up")));
-        return;
+      if ((e & (EPOLLHUP | EPOLLERR)) && s.stalled && !s.hup) {
+        // Hung up (or reset) while we were not reading this socket: what the peer sent before
+        // is still readable and is delivered once its receive is posted. Out of the epoll set,
+        // so that an idle engine does not spin on the hang-up meanwhile.
+        s.hup = true;
+        any_eof_ = true;
+        epoll_ctl(epfd_, EPOLL_CTL_DEL, s.fd, nullptr);
+        s.in_epoll = false;
       }
     }
     if (n < 16) return;
@@ -183,7 +184,7 @@ bool TcpEndpoint::progress() {
     if (!dead_.ok()) return true;
     // Work that needs no new bytes: staged data, or a header waiting to be matched/finished.
     bool buffered = !s.stalled && (s.staged() > 0 || (s.have_hdr && (!s.op || s.part_done == s.hdr.part_bytes)));
-    if (!s.eof && (s.readable || buffered)) moved |= recv_on(s);
+    if (!s.eof && (s.readable || buffered || (s.hup && !s.stalled))) moved |= recv_on(s);
   }
   if (!dead_.ok()) return true;
   moved |= complete_sends();
@@ -261,6 +262,7 @@ void TcpEndpoint::send_abort_frames(const std::string& why) {
 }
 
 Status TcpEndpoint::peer_gone(const std::string& detail) {
+  if (!abort_note_.empty()) return peer_failed_error(peer_, abort_note_);
   std::string note;
   for (auto& s : socks_)
     if (find_abort_note(s, &note)) return peer_failed_error(peer_, note);

@@ -29,6 +29,11 @@
 // endpoint (the stream cannot be resynchronized): every pending request fails with the reason,
 // later posts fail at once, and the sockets are shut down so the peer learns immediately; an
 // abort frame in front of the shutdown tells the peer why (see kPartAbort).
+// A peer that failed or closed still has everything it sent before delivered: an abort frame,
+// an end of stream or a hang-up ends that one socket's stream (the data in front of it was
+// read, or is still in the kernel for a stalled socket), and the endpoint fails only once a
+// pending request can no longer complete (check_peer_gone). So an operation that the failing
+// peer had completed (it sent all its part) never fails on this side afterwards.
 #pragma once
 
 #include <cstdint>
@@ -112,7 +117,8 @@ class TcpEndpoint final : public Endpoint {
     size_t stage_begin = 0, stage_end = 0;
     bool have_hdr = false;
     bool stalled = false;  // have_hdr, but the matching receive is not posted yet
-    bool eof = false;
+    bool eof = false;      // its stream ended cleanly (end of stream or abort frame)
+    bool hup = false;      // hung up while stalled: out of epoll, read to its end once matched
     PartHeader hdr;
     RecvOp* op = nullptr;  // request of the current part (nullptr until matched)
     uint64_t part_done = 0;
@@ -149,6 +155,8 @@ class TcpEndpoint final : public Endpoint {
   void reduce_chunk(Socket& s, const uint8_t* src, size_t n);
   Status finish_part(Socket& s);
   Status on_eof(Socket& s);
+  void on_abort_frame(Socket& s);
+  void end_stream(Socket& s);
   bool complete_recvs();
   void check_peer_gone();
 
@@ -158,7 +166,8 @@ class TcpEndpoint final : public Endpoint {
   std::vector<Socket> socks_;
   size_t stripe_min_;
   Status dead_;  // !ok once the endpoint failed
-  bool any_eof_ = false;
+  bool any_eof_ = false;    // a socket's stream ended or hung up: check_peer_gone() decides
+  std::string abort_note_;  // the root cause from the peer's abort frame, once one was read
   std::deque<SendOp> sends_;
   uint64_t next_send_seq_ = 0;
   std::deque<RecvOp> recvs_;

@@ -32,6 +32,13 @@ uint8_t* bounce_buffer() {
   return h.p;
 }
 
+// The staged header (whole, at a part boundary) is the peer's abort frame.
+bool at_abort_frame(const uint8_t* stage, size_t begin) {
+  PartHeader h;
+  std::memcpy(&h, stage + begin, sizeof h);
+  return h.magic == kPartMagic && h.flags == kPartAbort;
+}
+
 }  // namespace
 
 Status TcpEndpoint::parse_header(Socket& s) {
@@ -42,7 +49,6 @@ Status TcpEndpoint::parse_header(Socket& s) {
     std::snprintf(b, sizeof b, "bad magic 0x%08x", h.magic);
     return garbage(s, b);
   }
-  if (h.flags == kPartAbort) return peer_gone("it sent a truncated abort frame");  // reads it from here
   s.stage_begin += sizeof(PartHeader);
   if (h.flags != 0 || h.part_count == 0 || h.part_bytes > h.total_bytes ||
       h.part_offset > h.total_bytes - h.part_bytes)
@@ -127,11 +133,24 @@ Status TcpEndpoint::on_eof(Socket& s) {
                      std::to_string(s.hdr.msg_seq));
   // A clean end between messages: fine unless something still needs this peer
   // (check_peer_gone decides once the other sockets have had their say).
+  end_stream(s);
+  return Status::Ok();
+}
+
+// The peer failed: its abort frame ends this socket's stream like a clean close, so that what
+// it sent before on the other sockets (a message for a receive not posted yet) is still
+// delivered; check_peer_gone fails the endpoint once a pending request cannot complete.
+void TcpEndpoint::on_abort_frame(Socket& s) {
+  std::string note;
+  if (find_abort_note(s, &note) && abort_note_.empty()) abort_note_ = note;
+  end_stream(s);
+}
+
+void TcpEndpoint::end_stream(Socket& s) {
   s.eof = true;
   any_eof_ = true;
   if (s.in_epoll) epoll_ctl(epfd_, EPOLL_CTL_DEL, s.fd, nullptr);
   s.in_epoll = false;
-  return Status::Ok();
 }
 
 void TcpEndpoint::check_peer_gone() {
@@ -180,6 +199,10 @@ bool TcpEndpoint::recv_on(Socket& s) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
         return read_error(n);
+      }
+      if (at_abort_frame(s.stage.get(), s.stage_begin)) {
+        on_abort_frame(s);
+        return true;
       }
       Status st = parse_header(s);
       if (!st.ok()) {

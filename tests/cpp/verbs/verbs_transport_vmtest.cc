@@ -3,7 +3,8 @@
 // Run: tests/verbs/run_vm_tests.sh  (builds this file against build/dev/libuccl.so).
 //
 // Each scenario forks two ranks (verbs_pair.h) on a device pair: rxe0<->rxe1 across the veth,
-// and rxe0<->rxe0 (rxe loopback). Ranks exit non-zero on the first failed check.
+// and rxe0<->rxe0 (rxe loopback). A failed check ends its rank with a non-zero exit code
+// (run_checked_pair), which fails the test case.
 #include <sys/mman.h>
 
 #include <cmath>
@@ -33,14 +34,14 @@ static int sizes(Rank& r) {
     q.dst = in.data(), q.bytes = n, q.expect = env(op, 0, n);
     r.ep->post_recv(&q);
     r.ep->post_send(&s);
-    EXPECT(vmtest::wait_all(r.ep.get(), {&s, &q}));
+    REQUIRE(vmtest::wait_all(r.ep.get(), {&s, &q}));
     if (!s.error.ok() || !q.error.ok())
       std::fprintf(stderr, "size %zu: %s / %s\n", n, s.error.to_string().c_str(), q.error.to_string().c_str());
-    EXPECT(s.state == ReqState::kDone && q.state == ReqState::kDone);
-    EXPECT(check_fill(in.data(), n, static_cast<uint32_t>(n * 3 + 1 - r.rank)));
-    EXPECT(in[n] == 0xEE);  // nothing written past the end
+    REQUIRE((s.state == ReqState::kDone && q.state == ReqState::kDone));
+    REQUIRE(check_fill(in.data(), n, static_cast<uint32_t>(n * 3 + 1 - r.rank)));
+    REQUIRE(in[n] == 0xEE);  // nothing written past the end
   }
-  EXPECT(r.ep->counters().messages_sent == sizeof kSizes / sizeof kSizes[0]);
+  REQUIRE(r.ep->counters().messages_sent == sizeof kSizes / sizeof kSizes[0]);
   if (r.rank == 0) std::printf("  sizes ok: %s\n", r.ep->describe().c_str());
   return 0;
 }
@@ -74,13 +75,13 @@ static int fifo(Rank& r) {
       if (!s[i].pending()) hole |= done_s != i, ++done_s;
       if (!q[i].pending()) hole |= done_q != i, ++done_q;
     }
-    EXPECT(!hole);  // a later request completed before an earlier one
+    REQUIRE(!hole);  // a later request completed before an earlier one
     if (done_s == kCount && done_q == kCount) break;
-    EXPECT(vmtest::now_s() < deadline);
+    REQUIRE(vmtest::now_s() < deadline);
   }
   for (int i = 0; i < kCount; ++i) {
-    EXPECT(s[i].state == ReqState::kDone && q[i].state == ReqState::kDone);
-    EXPECT(check_fill(in[i].data(), in[i].size(), 1000 + i * 2 + 1 - r.rank));
+    REQUIRE((s[i].state == ReqState::kDone && q[i].state == ReqState::kDone));
+    REQUIRE(check_fill(in[i].data(), in[i].size(), 1000 + i * 2 + 1 - r.rank));
   }
   if (r.rank == 0) std::printf("  fifo ok: %d messages each way\n", kCount);
   return 0;
@@ -107,8 +108,8 @@ static int reduce_sum(Rank& r) {
       q.acc = separate_acc ? acc.data() : nullptr;
       r.ep->post_recv(&q);
       r.ep->post_send(&s);
-      EXPECT(vmtest::wait_all(r.ep.get(), {&s, &q}));
-      EXPECT(s.state == ReqState::kDone && q.state == ReqState::kDone);
+      REQUIRE(vmtest::wait_all(r.ep.get(), {&s, &q}));
+      REQUIRE((s.state == ReqState::kDone && q.state == ReqState::kDone));
       for (size_t i = 0; i < count; ++i) {
         float want = 3.0f + static_cast<float>(i % 1000) * 0.5f + (1 - r.rank);
         if (dst[i] != want) {
@@ -145,16 +146,16 @@ static int mismatch(Rank& r) {
     if (r.rank == 0) r.ep->post_send(&s);
     else r.ep->post_recv(&q);
     Request* mine = r.rank == 0 ? static_cast<Request*>(&s) : &q;
-    EXPECT(vmtest::wait_all(r.ep.get(), {mine}));
+    REQUIRE(vmtest::wait_all(r.ep.get(), {mine}));
     if (r.rank == 1) {
-      EXPECT(q.state == ReqState::kFailed && q.error.code() == Code::kMismatch);
-      EXPECT(q.error.peer() == 0);
-      for (uint8_t b : in) EXPECT(b == 0x5A);
+      REQUIRE((q.state == ReqState::kFailed && q.error.code() == Code::kMismatch));
+      REQUIRE(q.error.peer() == 0);
+      for (uint8_t b : in) REQUIRE(b == 0x5A);
       if (c.send_bytes == (1u << 20)) std::printf("  mismatch message: %s\n", q.error.message().c_str());
     } else if (c.sender_fails) {
-      EXPECT(s.state == ReqState::kFailed && s.error.code() == Code::kMismatch);
+      REQUIRE((s.state == ReqState::kFailed && s.error.code() == Code::kMismatch));
     } else {
-      EXPECT(s.state == ReqState::kDone);
+      REQUIRE(s.state == ReqState::kDone);
     }
   }
   // Still usable afterwards.
@@ -165,24 +166,33 @@ static int mismatch(Rank& r) {
   q.dst = &got, q.bytes = 4, q.expect = env(99);
   r.ep->post_recv(&q);
   r.ep->post_send(&s);
-  EXPECT(vmtest::wait_all(r.ep.get(), {&s, &q}));
-  EXPECT(q.state == ReqState::kDone && got == 43u - r.rank);
+  REQUIRE(vmtest::wait_all(r.ep.get(), {&s, &q}));
+  REQUIRE((q.state == ReqState::kDone && got == 43u - r.rank));
   if (r.rank == 0) std::printf("  mismatch ok (5 cases, endpoint usable afterwards)\n");
   return 0;
 }
 
-int main(int argc, char** argv) {
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  int failed = 0, passed = 0;
-  auto run = [&](const char* name, bool ok) {
-    std::printf("%s %s\n", ok ? "PASS" : "FAIL", name);
-    ok ? ++passed : ++failed;
-  };
-  // Availability first, in a fresh child: UCCL_IB_HCA must be set before config() is read.
-  run("verbs_available: UCCL_IB_HCA matches nothing / no libibverbs", availability_checks());
+// ---- test cases ------------------------------------------------------------------------------
 
-  VerbsOptions base;
-  base.gid_index = -1;  // exercise the automatic RoCE v2 IPv4 pick
+namespace {
+
+VerbsOptions two_qps() {
+  VerbsOptions o;
+  o.gid_index = -1;  // exercise the automatic RoCE v2 IPv4 pick
+  o.qps_per_connection = 2;
+  return o;
+}
+
+}  // namespace
+
+// First, so that its child is forked before anything reads config(): UCCL_IB_HCA must be set
+// before that in the child.
+TEST_CASE("verbs_available: UCCL_IB_HCA matches nothing / no libibverbs") {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  CHECK(availability_checks());
+}
+
+TEST_CASE("data path on rxe0<->rxe1 and rxe0 loopback, 1 and 2 QPs") {
   struct PairCfg {
     const char* name;
     const char* a;
@@ -191,31 +201,38 @@ int main(int argc, char** argv) {
   const PairCfg kPairs[] = {{"rxe0<->rxe1", "=rxe0", "=rxe1"}, {"rxe0<->rxe0 loopback", "=rxe0", "=rxe0"}};
   for (const PairCfg& p : kPairs) {
     for (int qps : {1, 2}) {
-      VerbsOptions o = base;
+      VerbsOptions o = two_qps();
       o.qps_per_connection = qps;
-      std::string tag = std::string(p.name) + ", " + std::to_string(qps) + " QP" + (qps > 1 ? "s" : "");
-      run(("sizes 0..16 MiB both ways, " + tag).c_str(), run_pair(p.a, p.b, o, sizes));
-      run(("FIFO, 240 in flight, " + tag).c_str(), run_pair(p.a, p.b, o, fifo));
+      const std::string tag = std::string(p.name) + ", " + std::to_string(qps) + " QP" + (qps > 1 ? "s" : "");
+      CHECK_MESSAGE(run_checked_pair(p.a, p.b, o, sizes), "sizes 0..16 MiB both ways, " << tag);
+      CHECK_MESSAGE(run_checked_pair(p.a, p.b, o, fifo), "FIFO, 240 in flight, " << tag);
       if (qps == 1) {
-        run(("reduce receive float32 sum, " + tag).c_str(), run_pair(p.a, p.b, o, reduce_sum));
-        run(("mismatched envelope -> kMismatch, " + tag).c_str(), run_pair(p.a, p.b, o, mismatch));
+        CHECK_MESSAGE(run_checked_pair(p.a, p.b, o, reduce_sum), "reduce receive float32 sum, " << tag);
+        CHECK_MESSAGE(run_checked_pair(p.a, p.b, o, mismatch), "mismatched envelope -> kMismatch, " << tag);
       }
     }
   }
-  VerbsOptions o = base;
-  o.qps_per_connection = 2;
-  run("registration cache reuse + invalidation on free/realloc", run_pair("=rxe0", "=rxe1", o, mr_cache));
-  run("peer (receiver) killed mid-transfer -> kRemoteError",
-      run_pair("=rxe0", "=rxe1", o, killed_receiver, 120, /*killed=*/1));
-  run("peer (sender) killed mid-transfer -> kRemoteError",
-      run_pair("=rxe0", "=rxe1", o, killed_sender, 120, /*killed=*/0));
-  run("fail_all aborts locally, peer sees kRemoteError", run_pair("=rxe0", "=rxe1", o, abort_one));
-  VerbsOptions quick = o;  // 4.096us * 2^12 = 17 ms ack timeout, 2 retries
+}
+
+TEST_CASE("registration cache reuse + invalidation on free/realloc") {
+  CHECK(run_checked_pair("=rxe0", "=rxe1", two_qps(), mr_cache));
+}
+
+TEST_CASE("peer (receiver) killed mid-transfer -> kRemoteError") {
+  CHECK(run_checked_pair("=rxe0", "=rxe1", two_qps(), killed_receiver, 120, /*killed=*/1));
+}
+
+TEST_CASE("peer (sender) killed mid-transfer -> kRemoteError") {
+  CHECK(run_checked_pair("=rxe0", "=rxe1", two_qps(), killed_sender, 120, /*killed=*/0));
+}
+
+TEST_CASE("fail_all aborts locally, peer sees kRemoteError") {
+  CHECK(run_checked_pair("=rxe0", "=rxe1", two_qps(), abort_one));
+}
+
+TEST_CASE("path drops everything -> retry exhaustion -> kRemoteError") {
+  VerbsOptions quick = two_qps();  // 4.096us * 2^12 = 17 ms ack timeout, 2 retries
   quick.timeout = 12;
   quick.retry_cnt = 2;
-  run("path drops everything -> retry exhaustion -> kRemoteError",
-      run_pair("=rxe0", "=rxe1", quick, retry_exhausted));
-  std::printf("%d passed, %d failed\n", passed, failed);
-  (void)argc, (void)argv;
-  return failed ? 1 : 0;
+  CHECK(run_checked_pair("=rxe0", "=rxe1", quick, retry_exhausted));
 }

@@ -1,20 +1,28 @@
-// Shared bits of the verbs VM tests: check macro, data patterns, scenario declarations.
+// Shared bits of the verbs VM tests (doctest): the pair runner for checked rank bodies, data
+// patterns, scenario declarations.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
+#include "test_util.h"
 #include "verbs_pair.h"
 
 namespace vmtest {
 
-#define EXPECT(cond)                                                                        \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "[rank %d] %s:%d: check failed: %s\n", r.rank, __FILE__, __LINE__, #cond); \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
+// run_pair() with rank bodies that use doctest checks: a failed check (or REQUIRE) in a rank
+// becomes that rank's exit code, which run_pair() reports; messages name the rank.
+inline bool run_checked_pair(const std::string& hca0, const std::string& hca1, uccl::VerbsOptions options,
+                             int (*body)(Rank&), int timeout_s = 120, int killed = -1) {
+  return run_pair(
+      hca0, hca1, options,
+      [body](Rank& r) {
+        INFO("rank " << r.rank);
+        return uccl_test::child_exit_code([&] { return body(r); });
+      },
+      timeout_s, killed);
+}
 
 inline uint8_t pattern(size_t i, uint32_t seed) { return static_cast<uint8_t>((i * 2654435761u + seed) >> 7); }
 inline void fill(void* p, size_t n, uint32_t seed) {

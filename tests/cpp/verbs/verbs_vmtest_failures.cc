@@ -18,35 +18,38 @@ bool availability_checks() {
   std::fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
-    Rank r;  // for EXPECT's message
+    const int rc = uccl_test::child_exit_code([] {
     setenv("UCCL_IB_HCA", "nomatch_hca_zz", 1);  // before the first config() in this process
     std::string why;
-    EXPECT(!verbs_available(&why));
+    REQUIRE(!verbs_available(&why));
     std::printf("  UCCL_IB_HCA=nomatch_hca_zz: %s\n", why.c_str());
-    EXPECT(why.find("matches none") != std::string::npos && why.find("rxe0:1") != std::string::npos);
-    EXPECT(list_verbs_nics().empty());
-    EXPECT(verbs_available("=rxe1", &why));
+    REQUIRE((why.find("matches none") != std::string::npos && why.find("rxe0:1") != std::string::npos));
+    REQUIRE(list_verbs_nics().empty());
+    REQUIRE(verbs_available("=rxe1", &why));
     std::vector<VerbsNic> nics = list_verbs_nics("");
-    EXPECT(nics.size() == 2);
+    REQUIRE(nics.size() == 2);
     for (const VerbsNic& n : nics) {
       std::printf("  nic %s: %s %s gid-idx %d mtu %d %.1f Gbit/s fabric %s netdev %s%s\n", n.name.c_str(),
                   n.link_layer.c_str(), n.address.c_str(), n.gid_index, n.mtu, n.gbps, n.fabric.c_str(),
                   n.netdev.c_str(), n.active ? "" : " (down)");
-      EXPECT(n.link_layer == "roce" && n.gid_index == 1 && n.active);
-      EXPECT(n.fabric == "roce:10.77.0.0/24");
-      EXPECT(n.address.find("::ffff:10.77.0.") == 0);
+      REQUIRE((n.link_layer == "roce" && n.gid_index == 1 && n.active));
+      REQUIRE(n.fabric == "roce:10.77.0.0/24");
+      REQUIRE(n.address.find("::ffff:10.77.0.") == 0);
     }
     verbs_set_library_for_testing("libibverbs-missing-for-test.so.1");
-    EXPECT(!verbs_available("", &why));
+    REQUIRE(!verbs_available("", &why));
     std::printf("  without libibverbs: %s\n", why.c_str());
-    EXPECT(why.find("libibverbs-missing-for-test.so.1") != std::string::npos);
-    EXPECT(list_verbs_nics("").empty());
+    REQUIRE(why.find("libibverbs-missing-for-test.so.1") != std::string::npos);
+    REQUIRE(list_verbs_nics("").empty());
     auto t = make_verbs_transport();
     auto pc = t->start_connect(PeerContext());
-    EXPECT(!pc.ok() && pc.status().code() == Code::kNotSupported);
+    REQUIRE((!pc.ok() && pc.status().code() == Code::kNotSupported));
     verbs_set_library_for_testing("");
-    EXPECT(verbs_available("", &why));
-    std::_Exit(0);
+    REQUIRE(verbs_available("", &why));
+    return 0;
+    });
+    std::fflush(nullptr);
+    std::_Exit(rc);
   }
   int st = 0;
   waitpid(pid, &st, 0);
@@ -68,8 +71,8 @@ static int transfer(Rank& r, void* buf, size_t n, uint32_t seed, uint64_t op) {
     r.ep->post_recv(&q);
   }
   Request* mine = r.rank == 0 ? static_cast<Request*>(&s) : &q;
-  EXPECT(wait_all(r.ep.get(), {mine}));
-  EXPECT(mine->state == ReqState::kDone);
+  REQUIRE(wait_all(r.ep.get(), {mine}));
+  REQUIRE(mine->state == ReqState::kDone);
   if (r.rank == 1 && !check_fill(buf, n, seed)) {
     std::fprintf(stderr, "[rank 1] data of transfer %llu (%zu bytes) is wrong: stale registration?\n",
                  static_cast<unsigned long long>(op), n);
@@ -87,47 +90,47 @@ static void* map_at(void* want, size_t n) {
 int mr_cache(Rank& r) {
   const size_t kA = 4 << 20, kB = (2 << 20) + 12345;
   void* buf = map_at(nullptr, kA);
-  EXPECT(buf);
-  EXPECT(transfer(r, buf, kA, 1, 1) == 0);
+  REQUIRE(buf);
+  REQUIRE(transfer(r, buf, kA, 1, 1) == 0);
   VerbsMrCacheStats s1 = verbs_mr_cache_stats();
-  EXPECT(transfer(r, buf, kA, 2, 2) == 0);  // same buffer again
+  REQUIRE(transfer(r, buf, kA, 2, 2) == 0);  // same buffer again
   VerbsMrCacheStats s2 = verbs_mr_cache_stats();
   std::printf("  [rank %d] page check %s; after reuse: %llu registrations, %llu hits\n", r.rank,
               s2.page_check ? "on" : "off", (unsigned long long)s2.registrations, (unsigned long long)s2.hits);
   if (s2.page_check) {
-    EXPECT(s2.registrations == s1.registrations && s2.hits == s1.hits + 1);
+    REQUIRE((s2.registrations == s1.registrations && s2.hits == s1.hits + 1));
   } else {
-    EXPECT(s2.registrations == s1.registrations + 1);
+    REQUIRE(s2.registrations == s1.registrations + 1);
   }
   // Free, reallocate at the same address with another size and content.
-  EXPECT(munmap(buf, kA) == 0);
+  REQUIRE(munmap(buf, kA) == 0);
   void* again = map_at(buf, kB);
-  EXPECT(again == buf);
-  EXPECT(transfer(r, again, kB, 3, 3) == 0);
+  REQUIRE(again == buf);
+  REQUIRE(transfer(r, again, kB, 3, 3) == 0);
   VerbsMrCacheStats s3 = verbs_mr_cache_stats();
-  if (s3.page_check) EXPECT(s3.stale == s2.stale + 1);
+  if (s3.page_check) REQUIRE(s3.stale == s2.stale + 1);
   std::printf("  [rank %d] after free+realloc: %llu stale detected, %llu registrations\n", r.rank,
               (unsigned long long)s3.stale, (unsigned long long)s3.registrations);
 
   // The unprivileged mode: no registration outlives its request; still correct after remap.
   verbs_mr_cache_set_page_check_for_testing(false);
-  EXPECT(transfer(r, again, kB, 4, 4) == 0);
-  EXPECT(transfer(r, again, kB, 5, 5) == 0);
+  REQUIRE(transfer(r, again, kB, 4, 4) == 0);
+  REQUIRE(transfer(r, again, kB, 5, 5) == 0);
   VerbsMrCacheStats s4 = verbs_mr_cache_stats();
-  EXPECT(s4.registrations == s3.registrations + 2 && s4.entries == 0);
-  EXPECT(munmap(again, kB) == 0);
+  REQUIRE((s4.registrations == s3.registrations + 2 && s4.entries == 0));
+  REQUIRE(munmap(again, kB) == 0);
   void* third = map_at(buf, kA);
-  EXPECT(third == buf);
-  EXPECT(transfer(r, third, kA, 6, 6) == 0);
+  REQUIRE(third == buf);
+  REQUIRE(transfer(r, third, kA, 6, 6) == 0);
 
   // Explicit invalidation (an allocator's free hook).
   verbs_mr_cache_set_page_check_for_testing(true);
-  EXPECT(transfer(r, third, kA, 7, 7) == 0);
+  REQUIRE(transfer(r, third, kA, 7, 7) == 0);
   VerbsMrCacheStats s5 = verbs_mr_cache_stats();
   verbs_mr_cache_invalidate(third, kA);
   VerbsMrCacheStats s6 = verbs_mr_cache_stats();
-  if (s5.page_check) EXPECT(s6.entries + 1 == s5.entries && s6.deregistrations == s5.deregistrations + 1);
-  EXPECT(transfer(r, third, kA, 8, 8) == 0);
+  if (s5.page_check) REQUIRE((s6.entries + 1 == s5.entries && s6.deregistrations == s5.deregistrations + 1));
+  REQUIRE(transfer(r, third, kA, 8, 8) == 0);
   munmap(third, kA);
   return 0;
 }
@@ -161,33 +164,33 @@ static int broken(Rank& r, int victim, bool cut_link, int msgs, size_t bytes) {
   for (int i = 0; i < msgs; ++i) reqs.push_back(r.rank == 0 ? static_cast<Request*>(&s[i]) : &q[i]);
   const bool is_victim = r.rank == victim;
   for (int i = 0; i < (is_victim ? 1 : msgs); ++i) post_msg(r, i, bufs, s, q);
-  EXPECT(wait_all(r.ep.get(), {reqs[0]}) && reqs[0]->state == ReqState::kDone);
+  REQUIRE((wait_all(r.ep.get(), {reqs[0]}) && reqs[0]->state == ReqState::kDone));
   double t_first = now_s();
   if (is_victim) {
-    if (cut_link) EXPECT(system(r.rank == 1 ? kDropOn1 : kDropOn0) == 0);
+    if (cut_link) REQUIRE(system(r.rank == 1 ? kDropOn1 : kDropOn0) == 0);
     for (int i = 1; i < msgs; ++i) post_msg(r, i, bufs, s, q);
     for (int k = 0; k < 50; ++k) r.ep->progress();  // CTS / writes on the wire
     if (!cut_link) raise(SIGKILL);
   }
-  EXPECT(wait_all(r.ep.get(), {reqs[msgs - 1]}, 60));
+  REQUIRE(wait_all(r.ep.get(), {reqs[msgs - 1]}, 60));
   double t_fail = now_s();
   const Status& err = reqs[msgs - 1]->error;
   std::printf("  [rank %d] failed %.2f s after message 0: %s\n", r.rank, t_fail - t_first, err.to_string().c_str());
   if (cut_link && is_victim) {
-    EXPECT(system(r.rank == 1 ? kRestore1 : kRestore0) == 0);
+    REQUIRE(system(r.rank == 1 ? kRestore1 : kRestore0) == 0);
     // Its clear-to-sends could not get through: retries exhausted.
-    EXPECT(err.message().find("retry") != std::string::npos);
+    REQUIRE(err.message().find("retry") != std::string::npos);
   }
-  EXPECT(reqs[msgs - 1]->state == ReqState::kFailed && err.code() == Code::kRemoteError);
-  EXPECT(err.peer() == 1 - r.rank);
-  EXPECT(err.message().find("rxe") != std::string::npos && err.message().find(":1") != std::string::npos);
-  EXPECT(err.message().find("rank " + std::to_string(1 - r.rank)) != std::string::npos);
-  EXPECT(t_fail - t_first < 5.0);
+  REQUIRE((reqs[msgs - 1]->state == ReqState::kFailed && err.code() == Code::kRemoteError));
+  REQUIRE(err.peer() == 1 - r.rank);
+  REQUIRE((err.message().find("rxe") != std::string::npos && err.message().find(":1") != std::string::npos));
+  REQUIRE(err.message().find("rank " + std::to_string(1 - r.rank)) != std::string::npos);
+  REQUIRE(t_fail - t_first < 5.0);
   // Later posts fail at once.
   SendRequest late;
   late.data = bufs[0].data(), late.bytes = 16, late.env = env(2);
   r.ep->post_send(&late);
-  EXPECT(late.state == ReqState::kFailed && late.error.code() == Code::kRemoteError);
+  REQUIRE((late.state == ReqState::kFailed && late.error.code() == Code::kRemoteError));
   return 0;
 }
 int killed_receiver(Rank& r) { return broken(r, 1, false, 8, 4 << 20); }
@@ -206,22 +209,22 @@ int abort_one(Rank& r) {
   if (r.rank == 0) {
     for (int i = 0; i < 100; ++i) r.ep->progress();
     r.ep->fail_all(Status(Code::kAborted, "test abort"));
-    EXPECT(q[0].state == ReqState::kFailed && q[0].error.code() == Code::kAborted);
-    EXPECT(q[1].state == ReqState::kFailed && !r.ep->has_pending());
+    REQUIRE((q[0].state == ReqState::kFailed && q[0].error.code() == Code::kAborted));
+    REQUIRE((q[1].state == ReqState::kFailed && !r.ep->has_pending()));
     RecvRequest late;
     late.dst = buf.data(), late.bytes = 8;
     r.ep->post_recv(&late);
-    EXPECT(late.state == ReqState::kFailed && late.error.code() == Code::kAborted);
+    REQUIRE((late.state == ReqState::kFailed && late.error.code() == Code::kAborted));
     sleep(3);  // stay alive: the peer must learn from fail_all, not from our exit
     return 0;
   }
   double t0 = now_s();
-  EXPECT(wait_all(r.ep.get(), {&q[0], &q[1]}, 20));
+  REQUIRE(wait_all(r.ep.get(), {&q[0], &q[1]}, 20));
   std::printf("  [rank 1] peer's fail_all seen after %.2f s: %s\n", now_s() - t0, q[0].error.to_string().c_str());
-  EXPECT(q[0].state == ReqState::kFailed && q[0].error.code() == Code::kRemoteError);
+  REQUIRE((q[0].state == ReqState::kFailed && q[0].error.code() == Code::kRemoteError));
   // The note written on the liveness socket before the shutdown carries the root cause.
-  EXPECT(q[0].error.message().find("failed and closed the connection; root cause: test abort") != std::string::npos);
-  EXPECT(now_s() - t0 < 3.0);
+  REQUIRE(q[0].error.message().find("failed and closed the connection; root cause: test abort") != std::string::npos);
+  REQUIRE(now_s() - t0 < 3.0);
   return 0;
 }
 
