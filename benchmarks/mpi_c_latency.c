@@ -2,10 +2,11 @@
  * "MPI" in compare.py's table is Python call overhead (it matters only at small sizes).
  *
  *   mpicc -O2 -o /tmp/mpi_c_latency benchmarks/mpi_c_latency.c
- *   mpirun --allow-run-as-root -np 2 /tmp/mpi_c_latency [iters]
+ *   mpirun --allow-run-as-root -np 2 /tmp/mpi_c_latency [iters [size,size,... [rounds]]]
  *
- * Prints, per size, the median over 5 rounds of the rank-averaged time of `iters` blocking
- * MPI_Allreduce calls (float sum, out of place), like compare.py's MPI runner. */
+ * Prints, per size, the median over `rounds` (5) of the rank-averaged time of `iters` blocking
+ * MPI_Allreduce calls (float sum, out of place), like compare.py's MPI runner. Sizes are in
+ * bytes (default 8,64,512,4096,32768,65536); benchmarks/busy_cpu.py passes one at a time. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,15 +23,27 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int iters = argc > 1 ? atoi(argv[1]) : 2000;
-  const size_t sizes[] = {8, 64, 512, 4096, 32768, 65536};
-  float* s = malloc(65536);
-  float* r = malloc(65536);
-  for (size_t i = 0; i < 65536 / 4; ++i) s[i] = r[i] = 1.0f;
-  if (rank == 0) printf("# MPI_Allreduce from C, %d ranks, float sum, %d iters, median of 5 rounds\n", size, iters);
-  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+  int rounds = argc > 3 ? atoi(argv[3]) : 5;
+  if (rounds < 1 || rounds > 32) rounds = 5;
+  size_t sizes[32] = {8, 64, 512, 4096, 32768, 65536};
+  size_t nsizes = 6, max_bytes = 65536;
+  if (argc > 2) {
+    nsizes = 0;
+    max_bytes = 4;
+    for (char* tok = strtok(argv[2], ","); tok && nsizes < 32; tok = strtok(NULL, ",")) {
+      sizes[nsizes] = (size_t)strtoull(tok, NULL, 10);
+      if (sizes[nsizes] > max_bytes) max_bytes = sizes[nsizes];
+      ++nsizes;
+    }
+  }
+  float* s = malloc(max_bytes);
+  float* r = malloc(max_bytes);
+  for (size_t i = 0; i < max_bytes / 4; ++i) s[i] = r[i] = 1.0f;
+  if (rank == 0) printf("# MPI_Allreduce from C, %d ranks, float sum, %d iters, median of %d rounds\n", size, iters, rounds);
+  for (size_t k = 0; k < nsizes; ++k) {
     const int count = (int)(sizes[k] / 4);
-    double t[5];
-    for (int round = 0; round < 5; ++round) {
+    double t[32];
+    for (int round = 0; round < rounds; ++round) {
       for (int i = 0; i < 10; ++i) MPI_Allreduce(s, r, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
@@ -39,8 +52,8 @@ int main(int argc, char** argv) {
       MPI_Allreduce(&dt, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       t[round] = sum / size;
     }
-    qsort(t, 5, sizeof t[0], cmp);
-    if (rank == 0) printf("%8zu bytes  %8.2f us\n", sizes[k], t[2] * 1e6);
+    qsort(t, rounds, sizeof t[0], cmp);
+    if (rank == 0) printf("%8zu bytes  %8.2f us\n", sizes[k], t[rounds / 2] * 1e6);
   }
   free(s);
   free(r);

@@ -3,6 +3,7 @@ paper-scale preset give plans whose groups name the algorithm uccl would pick.""
 import json
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -20,7 +21,9 @@ CLUSTER = {
 
 
 def run(*args):
-    p = subprocess.run([sys.executable, "-m", "uccl.planner", *args], capture_output=True, text=True, timeout=300)
+    # cwd outside the checkout: its uccl/ (no compiled _core) must not shadow the installed one
+    p = subprocess.run([sys.executable, "-m", "uccl.planner", *args], capture_output=True, text=True, timeout=300,
+                       cwd=tempfile.gettempdir())
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 

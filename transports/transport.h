@@ -98,6 +98,26 @@ struct EndpointCounters {
   uint64_t messages_sent = 0;
 };
 
+// What an idle driver sleeps on (see core/idle_wait.h). Before it sleeps, it asks each endpoint
+// with pending requests to arm_wait(): the endpoint adds what will signal it and, for a futex,
+// tells the peer that someone sleeps on it. The driver then makes one more progress pass (so
+// anything the peer did before the arming is seen) and sleeps only if that moved nothing, at
+// most a few milliseconds (deadlines, liveness), then disarm_wait()s under the engine lock.
+struct FutexWord {
+  uint32_t* addr;  // in memory shared with the peer process: a shared (not private) futex
+  uint32_t value;  // what it held when armed: the sleep ends at once if it changed
+};
+struct WaitSet {
+  std::vector<int> fds;            // poll() for POLLIN
+  std::vector<FutexWord> futexes;  // woken by the peer (FUTEX_WAKE) after it bumps the word
+  bool poll_only = false;          // an endpoint that can only be polled: sleep briefly
+  void clear() {
+    fds.clear();
+    futexes.clear();
+    poll_only = false;
+  }
+};
+
 class Endpoint {
  public:
   virtual ~Endpoint() = default;
@@ -108,6 +128,18 @@ class Endpoint {
   // An fd that turns readable/writable when progress may be possible, so an idle engine can
   // sleep in poll(); -1 if the transport must be polled by spinning (shm, verbs).
   virtual int wait_fd() const { return -1; }
+  // Adds what wakes a driver sleeping for this endpoint (see WaitSet): wait_fd() by default, or
+  // poll_only for an endpoint that has none. Called under the engine lock, like everything here.
+  virtual void arm_wait(WaitSet* ws) {
+    const int fd = wait_fd();
+    if (fd >= 0) ws->fds.push_back(fd);
+    else ws->poll_only = true;
+  }
+  virtual void disarm_wait() {}
+  // A waiter spinning on `cpu` says so (shm publishes it to the peer), and asks whether the peer
+  // said the same cpu: then the peer cannot run while we spin, and the waiter yields instead.
+  virtual void note_waiting_on_cpu(int /*cpu*/) {}
+  virtual bool peer_waits_on_cpu(int /*cpu*/) const { return false; }
   // Whether post_send() makes SendRequest::tee copies itself (else the caller copies first).
   virtual bool takes_tee() const { return false; }
   virtual bool has_pending() const = 0;

@@ -133,8 +133,8 @@ def hetero(a, rows):
 def validate(a, rows):
     """Planner on this bed (rates from the topology file, device speed profiled under the quota),
     then every plan it lists run on the bed."""
-    from uccl.planner import estimate as est_mod
-    from uccl.planner import search as search_mod
+    from uccl.planner.estimate import Comm
+    from uccl.planner.search import describe_groups, plan_dict, search
     from uccl.planner import spec
     from uccl.planner.profile import profile_devices
     from uccl.planner.validate import trainer_args
@@ -150,11 +150,11 @@ def validate(a, rows):
         flops = profile_devices(cluster, model)
         for d in cluster.device_of_rank:
             d.flops = flops[d.name]
-        comm = est_mod.Comm.from_uccl(cluster.topology())
-        plans, stats = search_mod.search(model, cluster, comm, top=a.plans, max_micro_batch=a.max_micro_batch)
+        comm = Comm.from_uccl(cluster.topology())
+        plans, stats = search(model, cluster, comm, top=a.plans, max_micro_batch=a.max_micro_batch)
         quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
         for i, (e, s) in enumerate(plans):
-            d = search_mod.plan_dict(e, s, search_mod.describe_groups(cluster, comm, model, s))
+            d = plan_dict(e, s, describe_groups(cluster, comm, model, s))
             la = load1()
             r = run_bed(bed, trainer_args(d, model, a.steps), quotas, topo)
             d.update(rank_predicted=i + 1, measured_s=r["step_s"], measured_all=r["step_s_all"],

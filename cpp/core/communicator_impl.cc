@@ -72,6 +72,10 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.small_msg_bytes = small_msg_bytes_;
   // Collectives whose algorithm choice reads the topology need everyone's PeerInfo (first time only).
   if (size_ > 1 && needs_topology(c.coll)) env.topo = topology();
+  if (env.topo && !host_ranks_noted_) {
+    host_ranks_noted_ = true;  // the waiting policy yields while spinning when they outnumber the cores
+    note_host_ranks(static_cast<int>(env.topo->host_members(env.topo->host_of(rank_)).size()));
+  }
   std::lock_guard<std::mutex> lock(issue_mu_);
   if (p2p_ops) {
     // Point-to-point messages are numbered per peer pair, not per communicator: the other

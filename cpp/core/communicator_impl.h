@@ -74,6 +74,7 @@ class CommunicatorImpl : public Communicator {
   uint64_t subcomm_seq_ = 0;     // split/new_group calls, for unique store prefixes
   TopologyCache topo_;
   std::atomic<bool> topo_warned_{false};
+  std::atomic<bool> host_ranks_noted_{false};  // note_host_ranks() called (core/idle_wait.h)
 };
 
 }  // namespace uccl

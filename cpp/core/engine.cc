@@ -1,6 +1,5 @@
 #include "core/engine.h"
 
-#include <poll.h>
 #include <sched.h>
 #include <time.h>
 
@@ -86,6 +85,7 @@ Status Engine::submit(const std::shared_ptr<OpWork>& w) {
 }
 
 bool Engine::progress_once(Callbacks* done) {
+  if (armed_) disarm_all();
   bool moved = conns_->progress();
   while (!queue_.empty()) {
     OpWork* head = queue_.front().get();
@@ -157,38 +157,45 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
   remove_dead_peers_leftovers();
 }
 
-void Engine::idle_backoff(double idle_since, double now) {
-  const double idle = now - idle_since;
-  // Spin only briefly: a peer on the same host answers a small message within 1-2 us, and
-  // past that the wait is for a peer that needs a core. With more ranks than cores (4 ranks on
-  // the 2-core VM) a 20 us spin burnt the core that rank was waiting for: all_reduce 1 MiB
-  // took 1058 us against 512 us with 5 us, 8 bytes 27 us against 11 us; with 2 ranks on 2
-  // cores the 8-byte latency did not change (0.81-0.85 us).
-  if (idle < 5e-6) return;
-  if (idle < 5e-3) {
-    sched_yield();  // another rank may need this core
-    return;
+bool Engine::peer_on_my_cpu() {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  bool shared = false;
+  for (auto& ep : conns_->endpoints()) {
+    if (!ep || !ep->has_pending()) continue;
+    ep->note_waiting_on_cpu(cpu);
+    shared |= ep->peer_waits_on_cpu(cpu);
   }
-  // Long wait (a slow peer, a barrier): sleep on the sockets, or briefly if shm must be polled.
-  std::vector<int> fds;
-  bool spin_only = false;
+  return shared;
+}
+
+void Engine::disarm_all() {
+  armed_ = false;
+  for (auto& ep : conns_->endpoints())
+    if (ep) ep->disarm_wait();
+}
+
+bool Engine::sleep_until_signalled(double idle, Callbacks* done) {
+  thread_local WaitSet ws;  // keeps its capacity; one per thread (two may wait on one engine)
+  bool moved;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    conns_->collect_wait_fds(&fds);
-    for (auto& ep : conns_->endpoints()) {
-      if (!ep || !ep->has_pending()) continue;
-      if (ep->wait_fd() >= 0) fds.push_back(ep->wait_fd());
-      else spin_only = true;
-    }
+    ws.clear();
+    conns_->collect_wait_fds(&ws.fds);
+    for (auto& ep : conns_->endpoints())
+      if (ep && ep->has_pending()) ep->arm_wait(&ws);
+    armed_ = true;
+    // Whatever a peer did before it could see the arming is seen by this pass; whatever it does
+    // after, it signals.
+    moved = progress_once(done);
   }
-  if (spin_only || fds.empty()) {
-    timespec ts{0, idle < 0.1 ? 50000 : 500000};
-    nanosleep(&ts, nullptr);
-    return;
-  }
-  std::vector<pollfd> pfds;
-  for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
-  ::poll(pfds.data(), pfds.size(), idle < 0.1 ? 1 : 10);
+  run(*done);
+  if (moved) return true;
+  // Bounded, so deadlines, liveness checks (a dead shm peer rings nothing) and new connections
+  // get their look: 1 ms while a wait is young, 10 ms once nothing has moved for 0.1 s.
+  idle_sleep(ws, idle < 0.1 ? 1e-3 : 10e-3);
+  return false;
 }
 
 Status Engine::wait(OpWork* w, double timeout_s) {
@@ -196,8 +203,10 @@ Status Engine::wait(OpWork* w, double timeout_s) {
   const double deadline = now_s() + (timeout_s < 0 ? timeout_s_ : timeout_s);
   waiters_.fetch_add(1);
   Callbacks done;
+  const IdlePolicy policy = idle_policy();
   double idle_since = 0;
   uint32_t passes = 0, idle_passes = 0;
+  bool yield = policy.yield;
   while (!w->done()) {
     bool moved;
     {
@@ -226,7 +235,13 @@ Status Engine::wait(OpWork* w, double timeout_s) {
       break;
     }
     if (idle_passes < kSpinPasses) continue;
-    idle_backoff(idle_since, now);
+    if (now - idle_since < policy.spin_s) {
+      // Oversubscribed, or the peer we wait for spun on this very cpu: it may be queued behind us.
+      if (idle_passes == kSpinPasses || (idle_passes & 255) == 0) yield = policy.yield || peer_on_my_cpu();
+      if (yield) sched_yield();
+      continue;
+    }
+    if (sleep_until_signalled(now - idle_since, &done)) idle_passes = 0;
   }
   waiters_.fetch_sub(1);
   run(done);
@@ -257,6 +272,7 @@ void Engine::poll_once() {
 
 void Engine::thread_main() {
   Callbacks done;
+  const IdlePolicy policy = idle_policy();
   double idle_since = now_s();
   while (!stop_.load()) {
     bool moved;
@@ -272,7 +288,11 @@ void Engine::thread_main() {
     run(done);
     const double now = now_s();
     if (moved) idle_since = now;
-    else idle_backoff(idle_since, now);
+    else if (now - idle_since < policy.spin_s) {
+      if (policy.yield) sched_yield();
+    } else if (sleep_until_signalled(now - idle_since, &done)) {
+      idle_since = now_s();
+    }
   }
 }
 

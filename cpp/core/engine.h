@@ -9,9 +9,9 @@
 //  * A caller that issues and then waits itself says so with Communicator::will_wait(): it
 //    counts as a waiter from before the submit, so the progress thread is not woken at all
 //    (no futex wake, no context switch, no second thread contending for the lock and cores).
-//  * An idle driver backs off: spin, then sched_yield (several ranks may share a core), then
-//    sleep in poll() on the sockets / a short nanosleep, so a rank waiting at a barrier for
-//    seconds does not steal the core from its neighbour.
+//  * An idle driver spins (UCCL_SPIN_US, yielding between passes when the host has more ranks
+//    than cores), then sleeps until a peer's write wakes it (shm futex doorbells, tcp epoll
+//    fds): no timer-driven polling. See core/idle_wait.h for why and the measurements.
 //
 // Failure model: the first error fails the communicator (like NCCL): every queued operation
 // fails, the connections are closed so that peers notice at once instead of at their
@@ -30,6 +30,7 @@
 #include "core/schedule_executor.h"
 #include "uccl/communicator.h"
 #include "core/connection_manager.h"
+#include "core/idle_wait.h"
 
 namespace uccl {
 
@@ -92,9 +93,15 @@ class Engine {
   bool progress_once(Callbacks* done);  // requires mu_
   void fail_everything(const Status& why, Callbacks* done);  // requires mu_
   void thread_main();
-  // Spins, yields or sleeps by how long nothing has moved (idle_since).
-  void idle_backoff(double idle_since, double now);
-  static constexpr uint32_t kSpinPasses = 16;  // passes of Engine::wait spun before the backoff
+  // Sleeps until a pending endpoint is signalled, or at most a few milliseconds (longer the
+  // longer nothing has moved: `idle` seconds). Returns true if the pass after arming moved
+  // something instead (then it did not sleep).
+  bool sleep_until_signalled(double idle, Callbacks* done);
+  void disarm_all();  // requires mu_
+  // Tells the pending endpoints' peers which cpu this thread spins on; true if one of them
+  // spins on the same one (unpinned ranks the scheduler put together: yield to it).
+  bool peer_on_my_cpu();
+  static constexpr uint32_t kSpinPasses = 16;  // passes of Engine::wait spun before the clock is read
   static void run(Callbacks& cbs);
 
   const int rank_, size_;
@@ -106,6 +113,7 @@ class Engine {
   Status failed_;
   Status cause_for_peers_;  // the root cause, handed to endpoints (they forward it to the peer)
   uint32_t passes_ = 0;     // progress passes (under mu_), for the occasional deadline check
+  bool armed_ = false;      // endpoints were armed for a sleep (under mu_): disarm on the next pass
   std::atomic<bool> failed_flag_{false};
   std::atomic<int> waiters_{0};
   std::atomic<bool> stop_{false};

@@ -2,6 +2,7 @@
 // The byte-moving code is in shm_endpoint_io.cc.
 #include "transports/shm/shm_endpoint.h"
 
+#include <linux/futex.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -75,7 +76,7 @@ void ShmEndpoint::post_send(SendRequest* r) {
   // Eager: a lone small message leaves right now instead of at the next progress() call. A
   // large one waits for it: pushing or writing it here would hold back whatever the caller
   // posts next, such as the receive whose offer the peer may be waiting for.
-  if (sendq_.size() == 1 && r->bytes < opt_.cma_min_bytes) send_step();
+  if (sendq_.size() == 1 && r->bytes < opt_.cma_min_bytes && send_step()) ring_peer();
 }
 
 void ShmEndpoint::post_recv(RecvRequest* r) {
@@ -97,6 +98,7 @@ void ShmEndpoint::post_recv(RecvRequest* r) {
   if (opt_.cma && opt_.cma_push && !r->reduce && r->bytes >= opt_.cma_min_bytes && r->bytes > 0) offer_push(msg, r);
   rx_ctl_->recvs_posted.store(rx_posted_, std::memory_order_release);
   if (peer_gone_) drain_after_peer_gone();
+  else ring_peer();  // a sender waiting to push this message may sleep
 }
 
 bool ShmEndpoint::progress() {
@@ -111,8 +113,33 @@ bool ShmEndpoint::progress() {
     if (!moved || dead_) break;
     any = true;
   }
+  if (any) ring_peer();
   if (!dead_ && !peer_gone_ && has_pending()) check_liveness();
   return any;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sleeping (Doorbell in shm_segment.h).
+
+void ShmEndpoint::arm_wait(WaitSet* ws) {
+  // A dead peer rings nothing: look now (one poll() per sleep), not after 16 more passes.
+  if (!dead_ && !peer_gone_ && peer_seems_gone()) on_peer_gone();
+  Doorbell& b = ctl_->bell[side_];
+  const uint32_t seq = b.seq.load(std::memory_order_acquire);
+  b.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the driver's next pass reads after this
+  ws->futexes.push_back({reinterpret_cast<uint32_t*>(&b.seq), seq});
+}
+
+void ShmEndpoint::disarm_wait() { ctl_->bell[side_].sleeping.store(0, std::memory_order_relaxed); }
+
+void ShmEndpoint::ring_peer() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // what we wrote, before we read `sleeping`
+  Doorbell& b = ctl_->bell[1 - side_];
+  if (b.sleeping.load(std::memory_order_relaxed) == 0 || b.sleeping.exchange(0) == 0) return;
+  b.seq.fetch_add(1, std::memory_order_release);
+  // A shared futex (no FUTEX_PRIVATE_FLAG): the sleeper is another process.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&b.seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,6 +236,7 @@ void ShmEndpoint::fatal(const Status& s, const std::string& note) {
   die(s);
   // Tell the peer now: it may be waiting for ring space, a message, or a CMA ack from us.
   if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+  ring_peer();  // and it may be asleep
 }
 
 void ShmEndpoint::fail_all(const Status& why) {

@@ -44,6 +44,12 @@
 // Progress interleaves the directions one piece at a time, so a bidirectional exchange with
 // both rings full never deadlocks and both rings stay busy.
 //
+// Sleeping: an idle driver may sleep on this side's doorbell futex (arm_wait, see Doorbell in
+// shm_segment.h); every post and every progress() that moved rings the peer's doorbell if the
+// peer sleeps (ring_peer: a fence and a read when it does not), so a sleeping rank wakes as soon
+// as the message, the ring space or the ack it waits for is there. A dead peer rings nothing:
+// the sleep is bounded (milliseconds) and liveness is checked on waking.
+//
 // Liveness: the socket from the core carries no data. About once a millisecond of spinning
 // (read from the coarse clock, no syscall) it is polled with a zero timeout, together with a
 // pidfd of the peer where we have one (a forked child of the peer keeps the socket open). When the peer is
@@ -111,6 +117,14 @@ class ShmEndpoint final : public Endpoint {
   void fail_all(const Status& why) override;
   TransportKind kind() const override { return TransportKind::kShm; }
   bool takes_tee() const override { return true; }
+  void arm_wait(WaitSet* ws) override;
+  void disarm_wait() override;
+  void note_waiting_on_cpu(int cpu) override {
+    ctl_->bell[side_].cpu.store(static_cast<uint32_t>(cpu + 1), std::memory_order_relaxed);
+  }
+  bool peer_waits_on_cpu(int cpu) const override {
+    return ctl_->bell[1 - side_].cpu.load(std::memory_order_relaxed) == static_cast<uint32_t>(cpu + 1);
+  }
   std::string describe() const override;
 
   const ShmStats& stats() const { return stats_; }
@@ -150,6 +164,8 @@ class ShmEndpoint final : public Endpoint {
   void deliver(RecvRequest* r, size_t offset, const char* src, size_t n);
   void finish_recv(RecvRequest* r);
   uint64_t rx_available(uint64_t want);
+
+  void ring_peer();  // wakes the peer if it sleeps on its doorbell (after we wrote something)
 
   // ---- liveness and failure (shm_endpoint.cc)
   void check_liveness();

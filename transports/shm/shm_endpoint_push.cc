@@ -73,7 +73,7 @@ void ShmEndpoint::revoke_offers() {
         continue;
       }
       if (state == kPushClaimed) {
-        o.msg.compare_exchange_weak(cur, (cur & ~kStateMask) | kPushCancel);
+        if (o.msg.compare_exchange_weak(cur, (cur & ~kStateMask) | kPushCancel)) ring_peer();  // it may sleep
         continue;
       }
       // Cancel requested: the writer is mid-push. A writer that is gone writes no more.

@@ -27,7 +27,7 @@ namespace uccl {
 namespace shm {
 
 constexpr uint64_t kSegmentMagic = 0x316d68736c636375ull;  // "ucclshm1"
-constexpr uint32_t kSegmentVersion = 2;
+constexpr uint32_t kSegmentVersion = 3;
 constexpr uint32_t kPushOfferSlots = 8;  // receives a reader may offer ahead of the writer
 constexpr size_t kControlBytes = 4096;
 
@@ -59,6 +59,20 @@ struct CloseNote {
   char text[1000];  // a root cause carried on (see kMaxCloseNoteBytes) fits whole
 };
 
+// Sleeping instead of spinning (core/idle_wait.h): bell[s] belongs to side s. Before side s
+// sleeps on the futex word `seq`, it sets `sleeping`; the other side, after anything it wrote
+// into the segment (head, tail, acks, offers, notes), checks `sleeping` and, if set, clears it,
+// bumps `seq` and wakes it. Each side fences between its store and its load (Dekker), and the
+// futex sleeps only while `seq` still holds the value read before the arming, so no wake-up is
+// lost. A side that never sleeps costs the other one fence and one read of a shared line.
+// `cpu` is where side s last spun waiting (+1; 0 unknown): a peer that spins on the same cpu
+// yields instead, or neither would run until the scheduler's time slice ends (unpinned ranks).
+struct Doorbell {
+  alignas(64) std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> sleeping;
+  std::atomic<uint32_t> cpu;
+};
+
 struct SegmentControl {
   uint64_t magic;
   uint32_t version;
@@ -70,6 +84,7 @@ struct SegmentControl {
   std::atomic<uint32_t> cma_verdict[2];
   CloseNote close_note[2];  // indexed by side: 0 = active, 1 = passive
   RingControl ring[2];      // 0: active -> passive, 1: passive -> active
+  Doorbell bell[2];         // indexed by side: the one that sleeps on it
 };
 static_assert(sizeof(SegmentControl) <= kControlBytes, "control block must fit its page");
 

@@ -23,6 +23,9 @@ from ..parallel.layout import Coord, Layout
 from .spec import Cluster, ModelSpec
 
 
+LOSS_AR_MAX_WORLD = 4096
+
+
 class Comm:
     """Seconds of a collective over global ranks / of one message: memoised."""
 
@@ -115,10 +118,21 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
     t, p, m, b = st.tp, st.pp, st.n_micro, st.micro_batch
     act = model.seq * b * model.hidden * model.act_bytes  # the full [s, b, h] vector
     c, q, bwd, dp_t, mem, caps, comp, tpc = [], [], [], [], [], [], [], []
+    # Memory first: a plan that does not fit is not priced (pricing groups of thousands of
+    # ranks is the expensive part of a search).
+    for s in range(p):
+        layers = st.parts[s]
+        replicated = (model.embed_params() if s == 0 else 0) + (model.head_params() if s == p - 1 else 0)
+        params = layers * model.layer_params() / t + replicated
+        mem.append(params * (3 * model.bytes_per_param + model.optimizer_bytes / st.dp)
+                   + min(p - s, m) * layers * model.act_bytes_per_layer(b, t))
+        caps.append(_stage_devices(cluster, lay, st.order[s])[1])
+    if any(m_ > cap for m_, cap in zip(mem, caps)):
+        return Estimate(float("inf"), 0.0, max(mem), False, {}, [])
     reps = [lay.rank(Coord(0, 0, st.order[s])) for s in range(p)]
     for s in range(p):
         pos, layers = st.order[s], st.parts[s]
-        speed, memcap = _stage_devices(cluster, lay, pos)
+        speed = _stage_devices(cluster, lay, pos)[0]
         groups = lay.groups_of(reps[s])
         flops = layers * model.layer_flops(b) + (model.head_flops(b) if s == p - 1 else 0.0)
         compute = flops / t / speed
@@ -134,20 +148,18 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
         nbytes = params * model.bytes_per_param
         dp_t.append(comm.coll("reduce_scatter", nbytes, groups["dp"]) + comm.coll("all_gather", nbytes, groups["dp"])
                     + comm.coll("all_reduce", replicated * model.bytes_per_param / st.dp, groups["tp"]))
-        in_flight = min(p - s, m)
-        mem.append(params * (3 * model.bytes_per_param + model.optimizer_bytes / st.dp)
-                   + in_flight * layers * model.act_bytes_per_layer(b, t))
-        caps.append(memcap)
     e = [c[s] + q[s] + (q[s - 1] if s else 0.0) for s in range(p)]
     t_pipe = sum(c) + 2 * sum(q) + (m - 1) * max(e)
     ends, drain = [], 0.0
     for s in range(p):
         ends.append(t_pipe - drain + dp_t[s])
         drain += bwd[s] + q[s]
-    total = max(ends) + comm.coll("all_reduce", 8, range(cluster.world))
-    fits = all(m_ <= cap for m_, cap in zip(mem, caps))
+    # The trainer's per-step loss all_reduce over the world: the same for every plan. Not priced
+    # above LOSS_AR_MAX_WORLD ranks (uccl.cost takes ~27 s for one 16,384-rank group).
+    loss_ar = comm.coll("all_reduce", 8, range(cluster.world)) if cluster.world <= LOSS_AR_MAX_WORLD else 0.0
+    total = max(ends) + loss_ar
     crit = max(range(p), key=lambda s: e[s])
     breakdown = {"compute": sum(comp) + (m - 1) * comp[crit], "tp": sum(tpc) + (m - 1) * tpc[crit],
                  "pp": 2 * sum(q) + (m - 1) * (e[crit] - c[crit]), "dp": max(ends) - t_pipe}
     tokens = model.global_batch * model.seq
-    return Estimate(total, tokens / total, max(mem), fits, breakdown, c)
+    return Estimate(total, tokens / total, max(mem), True, breakdown, c)

@@ -14,7 +14,8 @@ import sys
 import time
 
 
-def layer_flops_here(hidden: int, heads: int, seq: int, micro_batch: int = 1, reps: int = 5) -> float:
+def layer_flops_here(hidden: int, heads: int, seq: int, micro_batch: int = 1, min_s: float = 2.0) -> float:
+    """Median of repeated timings over at least min_s (CPU quotas throttle in 100 ms periods)."""
     import torch
     from ..parallel.model import Block, GPTConfig, TPComm, full_init
     from .spec import ModelSpec
@@ -23,8 +24,8 @@ def layer_flops_here(hidden: int, heads: int, seq: int, micro_batch: int = 1, re
     blk = Block(cfg, 0, full_init(cfg), TPComm())
     x = torch.randn(seq, micro_batch, hidden, requires_grad=True)
     blk(x).sum().backward()
-    times = []
-    for _ in range(reps):
+    times, t_end = [], time.perf_counter() + min_s
+    while len(times) < 5 or time.perf_counter() < t_end:
         t = time.perf_counter()
         blk(x).sum().backward()
         times.append(time.perf_counter() - t)

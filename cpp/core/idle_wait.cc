@@ -1,0 +1,105 @@
+#include "core/idle_wait.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <vector>
+
+#include "base/config.h"
+
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449  // Linux 5.16, the same number on every architecture
+#endif
+
+namespace uccl {
+namespace {
+
+timespec to_timespec(double s) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(s);
+  ts.tv_nsec = static_cast<long>((s - static_cast<double>(ts.tv_sec)) * 1e9);
+  return ts;
+}
+
+// struct futex_waitv of <linux/futex.h> (5.16+), spelled out for older headers.
+struct WaitV {
+  uint64_t val;
+  uint64_t uaddr;
+  uint32_t flags;
+  uint32_t reserved;
+};
+constexpr uint32_t kFutex2Size32 = 0x02;  // FUTEX2_SIZE_U32; shared: no FUTEX2_PRIVATE
+
+bool waitv_missing = false;  // ENOSYS once: an old kernel, fall back for good
+
+void sleep_on_futexes(const std::vector<FutexWord>& fw, double timeout_s) {
+  if (fw.size() == 1 || waitv_missing) {
+    // The first word only (old kernel with several): a short timeout covers the others.
+    const double t = fw.size() == 1 ? timeout_s : std::min(timeout_s, 100e-6);
+    timespec ts = to_timespec(t);
+    syscall(SYS_futex, fw[0].addr, FUTEX_WAIT, fw[0].value, &ts, nullptr, 0);
+    return;
+  }
+  WaitV v[64];
+  const size_t n = std::min<size_t>(fw.size(), 64);
+  for (size_t i = 0; i < n; ++i) v[i] = {fw[i].value, reinterpret_cast<uint64_t>(fw[i].addr), kFutex2Size32, 0};
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  timespec until = to_timespec(static_cast<double>(now.tv_sec) + now.tv_nsec * 1e-9 + timeout_s);
+  if (syscall(SYS_futex_waitv, v, n, 0, &until, CLOCK_MONOTONIC) < 0 && errno == ENOSYS) waitv_missing = true;
+}
+
+}  // namespace
+
+void idle_sleep(const WaitSet& ws, double timeout_s) {
+  if (!ws.futexes.empty() && ws.fds.empty() && !ws.poll_only) return sleep_on_futexes(ws.futexes, timeout_s);
+  // A futex or an endpoint that can only be polled is looked at again after 100 us.
+  if (!ws.futexes.empty() || ws.poll_only) timeout_s = std::min(timeout_s, 100e-6);
+  timespec ts = to_timespec(timeout_s);
+  if (ws.fds.empty()) {
+    nanosleep(&ts, nullptr);
+    return;
+  }
+  pollfd pfds[64];
+  const size_t n = std::min<size_t>(ws.fds.size(), 64);
+  for (size_t i = 0; i < n; ++i) pfds[i] = {ws.fds[i], POLLIN, 0};
+  ppoll(pfds, n, &ts, nullptr);
+}
+
+namespace {
+std::atomic<int> host_ranks{0};
+}  // namespace
+
+void note_host_ranks(int n) {
+  int cur = host_ranks.load(std::memory_order_relaxed);
+  while (n > cur && !host_ranks.compare_exchange_weak(cur, n)) {
+  }
+}
+
+namespace {
+const DoubleSetting kSpinUs("general", "UCCL_SPIN_US", "5000",
+                            "microseconds a waiting rank spins (progress passes) before it sleeps until a peer's "
+                            "write wakes it",
+                            number_above(-1));
+const TextSetting kWaitYield("general", "UCCL_WAIT_YIELD", "auto",
+                             "sched_yield between the spin's passes: auto does when more ranks share the host than "
+                             "it has CPUs (like Open MPI when oversubscribed), 1 always, 0 never",
+                             one_of({"auto", "", "0", "1"}));
+}  // namespace
+
+IdlePolicy idle_policy() {
+  static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  IdlePolicy p;
+  p.spin_s = kSpinUs.get() * 1e-6;
+  const std::string& y = kWaitYield.get();
+  p.yield = y == "auto" || y.empty() ? host_ranks.load(std::memory_order_relaxed) > cpus : y == "1";
+  return p;
+}
+
+}  // namespace uccl
