@@ -77,6 +77,21 @@ class Ipc final : public CudaIpc {
     }
     return dev;
   }
+  bool context_active() override {
+    // Asks the driver per device; creates nothing.
+    Driver& d = driver();
+    if (!backend_instance()->available(nullptr) || !d.device_get || !d.primary_ctx_get_state) return false;
+    const int n = backend_instance()->device_count();
+    for (int i = 0; i < n; ++i) {
+      CUdevice dev = 0;
+      unsigned int flags = 0;
+      int active = 0;
+      if (d.device_get(&dev, i) == CUDA_SUCCESS && d.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
+          active)
+        return true;
+    }
+    return false;
+  }
   std::string pci_bus_id(int ordinal) override {
     char buf[32] = {0};
     if (cudaDeviceGetPCIBusId(buf, sizeof buf, ordinal) != cudaSuccess) {

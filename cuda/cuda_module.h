@@ -66,6 +66,9 @@ class CudaIpc {
   // may number devices differently in each process).
   virtual int device_by_pci(const std::string& pci_bus_id) = 0;
   virtual std::string pci_bus_id(int ordinal) = 0;
+  // Whether this process has a CUDA primary context on some device (it uses the GPU). Asks
+  // the driver without creating one.
+  virtual bool context_active() = 0;
 };
 
 struct CudaModule {

@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include "uccl/tcp_store.h"
+#include "base/device.h"
 #include "build_info.h"
 #include "uccl/communicator.h"
 #include "base/config.h"
@@ -91,6 +92,13 @@ PYBIND11_MODULE(_core, m) {
     const TransportEntry* verbs = find_transport("verbs");
     d["verbs_available"] = verbs && verbs->available(&why);
     d["verbs_unavailable_reason"] = why;
+    // CUDA: built, and usable here (the module loads at run time; the reason when not).
+    std::string cuda_why = "not built (UCCL_WITH_CUDA)";
+    const DeviceBackend* cuda = find_device_backend("cuda");
+    const bool cuda_ok = cuda && cuda->available(&cuda_why);
+    d["cuda_available"] = cuda_ok;
+    d["cuda_unavailable_reason"] = cuda_ok ? std::string() : cuda_why;
+    d["cuda_devices"] = cuda ? cuda->device_count() : 0;
     return d;
   });
   m.def("config_table", [] {
