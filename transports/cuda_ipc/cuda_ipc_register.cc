@@ -24,6 +24,7 @@ TransportEntry cuda_ipc_entry() {
   e.can_connect = cuda_ipc_can_connect;
   e.make = [] { return make_cuda_ipc_transport(); };
   e.config = {&kCudaIpc};
+  e.native_device_memory = true;  // not to be wrapped by the staged endpoint
   return e;
 }
 
