@@ -40,6 +40,17 @@ Driver& driver() {
   return d;
 }
 
+cudaError_t DeviceGuard::set(int ordinal) {
+  Driver& d = driver();
+  if (!saved_ && d.ctx_get_current && d.ctx_get_current(&prev_) == CUDA_SUCCESS) saved_ = true;
+  return cudaSetDevice(ordinal);
+}
+
+DeviceGuard::~DeviceGuard() {
+  Driver& d = driver();
+  if (saved_ && d.ctx_set_current) d.ctx_set_current(prev_);
+}
+
 namespace {
 
 template <class F>
@@ -57,7 +68,8 @@ class CudaStream final : public DeviceStream {
   CudaStream(int ordinal, cudaStream_t s, bool external) : ordinal_(ordinal), s_(s), external_(external) {}
   ~CudaStream() override {
     if (!external_ && s_) {
-      cudaSetDevice(ordinal_);
+      DeviceGuard g;
+      g.set(ordinal_);
       cudaStreamDestroy(s_);
     }
   }
@@ -77,7 +89,8 @@ class CudaEvent final : public DeviceEvent {
   ~CudaEvent() override { reset(); }
   void reset() {
     if (e_) {
-      cudaSetDevice(ordinal_);
+      DeviceGuard g;
+      g.set(ordinal_);
       cudaEventDestroy(e_);
     }
     e_ = nullptr;
@@ -120,7 +133,8 @@ class CudaBackend final : public DeviceBackend {
   }
 
   Result<void*> alloc(int ordinal, size_t bytes) override {
-    UCCL_RETURN_IF_ERROR(use_device(ordinal));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
     if (bytes == 0) return InvalidArgument("cuda: alloc of 0 bytes");
     void* p = nullptr;
     if (cudaError_t e = cudaMalloc(&p, bytes)) return cuda_error("cudaMalloc", e);
@@ -128,35 +142,48 @@ class CudaBackend final : public DeviceBackend {
     return p;
   }
   void free(void* ptr) override {
-    if (ptr) cudaFree(ptr);
+    if (!ptr) return;
+    int ord = preferred_device();
+    owns(ptr, &ord);
+    DeviceGuard g;
+    g.set(ord);
+    cudaFree(ptr);
   }
   Result<void*> alloc_pinned(size_t bytes) override {
     if (!available(nullptr)) return NotSupported("cuda: " + why_not_);
+    DeviceGuard g;  // pinned memory needs a context: one this process already uses
+    g.set(preferred_device());
     void* p = nullptr;
     if (cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable)) return cuda_error("cudaHostAlloc", e);
     mark_context();
     return p;
   }
   void free_pinned(void* ptr) override {
-    if (ptr) cudaFreeHost(ptr);
+    if (!ptr) return;
+    DeviceGuard g;
+    g.set(preferred_device());
+    cudaFreeHost(ptr);
   }
 
   Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override {
-    UCCL_RETURN_IF_ERROR(use_device(ordinal));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
     cudaStream_t s = nullptr;
     if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) return cuda_error("cudaStreamCreate", e);
     mark_context();
     return std::unique_ptr<DeviceStream>(new CudaStream(ordinal, s, false));
   }
   Result<std::unique_ptr<DeviceStream>> wrap_stream(int ordinal, uintptr_t handle) override {
-    UCCL_RETURN_IF_ERROR(use_device(ordinal));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
     mark_context();
     return std::unique_ptr<DeviceStream>(new CudaStream(ordinal, reinterpret_cast<cudaStream_t>(handle), true));
   }
 
   Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override {
     if (bytes == 0) return Status::Ok();
-    UCCL_RETURN_IF_ERROR(use_device(s->ordinal()));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     // cudaMemcpyDefault: the driver knows every pointer's kind (unified addressing); a pageable
     // host side is staged by the driver, pinned memory goes by DMA.
     (void)dir;
@@ -165,17 +192,20 @@ class CudaBackend final : public DeviceBackend {
   }
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override {
-    UCCL_RETURN_IF_ERROR(use_device(s->ordinal()));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     return launched("reduce kernel", launch_reduce(dst, a, b, count, dt, op, raw(s)));
   }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override {
-    UCCL_RETURN_IF_ERROR(use_device(s->ordinal()));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     return launched("scale kernel", launch_scale(dst, src, count, dt, factor, raw(s)));
   }
   Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) override {
     if (n <= 0) return InvalidArgument("cuda: divide by " + std::to_string(n));
-    UCCL_RETURN_IF_ERROR(use_device(s->ordinal()));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     return launched("divide kernel", launch_divide(dst, src, count, dt, n, raw(s)));
   }
 
@@ -185,7 +215,8 @@ class CudaBackend final : public DeviceBackend {
   }
   Status record(DeviceEvent* e, DeviceStream* s) override {
     auto* ev = static_cast<CudaEvent*>(e);
-    UCCL_RETURN_IF_ERROR(use_device(s->ordinal()));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     if (ev->e_ && ev->ordinal_ != s->ordinal()) ev->reset();
     if (!ev->e_) {
       if (cudaError_t r = cudaEventCreateWithFlags(&ev->e_, cudaEventDisableTiming)) return cuda_error("cudaEventCreate", r);
@@ -208,12 +239,14 @@ class CudaBackend final : public DeviceBackend {
   Status stream_wait(DeviceStream* s, DeviceEvent* e) override {
     auto* ev = static_cast<CudaEvent*>(e);
     if (!ev->e_) return Status::Ok();
-    UCCL_RETURN_IF_ERROR(use_device(s->ordinal()));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     if (cudaError_t r = cudaStreamWaitEvent(raw(s), ev->e_, 0)) return cuda_error("cudaStreamWaitEvent", r);
     return Status::Ok();
   }
   Status synchronize(DeviceStream* s) override {
-    UCCL_RETURN_IF_ERROR(use_device(s->ordinal()));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     if (cudaError_t r = cudaStreamSynchronize(raw(s))) return cuda_error("cudaStreamSynchronize", r);
     return Status::Ok();
   }
@@ -242,6 +275,8 @@ class CudaBackend final : public DeviceBackend {
     entry("cuDevicePrimaryCtxGetState", &d.primary_ctx_get_state);
     entry("cuMemGetAddressRange", &d.mem_get_address_range);
     entry("cuDeviceGet", &d.device_get);
+    entry("cuCtxGetCurrent", &d.ctx_get_current);
+    entry("cuCtxSetCurrent", &d.ctx_set_current);
     if (!d.pointer_get_attributes || !d.primary_ctx_get_state || !d.device_get) {
       why_not_ = "CUDA driver lacks cuPointerGetAttributes/cuDevicePrimaryCtxGetState";
       ok_ = false;
@@ -249,17 +284,30 @@ class CudaBackend final : public DeviceBackend {
     }
     ok_ = true;
   }
-  Status use_device(int ordinal) const {
+  Status use_device(int ordinal, DeviceGuard* g) const {
     if (!available(nullptr)) return NotSupported("cuda: " + why_not_);
     if (ordinal < 0 || ordinal >= count_)
       return InvalidArgument("cuda: device " + std::to_string(ordinal) + " out of range (" +
                              std::to_string(count_) + " devices)");
-    if (cudaError_t e = cudaSetDevice(ordinal)) return cuda_error("cudaSetDevice", e);
+    if (cudaError_t e = g->set(ordinal)) return cuda_error("cudaSetDevice", e);
     return Status::Ok();
   }
   static Status launched(const char* what, int err) {
     if (err == 0) return Status::Ok();
     return cuda_error(what, static_cast<cudaError_t>(err));
+  }
+  // The first device whose primary context is active (the one this process uses), else 0.
+  int preferred_device() const {
+    Driver& d = driver();
+    for (int i = 0; i < count_; ++i) {
+      CUdevice dev = 0;
+      unsigned int flags = 0;
+      int active = 0;
+      if (d.device_get(&dev, i) == CUDA_SUCCESS && d.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
+          active)
+        return i;
+    }
+    return 0;
   }
   // Whether any primary context is active: before one is, no pointer is CUDA memory.
   bool any_context() const {

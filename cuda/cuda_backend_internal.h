@@ -17,12 +17,28 @@ struct Driver {
   CUresult (*primary_ctx_get_state)(CUdevice, unsigned int*, int*) = nullptr;
   CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
 };
 Driver& driver();  // filled by the backend's first available()
 
 // "cuda: <call> failed: cudaErrorX (text)": kInvalidArgument for bad values/pointers/devices,
 // kSystemError otherwise.
 Status cuda_error(const char* call, cudaError_t e);
+
+// Makes `ordinal` the calling thread's device for a scope and puts the thread's previous
+// context back afterwards (cuCtxGetCurrent / cuCtxSetCurrent, which, unlike cudaSetDevice,
+// never creates a context): calls from a user's thread must not change its current device,
+// nor leave a context on device 0 of a process that only uses device 1.
+class DeviceGuard {
+ public:
+  cudaError_t set(int ordinal);
+  ~DeviceGuard();
+
+ private:
+  bool saved_ = false;
+  CUcontext prev_ = nullptr;
+};
 
 DeviceBackend* backend_instance();
 CudaIpc* ipc_instance();

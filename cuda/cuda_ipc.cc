@@ -24,7 +24,8 @@ class Ipc final : public CudaIpc {
     if (!backend_instance()->owns(ptr, &ordinal)) return InvalidArgument("cuda ipc: not CUDA device memory");
     Driver& d = driver();
     if (!d.mem_get_address_range || !d.pointer_get_attribute) return NotSupported("cuda ipc: driver entry points missing");
-    if (cudaError_t e = cudaSetDevice(ordinal)) return cuda_error("cudaSetDevice", e);
+    DeviceGuard g;
+    if (cudaError_t e = g.set(ordinal)) return cuda_error("cudaSetDevice", e);
     CUdeviceptr base = 0;
     size_t size = 0;
     if (d.mem_get_address_range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
@@ -49,7 +50,8 @@ class Ipc final : public CudaIpc {
   }
 
   Result<void*> open(const CudaIpcExport& x, int ordinal) override {
-    if (cudaError_t e = cudaSetDevice(ordinal)) return cuda_error("cudaSetDevice", e);
+    DeviceGuard g;
+    if (cudaError_t e = g.set(ordinal)) return cuda_error("cudaSetDevice", e);
     cudaIpcMemHandle_t h;
     std::memcpy(&h, x.handle, sizeof h);
     void* p = nullptr;
@@ -61,7 +63,8 @@ class Ipc final : public CudaIpc {
   }
 
   Status close(void* base, int ordinal) override {
-    cudaSetDevice(ordinal);
+    DeviceGuard g;
+    g.set(ordinal);
     if (cudaError_t e = cudaIpcCloseMemHandle(base)) {
       cudaGetLastError();
       return cuda_error("cudaIpcCloseMemHandle", e);
