@@ -132,6 +132,10 @@ class CudaBackend final : public DeviceBackend {
     return true;
   }
 
+  // Until some primary context exists in this process no pointer can be CUDA memory (a
+  // host-only program on a GPU machine): cheap driver queries, and one atomic load after.
+  bool may_own_memory() const override { return available(nullptr) && any_context(); }
+
   Result<void*> alloc(int ordinal, size_t bytes) override {
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));

@@ -94,6 +94,7 @@ class CudaProxy final : public DeviceBackend {
   bool available(std::string* why) const override { return ensure(why) != nullptr; }
   int device_count() const override { return b() ? b()->device_count() : 0; }
   bool owns(const void* ptr, int* ordinal) const override { return b() && b()->owns(ptr, ordinal); }
+  bool may_own_memory() const override { return b() && b()->may_own_memory(); }
   Result<void*> alloc(int ordinal, size_t bytes) override {
     if (!b()) return unavailable();
     return b()->alloc(ordinal, bytes);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <mutex>
 
 namespace uccl {
@@ -12,10 +13,10 @@ std::mutex& reg_mu() {
   static std::mutex mu;
   return mu;
 }
-std::vector<DeviceBackend*>& reg() {
-  static std::vector<DeviceBackend*> v;
-  return v;
-}
+// Append-only and read without a lock: the issue path asks any_device_memory() per operation.
+constexpr int kMaxBackends = 16;
+DeviceBackend* g_reg[kMaxBackends];
+std::atomic<int> g_count{0};
 }  // namespace
 
 const char* memory_kind_name(MemoryKind k) {
@@ -30,19 +31,25 @@ const char* memory_kind_name(MemoryKind k) {
 
 bool register_device_backend(DeviceBackend* backend) {
   std::lock_guard<std::mutex> lock(reg_mu());
-  for (DeviceBackend* b : reg()) {
-    if (std::strcmp(b->name(), backend->name()) == 0) {
+  const int n = g_count.load();
+  for (int i = 0; i < n; ++i) {
+    if (std::strcmp(g_reg[i]->name(), backend->name()) == 0) {
       std::fprintf(stderr, "uccl: device backend '%s' registered twice\n", backend->name());
       std::abort();
     }
   }
-  reg().push_back(backend);
+  if (n == kMaxBackends) {
+    std::fprintf(stderr, "uccl: more than %d device backends\n", kMaxBackends);
+    std::abort();
+  }
+  g_reg[n] = backend;
+  g_count.store(n + 1, std::memory_order_release);
   return true;
 }
 
 std::vector<DeviceBackend*> device_backends() {
-  std::lock_guard<std::mutex> lock(reg_mu());
-  return reg();
+  const int n = g_count.load(std::memory_order_acquire);
+  return std::vector<DeviceBackend*>(g_reg, g_reg + n);
 }
 
 DeviceBackend* find_device_backend(const std::string& name) {
@@ -65,6 +72,16 @@ MemoryLoc locate_memory(const void* ptr) {
     }
   }
   return loc;
+}
+
+bool any_device_memory() {
+  const int n = g_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    DeviceBackend* b = g_reg[i];
+    std::string why;
+    if (b->may_own_memory() && b->available(&why)) return true;
+  }
+  return false;
 }
 
 std::vector<DeviceBackendInfo> device_backend_infos() {

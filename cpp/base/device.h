@@ -78,6 +78,11 @@ class DeviceBackend {
   // itself (a torch / CuPy CUDA pointer: the cuda backend asks the driver). On true, *ordinal
   // is the device. Must be cheap and thread safe; never blocks on device work.
   virtual bool owns(const void* ptr, int* ordinal) const = 0;
+  // A cheap hint (one atomic load): false when owns() would answer false for every pointer,
+  // e.g. the simulated device with no live allocation. The core skips the lookup of host-only
+  // operations on it and offers staged connections only when some backend may own memory.
+  // Backends that cannot know (cuda: torch allocates behind our back) keep the default.
+  virtual bool may_own_memory() const { return true; }
   // Device memory of `bytes` (> 0) on device `ordinal`.
   virtual Result<void*> alloc(int ordinal, size_t bytes) = 0;
   virtual void free(void* ptr) = 0;  // nullptr is a no-op; only pointers from alloc()
@@ -130,6 +135,9 @@ struct MemoryLoc {
   bool is_device() const { return backend != nullptr; }
 };
 MemoryLoc locate_memory(const void* ptr);
+// False when no available backend may own memory (host-only processes): one cheap check
+// before any locate_memory() on the issue path.
+bool any_device_memory();
 
 // One line per registered backend for build_info / `python -m uccl.info`:
 // {name, kind, available, why-not, device count}.

@@ -230,6 +230,7 @@ Result<void*> SimBackend::alloc(int ordinal, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   allocs_[reinterpret_cast<uintptr_t>(dev)] = Alloc{bytes, mapped, static_cast<char*>(rw), ordinal};
   allocated_ += bytes;
+  ++live_allocs_;
   return dev;
 }
 
@@ -242,6 +243,7 @@ void SimBackend::free(void* ptr) {
     if (it == allocs_.end()) return;
     a = it->second;
     allocated_ -= a.bytes;
+    --live_allocs_;
     allocs_.erase(it);
   }
   munmap(ptr, a.mapped);
@@ -325,7 +327,7 @@ Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir 
   }
   st->enqueue(work([d, sr, bytes, gbps, lat]() {
     const auto start = std::chrono::steady_clock::now();
-    std::memcpy(d, sr, bytes);
+    std::memmove(d, sr, bytes);  // a device-to-device copy may overlap (memmove semantics)
     double us = lat + (gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e3) : 0.0);
     if (us > 0) std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3)));
     return Status::Ok();
@@ -457,6 +459,7 @@ class SimProxy final : public DeviceBackend {
   bool available(std::string* why) const override { return sim_backend()->available(why); }
   int device_count() const override { return sim_backend()->device_count(); }
   bool owns(const void* p, int* o) const override { return sim_backend()->owns(p, o); }
+  bool may_own_memory() const override { return sim_backend()->may_own_memory(); }
   Result<void*> alloc(int o, size_t n) override { return sim_backend()->alloc(o, n); }
   void free(void* p) override { sim_backend()->free(p); }
   Result<void*> alloc_pinned(size_t n) override { return sim_backend()->alloc_pinned(n); }

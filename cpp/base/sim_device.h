@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,7 @@ class SimBackend final : public DeviceBackend {
   bool available(std::string* why) const override;
   int device_count() const override { return devices_; }
   bool owns(const void* ptr, int* ordinal) const override;
+  bool may_own_memory() const override { return live_allocs_.load(std::memory_order_relaxed) > 0; }
   Result<void*> alloc(int ordinal, size_t bytes) override;
   void free(void* ptr) override;
   Result<void*> alloc_pinned(size_t bytes) override;
@@ -87,6 +89,7 @@ class SimBackend final : public DeviceBackend {
   mutable std::mutex mu_;
   std::map<uintptr_t, Alloc> allocs_;  // by device address
   size_t allocated_ = 0;
+  std::atomic<size_t> live_allocs_{0};
   double gbps_, latency_us_;
 };
 
