@@ -5,6 +5,9 @@
 
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
+
 #include "cuda/cuda_module.h"
 #include "transports/cuda_ipc/cuda_ipc_endpoint.h"
 #include "transports/registry.h"
@@ -33,6 +36,31 @@ bool cuda_ipc_usable(std::string* why) {
 
 namespace {
 
+// Identifies this process in offers and answers: equal tokens mean the peer is a thread of
+// this process (its device pointers are ours). A pid alone is not enough across PID
+// namespaces that share a network namespace.
+const std::string& process_token() {
+  static const std::string t = [] {
+    uint64_t v = 0;
+    FILE* f = std::fopen("/dev/urandom", "rb");
+    if (!f || std::fread(&v, sizeof v, 1, f) != 1) v = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ull ^ reinterpret_cast<uintptr_t>(&v);
+    if (f) std::fclose(f);
+    return std::to_string(v);
+  }();
+  return t;
+}
+
+// "cuda_ipc1:<inner>:<token>:<inner offer or answer>" -> token and the inner text.
+bool split_wire(const std::string& text, const std::string& inner, std::string* token, std::string* rest) {
+  const std::string head = "cuda_ipc1:" + inner + ":";
+  if (text.compare(0, head.size(), head) != 0) return false;
+  const size_t colon = text.find(':', head.size());
+  if (colon == std::string::npos) return false;
+  *token = text.substr(head.size(), colon - head.size());
+  *rest = text.substr(colon + 1);
+  return true;
+}
+
 const TransportEntry* inner_entry() {
   for (const char* name : {"shm", "tcp"}) {
     const TransportEntry* e = find_transport(name);
@@ -45,18 +73,19 @@ const TransportEntry* inner_entry() {
 class Pending final : public PendingConnect {
  public:
   Pending(std::unique_ptr<Transport> inner_t, PendingConnect* inner, const PeerContext& peer, const CudaModule* m,
-          std::string prefix)
-      : inner_t_(std::move(inner_t)), inner_(inner), peer_(peer), m_(m), prefix_(std::move(prefix)) {}
-  std::string offer() override { return prefix_ + inner_->offer(); }
+          std::string inner_name)
+      : inner_t_(std::move(inner_t)), inner_(inner), peer_(peer), m_(m), inner_name_(std::move(inner_name)) {}
+  std::string offer() override { return "cuda_ipc1:" + inner_name_ + ":" + process_token() + ":" + inner_->offer(); }
   Result<Endpoint*> finish(const std::string& answer, const std::vector<int>& fds) override {
-    if (answer.compare(0, prefix_.size(), prefix_) != 0) {
+    std::string token, inner_answer;
+    if (!split_wire(answer, inner_name_, &token, &inner_answer)) {
       for (int fd : fds) ::close(fd);
       return Status(Code::kRemoteError, "cuda_ipc: " + peer_.describe() + " answered an unknown offer", peer_.peer_rank);
     }
-    auto ep = inner_->finish(answer.substr(prefix_.size()), fds);
+    auto ep = inner_->finish(inner_answer, fds);
     if (!ep.ok()) return ep.status();
     return static_cast<Endpoint*>(new cuda_ipc::CudaIpcEndpoint(std::move(inner_t_), std::unique_ptr<Endpoint>(ep.value()),
-                                                                peer_, m_, peer_.peer_pid == getpid()));
+                                                                peer_, m_, token == process_token()));
   }
 
  private:
@@ -64,7 +93,7 @@ class Pending final : public PendingConnect {
   std::unique_ptr<PendingConnect> inner_;
   PeerContext peer_;
   const CudaModule* m_;
-  std::string prefix_;
+  std::string inner_name_;
 };
 
 class CudaIpcTransport final : public Transport {
@@ -84,22 +113,23 @@ class CudaIpcTransport final : public Transport {
     auto t = e->make();
     auto c = t->start_connect(peer);
     if (!c.ok()) return c.status();
-    return static_cast<PendingConnect*>(new Pending(std::move(t), c.value(), peer, cuda_module(nullptr), prefix(e)));
+    return static_cast<PendingConnect*>(new Pending(std::move(t), c.value(), peer, cuda_module(nullptr), e->name));
   }
   Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer, std::string* answer,
                            const std::vector<int>& fds) override {
     std::string why;
     if (!cuda_ipc_usable(&why)) return NotSupported("cuda_ipc: " + why);
     const TransportEntry* e = inner_entry();
-    if (!e || offer.compare(0, prefix(e).size(), prefix(e)) != 0)
+    std::string token, inner_offer;
+    if (!e || !split_wire(offer, e->name, &token, &inner_offer))
       return NotSupported("cuda_ipc: the peer runs over another host transport");
     auto t = e->make();
     std::string inner_answer;
-    auto ep = t->accept(peer, offer.substr(prefix(e).size()), &inner_answer, fds);
+    auto ep = t->accept(peer, inner_offer, &inner_answer, fds);
     if (!ep.ok()) return ep.status();
-    *answer = prefix(e) + inner_answer;
+    *answer = prefix(e) + process_token() + ":" + inner_answer;
     return static_cast<Endpoint*>(new cuda_ipc::CudaIpcEndpoint(std::move(t), std::unique_ptr<Endpoint>(ep.value()), peer,
-                                                               cuda_module(nullptr), peer.peer_pid == getpid()));
+                                                               cuda_module(nullptr), token == process_token()));
   }
 
  private:
