@@ -29,6 +29,9 @@ CudaIpcEndpoint::CudaIpcEndpoint(std::unique_ptr<Transport> inner_transport, std
 CudaIpcEndpoint::~CudaIpcEndpoint() {
   // Device work still queued reads or writes buffers this endpoint owns: let it finish.
   for (auto& kv : streams_) kv.first.first->synchronize(kv.second.get());
+  // The inner endpoint fails its pending requests as it goes, and those live in our members:
+  // it goes first, while they still exist.
+  inner_.reset();
   for (auto& op : sends_) if (op->work.temp) op->work.backend->free(op->work.temp);
   for (auto& op : recvs_) if (op->work.temp) op->work.backend->free(op->work.temp);
   for (auto& kv : mappings_) mod_->ipc->close(kv.second, kv.first.second);
