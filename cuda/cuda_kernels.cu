@@ -1,4 +1,4 @@
-// The CUDA kernels: reduce, scale, divide, copy (see cuda/cuda_kernels.h for the contract).
+// The CUDA kernels: reduce, scale, divide (see cuda/cuda_kernels.h for the contract).
 //
 // Every kernel is a grid-stride loop. When all its pointers are 16-byte aligned it moves
 // 16-byte vectors (uint4: 16 int8, 8 halves, 4 floats, 2 doubles per load), so a warp issues
@@ -100,15 +100,6 @@ __global__ void divide_kernel(T* d, const T* s, size_t n, bool vec, T by) {
   for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = elem::divide_one(s[i], by);
 }
 
-__global__ void copy_kernel(uint8_t* d, const uint8_t* s, size_t bytes, bool vec) {
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t nvec = vec ? bytes / 16 : 0;
-  for (size_t i = tid; i < nvec; i += stride)
-    reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(s)[i];
-  for (size_t i = nvec * 16 + tid; i < bytes; i += stride) d[i] = s[i];
-}
-
 template <class K, class Op>
 int run_reduce(void* dst, const void* a, const void* b, size_t n, Op op, cudaStream_t st) {
   using S = typename Elem<K>::S;
@@ -207,14 +198,6 @@ int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, 
     case DataType::kInt64: return divide_typed<int64_t>(dst, src, count, n, st);
     default: return launch_scale(dst, src, count, dt, 1.0 / n, stream);  // the host's rule
   }
-}
-
-int launch_copy(void* dst, const void* src, size_t bytes, void* stream) {
-  if (bytes == 0) return 0;
-  const bool vec = aligned16(dst) && aligned16(src);
-  copy_kernel<<<grid_for(vec ? bytes / 16 + 1 : bytes), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes, vec);
-  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace cuda

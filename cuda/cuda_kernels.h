@@ -1,9 +1,11 @@
-// Launchers of the CUDA reduce / scale / divide / copy kernels (cuda/cuda_kernels.cu).
+// Launchers of the CUDA reduce / scale / divide kernels (cuda/cuda_kernels.cu).
 //
 // Why this header has no CUDA types: the CUDA backend (cuda/cuda_backend.cc) is ordinary C++
 // compiled by the host compiler; only the .cu file goes through nvcc. Streams travel as
 // void* (a cudaStream_t) and results as the cudaError_t value of the launch (0 = success).
 //
+// Copies are cudaMemcpyAsync (the copy engines, which also read a peer's IPC mapping); no
+// copy or pack kernel exists yet because no schedule needs a strided one.
 // Semantics are those of cpp/base/reduce.h, element for element and bit for bit: the kernels
 // instantiate the shared arithmetic of cpp/base/elementwise.h (fp16/bf16 in float, rounded
 // once; NaN propagation; integer wrap-around; llround'ed integer factors; truncating integer
@@ -24,10 +26,6 @@ int launch_reduce(void* dst, const void* a, const void* b, size_t count, DataTyp
                   void* stream);
 int launch_scale(void* dst, const void* src, size_t count, DataType dt, double factor, void* stream);
 int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, void* stream);
-// A vectorized device-to-device byte copy (both pointers device memory reachable from the
-// current device, e.g. a peer's IPC mapping): one kernel instead of a copy-engine job, which
-// is faster for small messages and overlaps with the copy engines.
-int launch_copy(void* dst, const void* src, size_t bytes, void* stream);
 
 }  // namespace cuda
 }  // namespace uccl
