@@ -7,6 +7,7 @@
 // program never maps the CUDA runtime.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -157,6 +158,13 @@ CudaProxy g_cuda;
 
 }  // namespace
 
-const CudaModule* cuda_module(std::string* why) { return ensure(why); }
+std::atomic<const CudaModule*> g_test_module{nullptr};
+
+const CudaModule* cuda_module(std::string* why) {
+  if (const CudaModule* t = g_test_module.load()) return t;
+  return ensure(why);
+}
+
+void set_cuda_module_for_testing(const CudaModule* m) { g_test_module.store(m); }
 
 }  // namespace uccl

@@ -80,6 +80,9 @@ struct CudaModule {
 // libuccl.so: the loaded module, or nullptr and *why (not built / not found / no driver / no
 // device). Loads once; thread safe. An unavailable CUDA answers nullptr.
 const CudaModule* cuda_module(std::string* why);
+// Tests only: makes cuda_module() answer `m` (nullptr: back to the real module). The
+// registered "cuda" device backend keeps forwarding to the real module.
+void set_cuda_module_for_testing(const CudaModule* m);
 
 }  // namespace uccl
 

@@ -22,6 +22,8 @@
 #if UCCL_HAVE_CUDA
 #include "cuda/cuda_module.h"
 #include "transports/cuda_ipc/cuda_ipc_endpoint.h"
+#include "transports/cuda_ipc/cuda_ipc_transport.h"
+#include "transports/registry.h"
 #include "transports/tcp/tcp_transport.h"
 
 using namespace uccl;
@@ -315,6 +317,83 @@ TEST_CASE("cuda_ipc endpoint: fail_all fails pending requests, later posts fail 
   p.a->post_send(&later);
   CHECK(later.state == ReqState::kFailed);
   CHECK(!p.a->has_pending());
+}
+
+TEST_CASE("cuda_ipc transport: refuses with kNotSupported when CUDA is unusable (the table falls back)") {
+  set_cuda_module_for_testing(nullptr);
+  std::string why;
+  if (cuda_module(&why) != nullptr) return;  // a GPU machine: nothing to refuse
+  const TransportEntry* e = find_transport("cuda_ipc");
+  REQUIRE(e != nullptr);
+  CHECK(!e->available(&why));
+  CHECK(e->native_device_memory);
+  auto t = make_cuda_ipc_transport();
+  auto c = t->start_connect(ctx(0, 1));
+  CHECK(c.status().code() == Code::kNotSupported);
+  std::string answer;
+  auto a = t->accept(ctx(1, 0), "cuda_ipc1:shm:1:x", &answer, {});
+  CHECK(a.status().code() == Code::kNotSupported);
+}
+
+TEST_CASE("cuda_ipc transport: handshake over shm, threads of one process use each other's pointers") {
+  set_cuda_module_for_testing(&g_mod);
+  auto t = make_cuda_ipc_transport();
+  REQUIRE(t->sockets_per_connection() == 1);
+  SockAddr addr = parse_address("127.0.0.1", 0).value();
+  auto lfd = listen_on(&addr);
+  REQUIRE_OK(lfd.status());
+  auto cfd = connect_to(addr, now_s() + 5);
+  REQUIRE_OK(cfd.status());
+  int sfd = accept(lfd.value(), nullptr, nullptr);
+  close(lfd.value());
+  auto pc = t->start_connect(ctx(0, 1));
+  REQUIRE_OK(pc.status());
+  std::unique_ptr<PendingConnect> pend(pc.value());
+  const std::string offer = pend->offer();
+  CHECK(offer.rfind("cuda_ipc1:shm:", 0) == 0);
+  std::string answer;
+  auto t2 = make_cuda_ipc_transport();
+  auto eb = t2->accept(ctx(1, 0), offer, &answer, {sfd});
+  REQUIRE_OK(eb.status());
+  auto ea = pend->finish(answer, {cfd.value()});
+  REQUIRE_OK(ea.status());
+  Pair p;
+  p.a.reset(ea.value());
+  p.b.reset(eb.value());
+  CHECK(p.a->describe().find("same process") != std::string::npos);
+  CHECK(p.a->describe().find("shm") != std::string::npos);
+  const int exports = g_ipc.exports;
+  Buf s(4099, true, 3.0f), d(4099, true, 1.0f), h(4099, false, 0.0f);
+  SendRequest sr[2];
+  RecvRequest rr[2];
+  for (int i = 0; i < 2; ++i) {
+    sr[i].data = s.p;
+    sr[i].bytes = 4099 * 4;
+    sr[i].env = env(i, 4099);
+    rr[i].dst = i == 0 ? d.p : h.p;  // device then host destination
+    rr[i].bytes = 4099 * 4;
+    rr[i].expect = env(i, 4099);
+    rr[i].reduce = i == 0;
+    rr[i].dtype = DataType::kFloat32;
+    rr[i].op = RedOp::kSum;
+    p.a->post_send(&sr[i]);
+    p.b->post_recv(&rr[i]);
+  }
+  REQUIRE(drive(p, [&] { return !sr[1].pending() && !rr[1].pending() && !sr[0].pending() && !rr[0].pending(); }));
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE_OK(sr[i].error);
+    REQUIRE_OK(rr[i].error);
+  }
+  size_t bad = 0;
+  for (size_t k = 0; k < 4099; ++k) {
+    const float v = 3.0f + static_cast<float>(k % 7);
+    if (d.p[k] != v + 1.0f + static_cast<float>(k % 7) || h.p[k] != v) ++bad;
+  }
+  CHECK(bad == 0);
+  CHECK(g_ipc.exports == exports);  // direct pointers: nothing exported
+  p.a.reset();
+  p.b.reset();
+  set_cuda_module_for_testing(nullptr);
 }
 #else
 TEST_CASE("cuda_ipc endpoint: not built without CUDA") {}
