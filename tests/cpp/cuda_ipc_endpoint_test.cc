@@ -276,6 +276,8 @@ TEST_CASE("cuda_ipc endpoint: every host/device combination, copy and reduce, ea
         }
   CHECK(g_ipc.exports > 0);
   CHECK(g_fake.reduces > 0);  // device destinations with an IPC source reduce on the device
+  CHECK(g_ipc.opens > 64);    // one mapping per new peer allocation...
+  CHECK(g_ipc.closes > 0);    // ...and the cache is bounded
   CHECK(!p.a->has_pending());
   CHECK(!p.b->has_pending());
 }

@@ -17,6 +17,8 @@ size_t dtype_bytes(DataType dt) {
     default: return 8;
   }
 }
+constexpr size_t kMaxMappings = 64;  // per peer
+
 bool is_cuda(const MemoryLoc& l) { return l.kind == MemoryKind::kCuda && l.backend; }
 
 }  // namespace
@@ -470,6 +472,13 @@ bool CudaIpcEndpoint::pump_recvs() {
     }
     recvs_.pop_front();
     moved = true;
+  }
+  // A mapping keeps the peer's allocation alive on its GPU even after the peer freed it. When
+  // the peer keeps sending from new allocations, drop them all at a quiet moment (nothing in
+  // flight reads them); the ones still in use are mapped again on their next message.
+  if (mappings_.size() > kMaxMappings && recvs_.empty()) {
+    for (auto& kv : mappings_) mod_->ipc->close(kv.second, kv.first.second);
+    mappings_.clear();
   }
   return moved;
 }
