@@ -17,7 +17,8 @@ size_t dtype_bytes(DataType dt) {
     default: return 8;
   }
 }
-constexpr size_t kMaxMappings = 64;  // per peer
+constexpr size_t kMaxMappings = 64;              // per peer
+constexpr size_t kKeepPinnedBytes = 64u << 20;   // free pinned stage blocks kept per peer
 
 bool is_cuda(const MemoryLoc& l) { return l.kind == MemoryKind::kCuda && l.backend; }
 
@@ -26,7 +27,8 @@ bool is_cuda(const MemoryLoc& l) { return l.kind == MemoryKind::kCuda && l.backe
 CudaIpcEndpoint::CudaIpcEndpoint(std::unique_ptr<Transport> inner_transport, std::unique_ptr<Endpoint> inner,
                                  const PeerContext& peer, const CudaModule* mod, bool same_process)
     : inner_transport_(std::move(inner_transport)),
-      inner_(std::move(inner)), peer_(peer), mod_(mod), cuda_(mod->backend), same_process_(same_process) {}
+      inner_(std::move(inner)), peer_(peer), mod_(mod), cuda_(mod->backend), same_process_(same_process),
+      pool_(mod->backend, kKeepPinnedBytes) {}
 
 CudaIpcEndpoint::~CudaIpcEndpoint() {
   // Device work still queued reads or writes buffers this endpoint owns: let it finish.
@@ -124,7 +126,7 @@ void CudaIpcEndpoint::post_send(SendRequest* r) {
   if (!op->ipc) {
     op->ctrl.type = kInline;
     if (loc.is_device()) {  // device memory we cannot export: stage it through the host
-      op->stage.resize(r->bytes);
+      op->stage.get(&pool_, r->bytes);
       op->work.backend = loc.backend;
       auto s = stream_for(loc.backend, loc.ordinal);
       auto ev = loc.backend->create_event();
@@ -243,7 +245,7 @@ bool CudaIpcEndpoint::pump_ctrl() {
           start_recv(*waiting);
           a.reset();
         } else {
-          a->buffer.resize(c.bytes);
+          a->buffer.get(&pool_, c.bytes);
           a->payload = std::make_unique<RecvRequest>();
           a->payload->dst = a->buffer.data();
           a->payload->bytes = c.bytes;
@@ -313,7 +315,7 @@ void CudaIpcEndpoint::start_recv(RecvOp& op) {
     op.inner.dtype = r->dtype;
     op.inner.op = r->op;
   } else {
-    op.stage.resize(c.bytes);
+    op.stage.get(&pool_, c.bytes);
     op.inner.dst = op.stage.data();
     op.stage_pending = true;
   }
@@ -356,7 +358,7 @@ Status CudaIpcEndpoint::start_ipc_read(RecvOp& op) {
   if (!src.ok()) return src.status();
   auto s = stream_for(cuda_, ordinal);
   if (!s.ok()) return s.status();
-  op.stage.resize(c.bytes);
+  op.stage.get(&pool_, c.bytes);
   op.stage_pending = true;
   Status st = cuda_->copy_async(op.stage.data(), src.value(), c.bytes, CopyDir::kDeviceToHost, s.value());
   if (st.ok()) st = cuda_->record(op.work.event.get(), s.value());

@@ -11,6 +11,7 @@
 
 #include "base/device.h"
 #include "cuda/cuda_module.h"
+#include "transports/cuda_ipc/pinned_pool.h"
 #include "transports/transport.h"
 
 namespace uccl {
@@ -62,13 +63,13 @@ class CudaIpcEndpoint final : public Endpoint {
     uint64_t ack_index = 0;  // ipc: completes once acks_ > ack_index
     Ctrl ctrl;
     SendRequest ctrl_req, payload_req;
-    std::vector<uint8_t> stage;
+    Stage stage;
     DeviceWork work;
   };
   struct Arrived {  // a descriptor that came before its receive was posted
     Ctrl ctrl;
     std::unique_ptr<RecvRequest> payload;  // kInline: received into `buffer`
-    std::vector<uint8_t> buffer;
+    Stage buffer;
   };
   struct RecvOp {
     RecvRequest* r = nullptr;
@@ -76,7 +77,7 @@ class CudaIpcEndpoint final : public Endpoint {
     Ctrl ctrl;
     RecvRequest inner;                    // payload receive (into dst or stage)
     std::unique_ptr<Arrived> early;       // payload received early into an owned buffer
-    std::vector<uint8_t> stage;           // host staging for device destinations
+    Stage stage;                          // host staging for device destinations
     bool stage_pending = false;           // stage filled by inner/early: deliver it
     bool ack_after = false;               // kIpc: send the ACK once the device work is done
     DeviceWork work;
@@ -109,6 +110,7 @@ class CudaIpcEndpoint final : public Endpoint {
   bool same_process_;
   bool failed_ = false;
   Status error_;
+  PinnedPool pool_;  // before the ops: their stages go back to it
 
   std::deque<std::unique_ptr<SendOp>> sends_;
   std::deque<std::unique_ptr<RecvOp>> recvs_;
