@@ -7,7 +7,10 @@
 // legacy handle: export_ptr answers kNotSupported and the transport moves those messages
 // through the host instead (correct, slower); POSIX-fd VMM export is left for later.
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "cuda/cuda_backend_internal.h"
 
@@ -49,7 +52,17 @@ class Ipc final : public CudaIpc {
     return x;
   }
 
+  // Mappings are shared by the whole process and counted: CUDA refuses to open one handle
+  // twice in a process (cudaErrorAlreadyMapped on some drivers), and two communicators over
+  // the same pair of processes map the same allocations.
   Result<void*> open(const CudaIpcExport& x, int ordinal) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Key k{std::string(reinterpret_cast<const char*>(x.handle), sizeof x.handle), ordinal};
+    auto it = maps_.find(k);
+    if (it != maps_.end()) {
+      ++it->second.refs;
+      return it->second.base;
+    }
     DeviceGuard g;
     if (cudaError_t e = g.set(ordinal)) return cuda_error("cudaSetDevice", e);
     cudaIpcMemHandle_t h;
@@ -59,17 +72,25 @@ class Ipc final : public CudaIpc {
       cudaGetLastError();
       return cuda_error("cudaIpcOpenMemHandle", e);
     }
+    maps_[k] = Mapping{p, 1};
     return p;
   }
 
   Status close(void* base, int ordinal) override {
-    DeviceGuard g;
-    g.set(ordinal);
-    if (cudaError_t e = cudaIpcCloseMemHandle(base)) {
-      cudaGetLastError();
-      return cuda_error("cudaIpcCloseMemHandle", e);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = maps_.begin(); it != maps_.end(); ++it) {
+      if (it->second.base != base || it->first.second != ordinal) continue;
+      if (--it->second.refs > 0) return Status::Ok();
+      maps_.erase(it);
+      DeviceGuard g;
+      g.set(ordinal);
+      if (cudaError_t e = cudaIpcCloseMemHandle(base)) {
+        cudaGetLastError();
+        return cuda_error("cudaIpcCloseMemHandle", e);
+      }
+      return Status::Ok();
     }
-    return Status::Ok();
+    return InvalidArgument("cuda ipc: close of a mapping that is not open");
   }
 
   int device_by_pci(const std::string& pci) override {
@@ -103,6 +124,15 @@ class Ipc final : public CudaIpc {
     }
     return buf;
   }
+
+ private:
+  using Key = std::pair<std::string, int>;  // handle bytes, device
+  struct Mapping {
+    void* base = nullptr;
+    int refs = 0;
+  };
+  std::mutex mu_;
+  std::map<Key, Mapping> maps_;
 };
 
 }  // namespace

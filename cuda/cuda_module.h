@@ -58,7 +58,8 @@ class CudaIpc {
   // moves that message another way.
   virtual Result<CudaIpcExport> export_ptr(const void* ptr) = 0;
   // Maps a peer's allocation into this process on device `ordinal` (peer access enabled
-  // lazily): the base address of the mapping.
+  // lazily): the base address of the mapping. Mappings are process-wide and counted (CUDA
+  // may refuse a second open of one handle): every open() needs one close().
   virtual Result<void*> open(const CudaIpcExport& e, int ordinal) = 0;
   virtual Status close(void* base, int ordinal) = 0;
   // The device a stream of this process should use to read a peer's memory that lives on the
