@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that includes in the C++ tree point down the floors only (docs/ARCHITECTURE.md).
 
-    include/uccl  <  cpp/base  <  cpp/bootstrap  <  cpp/topology  <  transports  <  cpp/algorithms  <  cpp/core  <  cpp/capi
+    include/uccl  <  cpp/base  <  cuda  <  cpp/bootstrap  <  cpp/topology  <  transports  <  cpp/algorithms  <  cpp/core  <  cpp/capi
 
 A file may include headers of its own floor and of the floors below it, never above. The
 public headers (include/uccl) include only each other and the standard library, so that an
@@ -20,6 +20,7 @@ import sys
 FLOORS = [
     ("include/uccl", "uccl/", 0),
     ("cpp/base", "base/", 1),
+    ("cuda", "cuda/", 1.5),  # the CUDA device backend: base's interface, used by transports/cuda_ipc
     ("cpp/bootstrap", "bootstrap/", 2),
     ("cpp/topology", "topology/", 3),
     ("transports", "transports/", 4),

@@ -55,6 +55,10 @@ struct TransportEntry {
   std::function<void()> cleanup;
   // RDMA NICs this transport knows for PeerInfo (may be empty; verbs lists its ports).
   std::function<std::vector<NicInfo>()> local_nics;
+  // The endpoints move device memory themselves (cuda_ipc: GPU to GPU). The core must then
+  // not put a StagedEndpoint in front of them, which would stage device buffers through the
+  // host before they arrive. Both ranks of a pair use the same entry, so both decide alike.
+  bool native_device_memory = false;
 };
 
 // Adds an entry (from a static initializer of the transport's folder, or a test). Returns true;

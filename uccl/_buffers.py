@@ -1,14 +1,28 @@
 """Turning user buffers into (address, element count, dtype) for the C++ core.
 
 Accepted: numpy arrays, anything with the buffer protocol (bytes-like, array.array, memoryview),
-objects with ``__dlpack__`` (host memory), and torch CPU tensors. Buffers must be contiguous;
-an output buffer must be writable. Device memory (``__cuda_array_interface__``, DLPack device
-tensors) is refused with NotSupported until the staged/CUDA path is built.
+objects with ``__dlpack__`` (host memory), torch CPU tensors, and device memory of a registered
+device backend: uccl.sim.SimArray, CUDA arrays (``__cuda_array_interface__``, torch CUDA tensors)
+when the cuda backend is available. The address goes to the core, which finds the backend
+(cpp/base/device.h). Buffers must be contiguous; an output buffer must be writable. Device
+arrays of a backend that is not here are refused with NotSupported (array-API arrays such as
+CuPy's are staged through their library's host copy before they get here: uccl/_interop.py).
 """
 import numpy as np
 
 from ._core import DTYPE_SIZE, DTYPES, RED_OPS as OPS, buffer_address  # uccl::DataType / RedOp, from C++
 from .errors import InvalidArgument, NotSupported
+from .sim import SimArray
+
+_BACKENDS = {}
+
+
+def backend_available(name):
+    """Whether the core has an available device backend of that name ("cuda", "sim")."""
+    if not _BACKENDS:
+        from ._core import device_backends
+        _BACKENDS.update({b["name"]: b["available"] for b in device_backends()})
+    return _BACKENDS.get(name, False)
 
 
 class Buffer:
@@ -41,8 +55,11 @@ def _numpy_dtype_code_slow(dt):
 
 
 def _from_torch(t, writable, what):
-    if t.device.type != "cpu":
-        raise NotSupported(f"{what}: {t.device.type} tensors need the CUDA build of uccl; pass CPU memory")
+    if t.device.type == "cuda" and backend_available("cuda"):
+        pass  # device memory the cuda backend owns: used in place
+    elif t.device.type != "cpu":
+        raise NotSupported(f"{what}: {t.device.type} tensors need a uccl device backend for {t.device.type} "
+                           "(this build's: " + ", ".join(n for n in _BACKENDS if _BACKENDS[n]) + "); pass CPU memory")
     if not t.is_contiguous():
         raise InvalidArgument(f"{what}: tensor is not contiguous (call .contiguous() first)")
     name = str(t.dtype).replace("torch.", "")
@@ -58,8 +75,19 @@ def as_buffer(obj, what="buffer", writable=False, dtype=None):
         return Buffer(buffer_address(obj), obj.size, _numpy_dtype_code(obj.dtype), obj)
     if obj is None:
         raise InvalidArgument(f"{what} is None")
-    if hasattr(obj, "__cuda_array_interface__"):
-        raise NotSupported(f"{what}: CUDA arrays need the CUDA build of uccl; pass host memory")
+    if type(obj) is SimArray:
+        if not obj.ptr:
+            raise InvalidArgument(f"{what}: SimArray was freed")
+        return Buffer(obj.ptr, obj.size, _numpy_dtype_code(obj.dtype), obj)
+    if hasattr(obj, "__cuda_array_interface__") and not type(obj).__module__.startswith("torch"):
+        cai = obj.__cuda_array_interface__
+        if not backend_available("cuda"):
+            raise NotSupported(f"{what}: CUDA arrays need uccl's cuda backend, which is not available here; "
+                               "pass host memory")
+        if cai.get("strides") is not None:
+            raise InvalidArgument(f"{what}: CUDA array is not C-contiguous")
+        count = int(np.prod(cai["shape"], dtype=np.int64))
+        return Buffer(int(cai["data"][0]), count, _numpy_dtype_code(np.dtype(cai["typestr"])), obj)
     if type(obj).__module__.startswith("torch"):
         return _from_torch(obj, writable, what)
     if not isinstance(obj, np.ndarray):

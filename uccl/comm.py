@@ -6,6 +6,10 @@ Conventions (those of torch.distributed, which most users know):
   * ``async_op=True`` returns a :class:`uccl.work.Work`; ``.wait()`` returns the result.
   * JAX, CuPy and other DLPack / array-API arrays are accepted as ``x`` (and ``out``): results
     come back as the caller's array type (uccl/_interop.py).
+  * Device arrays (uccl.sim.SimArray; CUDA arrays through __cuda_array_interface__ / torch when
+    the cuda backend is available) are used in place on their device; ``stream=`` orders the
+    operation after the work already queued on that stream (default: the device's default
+    stream). Arrays of a device uccl has no backend for go through their library's host copy.
   * Operations complete in issue order; every rank must issue the same collectives in the same
     order (a mismatch raises MismatchError naming the ranks and what differed).
 """
@@ -15,6 +19,7 @@ from . import _core
 from ._buffers import DTYPE_SIZE, Buffer, as_buffer, op_code
 from ._interop import accepts_arrays
 from .errors import InvalidArgument
+from .sim import SimArray
 from .store import as_core_store
 from .work import Work
 
@@ -24,8 +29,25 @@ from .work import Work
 _ALL_REDUCE, _ALL_GATHER, _REDUCE_SCATTER, _BROADCAST = 0, 1, 2, 3
 
 
+def _stream_handle(stream):
+    """The native handle of a `stream=` argument: None (the device's default stream), an int, a
+    uccl.sim.Stream (.handle), a torch.cuda.Stream (.cuda_stream) or a CuPy stream (.ptr)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("handle", "cuda_stream", "ptr"):
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return h
+    raise InvalidArgument(f"stream: {type(stream).__name__} is not a stream (expected a handle, uccl.sim.Stream, "
+                          "torch.cuda.Stream or a CuPy stream)")
+
+
 def _alloc_like(x, count):
     """A new contiguous array/tensor of `count` elements with x's dtype and kind."""
+    if type(x) is SimArray:
+        return SimArray(count, x.dtype, x.device)
     if type(x).__module__.startswith("torch"):
         import torch
         return torch.empty(count, dtype=x.dtype)
@@ -124,7 +146,7 @@ class Communicator:
 
     # -- collectives -------------------------------------------------------------------------
     @accepts_arrays
-    def all_reduce(self, x, out=None, op="sum", scalar=None, async_op=False):
+    def all_reduce(self, x, out=None, op="sum", scalar=None, async_op=False, stream=None):
         """Reduces x over all ranks; in place unless out is given. op: sum prod min max avg premul_sum."""
         out_or_x = x if out is None else out
         if self._blocking_call(_ALL_REDUCE, x, out_or_x, op, 0, async_op, scalar):
@@ -134,21 +156,21 @@ class Communicator:
         self._same_dtype("all_reduce", s, r)
         if r.count != s.count:
             raise InvalidArgument(f"all_reduce: output has {r.count} elements, input {s.count}")
-        submit = lambda: self._c.all_reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        submit = lambda: self._c.all_reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def reduce(self, x, out=None, op="sum", root=0, scalar=None, async_op=False):
+    def reduce(self, x, out=None, op="sum", root=0, scalar=None, async_op=False, stream=None):
         """Reduces to `root` (in place there unless out is given); other ranks' x is unchanged."""
         s = as_buffer(x, "reduce input", writable=out is None and self.rank == root)
         r = s if out is None else as_buffer(out, "reduce output", writable=True)
         if self.rank == root:
             self._check_out("reduce", r, s, s.count)
-        submit = lambda: self._c.reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), int(root))
+        submit = lambda: self._c.reduce(s.addr, r.addr, s.count, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), int(root), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def broadcast(self, x, root=0, out=None, async_op=False):
+    def broadcast(self, x, root=0, out=None, async_op=False, stream=None):
         """Copies root's x to every rank (into x itself unless out is given)."""
         out_or_x = x if out is None else out
         if self._blocking_call(_BROADCAST, x, out_or_x, "sum", int(root), async_op, None):
@@ -156,11 +178,11 @@ class Communicator:
         s = as_buffer(x, "broadcast buffer", writable=out is None)
         r = s if out is None else as_buffer(out, "broadcast output", writable=True)
         self._check_out("broadcast", r, s, s.count)
-        submit = lambda: self._c.broadcast(s.addr, r.addr, s.count, s.dtype, int(root))
+        submit = lambda: self._c.broadcast(s.addr, r.addr, s.count, s.dtype, int(root), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def all_gather(self, x, out=None, async_op=False):
+    def all_gather(self, x, out=None, async_op=False, stream=None):
         """Concatenates every rank's x in rank order (out has size * len(x) elements)."""
         if self._blocking_call(_ALL_GATHER, x, out, "sum", 0, async_op, None):
             return out
@@ -170,11 +192,11 @@ class Communicator:
         self._same_dtype("all_gather", s, r)
         if r.count != s.count * self.size:
             raise InvalidArgument(f"all_gather: output needs {s.count * self.size} elements, has {r.count}")
-        submit = lambda: self._c.all_gather(s.addr, r.addr, s.count, s.dtype)
+        submit = lambda: self._c.all_gather(s.addr, r.addr, s.count, s.dtype, _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def all_gather_v(self, x, counts, out=None, displs=None, async_op=False):
+    def all_gather_v(self, x, counts, out=None, displs=None, async_op=False, stream=None):
         """all_gather with per-rank element counts (and optional displacements)."""
         s = as_buffer(x, "all_gather_v input")
         counts = [int(c) for c in counts]
@@ -187,11 +209,11 @@ class Communicator:
         self._same_dtype("all_gather_v", s, r)
         if r.count < extent:
             raise InvalidArgument(f"all_gather_v: output needs {extent} elements, has {r.count}")
-        submit = lambda: self._c.all_gather_v(s.addr, r.addr, counts, [int(d) for d in (displs or [])], s.dtype)
+        submit = lambda: self._c.all_gather_v(s.addr, r.addr, counts, [int(d) for d in (displs or [])], s.dtype, _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def reduce_scatter(self, x, out=None, op="sum", scalar=None, async_op=False):
+    def reduce_scatter(self, x, out=None, op="sum", scalar=None, async_op=False, stream=None):
         """Reduces x over ranks and leaves block `rank` (len(x) / size elements) in out."""
         if self._blocking_call(_REDUCE_SCATTER, x, out, op, 0, async_op, scalar):
             return out
@@ -205,11 +227,11 @@ class Communicator:
         self._same_dtype("reduce_scatter", s, r)
         if r.count != n:
             raise InvalidArgument(f"reduce_scatter: output needs {n} elements, has {r.count}")
-        submit = lambda: self._c.reduce_scatter(s.addr, r.addr, n, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        submit = lambda: self._c.reduce_scatter(s.addr, r.addr, n, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def reduce_scatter_v(self, x, counts, out=None, op="sum", scalar=None, async_op=False):
+    def reduce_scatter_v(self, x, counts, out=None, op="sum", scalar=None, async_op=False, stream=None):
         """reduce_scatter with per-rank block sizes (blocks packed in rank order in x)."""
         s = as_buffer(x, "reduce_scatter_v input")
         counts = [int(c) for c in counts]
@@ -218,11 +240,11 @@ class Communicator:
         out = _alloc_like(s.owner, counts[self.rank]) if out is None else out
         r = as_buffer(out, "reduce_scatter_v output", writable=True)
         self._check_out("reduce_scatter_v", r, s, counts[self.rank])
-        submit = lambda: self._c.reduce_scatter_v(s.addr, r.addr, counts, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar))
+        submit = lambda: self._c.reduce_scatter_v(s.addr, r.addr, counts, s.dtype, op_code(op), 1.0 if scalar is None else float(scalar), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def all_to_all(self, x, out=None, async_op=False):
+    def all_to_all(self, x, out=None, async_op=False, stream=None):
         """Block j of x goes to rank j; block i of out came from rank i."""
         s = as_buffer(x, "all_to_all input")
         if s.count % self.size:
@@ -230,12 +252,12 @@ class Communicator:
         out = _alloc_like(s.owner, s.count) if out is None else out
         r = as_buffer(out, "all_to_all output", writable=True)
         self._check_out("all_to_all", r, s, s.count)
-        submit = lambda: self._c.all_to_all(s.addr, r.addr, s.count // self.size, s.dtype)
+        submit = lambda: self._c.all_to_all(s.addr, r.addr, s.count // self.size, s.dtype, _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, send_displs=None, recv_displs=None,
-                     async_op=False):
+                     async_op=False, stream=None):
         """all_to_all with per-peer counts (packed in rank order unless displacements are given)."""
         s = as_buffer(x, "all_to_all_v input")
         sc, rc = [int(c) for c in send_counts], [int(c) for c in recv_counts]
@@ -250,11 +272,11 @@ class Communicator:
             raise InvalidArgument("all_to_all_v: send counts/displacements run past the input")
         if max((d + c for d, c in zip(rd, rc)), default=0) > r.count:
             raise InvalidArgument("all_to_all_v: receive counts/displacements run past the output")
-        submit = lambda: self._c.all_to_all_v(s.addr, r.addr, sc, [int(v) for v in sd], rc, [int(v) for v in rd], s.dtype)
+        submit = lambda: self._c.all_to_all_v(s.addr, r.addr, sc, [int(v) for v in sd], rc, [int(v) for v in rd], s.dtype, _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def gather(self, x, out=None, root=0, async_op=False):
+    def gather(self, x, out=None, root=0, async_op=False, stream=None):
         """Concatenates every rank's x at root (returns None elsewhere)."""
         s = as_buffer(x, "gather input")
         r = None
@@ -262,11 +284,11 @@ class Communicator:
             out = _alloc_like(s.owner, s.count * self.size) if out is None else out
             r = as_buffer(out, "gather output", writable=True)
             self._check_out("gather", r, s, s.count * self.size)
-        submit = lambda: self._c.gather(s.addr, r.addr if r else 0, s.count, s.dtype, int(root))
+        submit = lambda: self._c.gather(s.addr, r.addr if r else 0, s.count, s.dtype, int(root), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner if r else None, async_op)
 
     @accepts_arrays
-    def scatter(self, x, out=None, root=0, count=None, dtype="float32", async_op=False):
+    def scatter(self, x, out=None, root=0, count=None, dtype="float32", async_op=False, stream=None):
         """Block i of root's x goes to rank i. Non-roots pass x=None and out (or count and dtype;
         a dtype that differs from the root's raises MismatchError)."""
         if self.rank == root:
@@ -284,21 +306,21 @@ class Communicator:
         r = as_buffer(out, "scatter output", writable=True)
         if s is not None:
             self._check_out("scatter", r, s, s.count // self.size)
-        submit = lambda: self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root))
+        submit = lambda: self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
     @accepts_arrays
-    def send(self, x, peer, tag=0, async_op=False):
+    def send(self, x, peer, tag=0, async_op=False, stream=None):
         b = as_buffer(x, "send buffer")
-        return self._finish(lambda: self._c.p2p([(True, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), None, async_op)
+        return self._finish(lambda: self._c.p2p([(True, b.addr, b.count, b.dtype, int(peer), int(tag))], _stream_handle(stream)), (b,), None, async_op)
 
     @accepts_arrays
-    def recv(self, x, peer, tag=0, async_op=False):
+    def recv(self, x, peer, tag=0, async_op=False, stream=None):
         b = as_buffer(x, "recv buffer", writable=True)
-        return self._finish(lambda: self._c.p2p([(False, b.addr, b.count, b.dtype, int(peer), int(tag))]), (b,), b.owner,
+        return self._finish(lambda: self._c.p2p([(False, b.addr, b.count, b.dtype, int(peer), int(tag))], _stream_handle(stream)), (b,), b.owner,
                             async_op)
 
-    def batch_isend_irecv(self, ops):
+    def batch_isend_irecv(self, ops, stream=None):
         """ops: iterable of ("send"|"recv", buffer, peer[, tag]); all posted together. Returns a Work."""
         bufs, plan = [], []
         for item in ops:
@@ -309,7 +331,7 @@ class Communicator:
             b = as_buffer(buf, f"{kind} buffer", writable=kind == "recv")
             bufs.append(b)
             plan.append((kind == "send", b.addr, b.count, b.dtype, int(peer), int(tag)))
-        return Work(self._c.p2p(plan), bufs, None)
+        return Work(self._c.p2p(plan, _stream_handle(stream)), bufs, None)
 
     def barrier(self, async_op=False, timeout=None):
         return self._finish(lambda: self._c.barrier(), (), None, async_op, timeout)

@@ -65,13 +65,34 @@ void Schedule::p2p(const P2POp& op, const Envelope& env) {
   a.env = env;
 }
 
-ScratchArena::~ScratchArena() { std::free(buf_); }
+ScratchArena::~ScratchArena() { release(); }
+
+void ScratchArena::release() {
+  if (dev_) dev_->free(buf_);
+  else std::free(buf_);
+  buf_ = nullptr;
+  cap_ = 0;
+}
+
+void ScratchArena::set_device(DeviceBackend* backend, int ordinal) {
+  if (backend == dev_ && ordinal == ordinal_) return;
+  release();
+  dev_ = backend;
+  ordinal_ = ordinal;
+}
 
 void* ScratchArena::get(size_t bytes) {
   if (bytes > cap_) {
-    std::free(buf_);
+    release();
     cap_ = (bytes + 4095) & ~size_t(4095);
-    buf_ = std::aligned_alloc(64, cap_);
+    if (dev_) {
+      Result<void*> p = dev_->alloc(ordinal_, cap_);
+      buf_ = p.ok() ? p.value() : nullptr;
+      error_ = p.status();
+      if (!buf_) cap_ = 0;
+    } else {
+      buf_ = std::aligned_alloc(64, cap_);
+    }
   }
   return buf_;
 }

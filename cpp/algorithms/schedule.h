@@ -21,6 +21,7 @@
 
 #include "algorithms/select.h"
 #include "base/config.h"
+#include "base/device.h"
 #include "transports/transport.h"
 #include "uccl/args.h"
 #include "uccl/work.h"
@@ -87,14 +88,22 @@ class Schedule {
 
 // Grows on demand and is reused by every operation of a communicator: operations execute one
 // at a time, and fresh large allocations would cost page faults on every call.
+// A device operation's arena hands out memory of its device (set_device() by the executor when
+// the operation starts), so that its local actions run on the device with the device's kernels.
 class ScratchArena {
  public:
   ~ScratchArena();
-  void* get(size_t bytes);
+  void* get(size_t bytes);  // nullptr when a device allocation failed (error() says why)
+  void set_device(DeviceBackend* backend, int ordinal);
+  const Status& error() const { return error_; }
 
  private:
+  void release();
   void* buf_ = nullptr;
   size_t cap_ = 0;
+  DeviceBackend* dev_ = nullptr;
+  int ordinal_ = -1;
+  Status error_;
 };
 
 // UCCL_ALGO and UCCL_SMALL_MSG_BYTES (the communicator's options may override the first).
@@ -112,6 +121,8 @@ struct OpEnv {
   Algorithm algo = Algorithm::kAuto;  // forced by UCCL_ALGO / the communicator's algorithm option
   std::shared_ptr<const Topology> topo;  // set for collectives whose choice reads it (needs_topology)
   size_t small_msg_bytes = 0;
+  MemoryLoc mem;         // where the call's buffers live (host, or one device)
+  uintptr_t stream = 0;  // device: the user's stream the operation is ordered after (0: default)
 };
 
 }  // namespace uccl

@@ -1,5 +1,7 @@
 #include "base/reduce.h"
 
+#include "base/elementwise.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,114 +23,13 @@
 namespace uccl {
 namespace {
 
-// ---- half-precision conversions (bit exact, round-to-nearest-even) --------------------------
-inline float bf16_to_float(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-inline uint16_t float_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  // Branch-free so that loops of it vectorize: NaN stays a (quiet) NaN, the rest rounds to
-  // nearest even.
-  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
-#if defined(__FLT16_MAX__)
-// The compiler has _Float16 (GCC >= 12 on x86): F16C instructions in the AVX2 clone.
-inline float fp16_to_float(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
-}
-inline uint16_t float_to_fp16(float f) {
-  _Float16 v = static_cast<_Float16>(f);
-  uint16_t h;
-  std::memcpy(&h, &v, 2);
-  return h;
-}
-#else
-// Portable bit-exact conversions (clang < 15 has no _Float16 on x86; the fuzz build uses it).
-inline float fp16_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;  // zero
-  } else {        // subnormal: normalise
-    exp = 113;
-    while (!(mant & 0x400)) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-inline uint16_t float_to_fp16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return sign | 0x7e00;           // nan
-  if (absx >= 0x477ff000u) return sign | 0x7c00;          // overflow (rounds to inf) or inf
-  if (absx < 0x38800000u) {                               // subnormal or zero in fp16
-    if (absx < 0x33000000u) return sign;                  // below half the smallest subnormal
-    const uint32_t mant = (absx & 0x7fffff) | 0x800000;
-    const int shift = 126 - static_cast<int>(absx >> 23);  // 14..24
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return sign | static_cast<uint16_t>(half);
-  }
-  uint32_t half = ((absx >> 13) - (112u << 10));
-  const uint32_t rem = absx & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;  // round to nearest even
-  return sign | static_cast<uint16_t>(half);
-}
-#endif
-
-struct Bf16 {};
-struct Fp16 {};
-
-// Storage type and float<->storage conversion per element kind.
-template <class T> struct Elem { using S = T; static T load(S v) { return v; } static S store(T v) { return v; } };
-template <> struct Elem<Bf16> {
-  using S = uint16_t;
-  static float load(S v) { return bf16_to_float(v); }
-  static S store(float v) { return float_to_bf16(v); }
-};
-template <> struct Elem<Fp16> {
-  using S = uint16_t;
-  static float load(S v) { return fp16_to_float(v); }
-  static S store(float v) { return float_to_fp16(v); }
-};
-
-// Integer sum/prod wrap around like numpy instead of overflowing into undefined behaviour.
-template <class T> inline T add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
-}
-template <class T> inline T mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-  } else {
-    return a * b;
-  }
-}
+// The per-element arithmetic (conversions, ops, scale/divide rules) is shared with the CUDA
+// kernels: cpp/base/elementwise.h.
+using elem::Bf16;
+using elem::Elem;
+using elem::Fp16;
+using elem::fp16_to_float;
+using elem::float_to_fp16;
 
 template <class K, class Fn>
 UCCL_VECTOR_CLONES
@@ -217,19 +118,18 @@ void reduce_typed(void* dst, const void* a, const void* b, size_t n, RedOp op) {
   switch (op) {
     case RedOp::kSum:
     case RedOp::kAvg:
-    case RedOp::kPremulSum: run([](T u, T v) { return add(u, v); }); break;
-    case RedOp::kProd: run([](T u, T v) { return mul(u, v); }); break;
-    // NaN propagates (v != v is true only for NaN), as in numpy and torch.
-    case RedOp::kMin: run([](T u, T v) { return (v < u || v != v) ? v : u; }); break;
-    case RedOp::kMax: run([](T u, T v) { return (v > u || v != v) ? v : u; }); break;
+    case RedOp::kPremulSum: run([](T u, T v) { return elem::OpSum{}(u, v); }); break;
+    case RedOp::kProd: run([](T u, T v) { return elem::OpProd{}(u, v); }); break;
+    case RedOp::kMin: run([](T u, T v) { return elem::OpMin{}(u, v); }); break;
+    case RedOp::kMax: run([](T u, T v) { return elem::OpMax{}(u, v); }); break;
     // Bitwise ops: callers refuse them for non-integer dtypes (check_op), so floats never come here.
     case RedOp::kBand:
     case RedOp::kBor:
     case RedOp::kBxor:
       if constexpr (std::is_integral_v<T>) {
-        if (op == RedOp::kBand) run([](T u, T v) { return static_cast<T>(u & v); });
-        else if (op == RedOp::kBor) run([](T u, T v) { return static_cast<T>(u | v); });
-        else run([](T u, T v) { return static_cast<T>(u ^ v); });
+        if (op == RedOp::kBand) run([](T u, T v) { return elem::OpBand{}(u, v); });
+        else if (op == RedOp::kBor) run([](T u, T v) { return elem::OpBor{}(u, v); });
+        else run([](T u, T v) { return elem::OpBxor{}(u, v); });
       }
       break;
   }
@@ -238,23 +138,18 @@ void reduce_typed(void* dst, const void* a, const void* b, size_t n, RedOp op) {
 template <class K>
 void scale_typed(void* dst, const void* src, size_t n, double factor) {
   using S = typename Elem<K>::S;
-  using T = decltype(Elem<K>::load(S{}));
   S* d = static_cast<S*>(dst);
   const S* s = static_cast<const S*>(src);
-  if constexpr (std::is_integral_v<T>) {
-    const T f = static_cast<T>(std::llround(factor));
-    for (size_t i = 0; i < n; ++i) d[i] = mul(s[i], f);
-  } else {
-    const T f = static_cast<T>(factor);
-    for (size_t i = 0; i < n; ++i) d[i] = Elem<K>::store(Elem<K>::load(s[i]) * f);
-  }
+  const auto f = elem::scale_factor<K>(factor);
+  for (size_t i = 0; i < n; ++i) d[i] = elem::scale_one<K>(s[i], f);
 }
 
 template <class T>
 void divide_typed(void* dst, const void* src, size_t n, int by) {
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(s[i] / static_cast<T>(by));
+  const T b = static_cast<T>(by);
+  for (size_t i = 0; i < n; ++i) d[i] = elem::divide_one(s[i], b);
 }
 
 }  // namespace

@@ -55,9 +55,33 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> st
 
 CommunicatorImpl::~CommunicatorImpl() { engine_->shutdown(); }
 
-Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops) {
+Result<MemoryLoc> CommunicatorImpl::where(const char* what, std::initializer_list<const void*> bufs) {
+  MemoryLoc loc;
+  if (!any_device_memory()) return loc;  // host-only process: one check, no lookup
+  bool first = true;
+  for (const void* b : bufs) {
+    if (!b) continue;
+    MemoryLoc l = locate_memory(b);
+    if (first) {
+      loc = l;
+      first = false;
+    } else if (l.backend != loc.backend || l.ordinal != loc.ordinal) {
+      auto name = [](const MemoryLoc& m) {
+        return m.is_device() ? std::string(m.backend->name()) + " device " + std::to_string(m.ordinal) : std::string("host");
+      };
+      return InvalidArgument(std::string(what) + ": buffers in different places (" + name(loc) + " and " + name(l) +
+                             "); all buffers of one call must be host memory or memory of one device");
+    }
+  }
+  return loc;
+}
+
+Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops,
+                                        const MemoryLoc& mem, uintptr_t stream) {
   auto w = std::make_shared<OpWork>(engine_, c.coll);
   OpEnv env;
+  env.mem = mem;
+  env.stream = stream;
   env.rank = rank_;
   env.size = size_;
   env.envelope.coll = static_cast<uint8_t>(c.coll);
@@ -65,7 +89,7 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.envelope.dtype = static_cast<uint8_t>(c.dtype);
   env.envelope.redop = static_cast<uint8_t>(c.op);
   env.envelope.root = c.root;
-  env.scratch = &scratch_;
+  env.scratch = mem.is_device() ? &dev_scratch_ : &scratch_;
   env.choices = &choices_;
   env.stats = &w->stats_;
   env.algo = algo_;
@@ -140,35 +164,45 @@ Status CommunicatorImpl::check_root(const char* what, int root) {
 
 // ---- collectives ---------------------------------------------------------------------------
 
+// Where the call's buffers live (CommunicatorImpl::where), or return its error.
+#define UCCL_WHERE(var, what, ...)                      \
+  auto var##_where = where(what, {__VA_ARGS__});        \
+  if (!var##_where.ok()) return var##_where.status();   \
+  const MemoryLoc var = var##_where.value()
+
 Result<WorkPtr> CommunicatorImpl::all_reduce(const AllReduceArgs& a) {
   UCCL_RETURN_IF_ERROR(check_common("all_reduce", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("all_reduce", a.dtype, a.op));
+  UCCL_WHERE(mem, "all_reduce", a.send, a.recv);
   return issue({Collective::kAllReduce, a.count, a.dtype, a.op, -1},
-               [a](const OpEnv& e, Schedule* s) { return build_all_reduce(a, e, s); });
+               [a](const OpEnv& e, Schedule* s) { return build_all_reduce(a, e, s); }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::reduce(const ReduceArgs& a) {
   UCCL_RETURN_IF_ERROR(check_root("reduce", a.root));
   UCCL_RETURN_IF_ERROR(check_common("reduce", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
   UCCL_RETURN_IF_ERROR(check_op("reduce", a.dtype, a.op));
+  UCCL_WHERE(mem, "reduce", a.send, a.recv);
   return issue({Collective::kReduce, a.count, a.dtype, a.op, a.root},
-               [a](const OpEnv& e, Schedule* s) { return build_reduce(a, e, s); });
+               [a](const OpEnv& e, Schedule* s) { return build_reduce(a, e, s); }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::broadcast(const BroadcastArgs& a) {
   UCCL_RETURN_IF_ERROR(check_root("broadcast", a.root));
   const bool root = rank_ == a.root;
   UCCL_RETURN_IF_ERROR(check_common("broadcast", a.dtype, a.count, root ? a.send : a.recv, a.recv, !root));
+  UCCL_WHERE(mem, "broadcast", root ? a.send : nullptr, a.recv);
   return issue({Collective::kBroadcast, a.count, a.dtype, RedOp::kSum, a.root},
-               [a](const OpEnv& e, Schedule* s) { return build_broadcast(a, e, s); });
+               [a](const OpEnv& e, Schedule* s) { return build_broadcast(a, e, s); }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::all_gather(const AllGatherArgs& a) {
   UCCL_RETURN_IF_ERROR(check_common("all_gather", a.dtype, a.count, a.send, a.recv));
   const Blocks b = even_blocks(a.count * size_, size_);
+  UCCL_WHERE(mem, "all_gather", a.send, a.recv);
   return issue({Collective::kAllGather, a.count, a.dtype, RedOp::kSum, -1}, [a, b](const OpEnv& e, Schedule* s) {
     return build_all_gather_v(a.send, a.recv, b, a.dtype, e, s);
-  });
+  }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
@@ -177,18 +211,20 @@ Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
     return InvalidArgument("all_gather_v: recv_counts/recv_displs need one entry per rank (" + std::to_string(size_) + ")");
   const Blocks b = blocks_from(a.recv_counts, a.recv_displs);
   UCCL_RETURN_IF_ERROR(check_common("all_gather_v", a.dtype, b.total(), a.send ? a.send : a.recv, a.recv));
+  UCCL_WHERE(mem, "all_gather_v", a.send, a.recv);
   return issue({Collective::kAllGatherV, b.total(), a.dtype, RedOp::kSum, -1}, [a, b](const OpEnv& e, Schedule* s) {
     return build_all_gather_v(a.send, a.recv, b, a.dtype, e, s);
-  });
+  }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::reduce_scatter(const ReduceScatterArgs& a) {
   UCCL_RETURN_IF_ERROR(check_common("reduce_scatter", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("reduce_scatter", a.dtype, a.op));
   const Blocks b = even_blocks(a.count * size_, size_);
+  UCCL_WHERE(mem, "reduce_scatter", a.send, a.recv);
   return issue({Collective::kReduceScatter, a.count, a.dtype, a.op, -1}, [a, b](const OpEnv& e, Schedule* s) {
     return build_reduce_scatter_v(a.send, a.recv, b, a, e, s);
-  });
+  }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::reduce_scatter_v(const ReduceScatterVArgs& a) {
@@ -201,8 +237,10 @@ Result<WorkPtr> CommunicatorImpl::reduce_scatter_v(const ReduceScatterVArgs& a) 
   base.dtype = a.dtype;
   base.op = a.op;
   base.scalar = a.scalar;
+  UCCL_WHERE(mem, "reduce_scatter_v", a.send, a.recv);
   return issue({Collective::kReduceScatterV, b.total(), a.dtype, a.op, -1},
-               [a, b, base](const OpEnv& e, Schedule* s) { return build_reduce_scatter_v(a.send, a.recv, b, base, e, s); });
+               [a, b, base](const OpEnv& e, Schedule* s) { return build_reduce_scatter_v(a.send, a.recv, b, base, e, s); },
+               nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::all_to_all(const AllToAllArgs& a) {
@@ -217,8 +255,9 @@ Result<WorkPtr> CommunicatorImpl::all_to_all(const AllToAllArgs& a) {
     v.recv_displs.push_back(p * a.count);
   }
   UCCL_RETURN_IF_ERROR(check_common("all_to_all", a.dtype, a.count, a.send, a.recv));
+  UCCL_WHERE(mem, "all_to_all", a.send, a.recv);
   return issue({Collective::kAllToAll, a.count, a.dtype, RedOp::kSum, -1},
-               [v](const OpEnv& e, Schedule* s) { return build_all_to_all_v(v, e, s); });
+               [v](const OpEnv& e, Schedule* s) { return build_all_to_all_v(v, e, s); }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::all_to_all_v(const AllToAllVArgs& a) {
@@ -233,22 +272,25 @@ Result<WorkPtr> CommunicatorImpl::all_to_all_v(const AllToAllVArgs& a) {
   const size_t total_send = std::accumulate(a.send_counts.begin(), a.send_counts.end(), size_t(0));
   const size_t total_recv = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(), size_t(0));
   UCCL_RETURN_IF_ERROR(check_common("all_to_all_v", a.dtype, total_send, a.send, a.recv, total_recv > 0));
+  UCCL_WHERE(mem, "all_to_all_v", a.send, a.recv);
   return issue({Collective::kAllToAllV, 0, a.dtype, RedOp::kSum, -1},
-               [a](const OpEnv& e, Schedule* s) { return build_all_to_all_v(a, e, s); });
+               [a](const OpEnv& e, Schedule* s) { return build_all_to_all_v(a, e, s); }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::gather(const GatherArgs& a) {
   UCCL_RETURN_IF_ERROR(check_root("gather", a.root));
   UCCL_RETURN_IF_ERROR(check_common("gather", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
+  UCCL_WHERE(mem, "gather", a.send, rank_ == a.root ? a.recv : nullptr);
   return issue({Collective::kGather, a.count, a.dtype, RedOp::kSum, a.root},
-               [a](const OpEnv& e, Schedule* s) { return build_gather(a, e, s); });
+               [a](const OpEnv& e, Schedule* s) { return build_gather(a, e, s); }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::scatter(const ScatterArgs& a) {
   UCCL_RETURN_IF_ERROR(check_root("scatter", a.root));
   UCCL_RETURN_IF_ERROR(check_common("scatter", a.dtype, a.count, rank_ == a.root ? a.send : a.recv, a.recv));
+  UCCL_WHERE(mem, "scatter", rank_ == a.root ? a.send : nullptr, a.recv);
   return issue({Collective::kScatter, a.count, a.dtype, RedOp::kSum, a.root},
-               [a](const OpEnv& e, Schedule* s) { return build_scatter(a, e, s); });
+               [a](const OpEnv& e, Schedule* s) { return build_scatter(a, e, s); }, nullptr, mem, a.stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::p2p(const std::vector<P2POp>& ops) {
@@ -259,7 +301,16 @@ Result<WorkPtr> CommunicatorImpl::p2p(const std::vector<P2POp>& ops) {
     UCCL_RETURN_IF_ERROR(check_common(op.is_send ? "send" : "recv", op.dtype, op.count, op.buf, op.buf));
   }
   std::vector<P2POp> copy = ops;
-  return issue({Collective::kSendRecv, 0, DataType::kUint8, RedOp::kSum, -1}, nullptr, &copy);
+  MemoryLoc mem;
+  uintptr_t stream = 0;
+  if (any_device_memory()) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      UCCL_WHERE(m, "p2p", ops[0].buf, ops[i].buf);
+      if (m.is_device()) mem = m;
+      if (ops[i].stream) stream = ops[i].stream;
+    }
+  }
+  return issue({Collective::kSendRecv, 0, DataType::kUint8, RedOp::kSum, -1}, nullptr, &copy, mem, stream);
 }
 
 Result<WorkPtr> CommunicatorImpl::barrier() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <initializer_list>
 #include <mutex>
 #include <vector>
 
@@ -50,7 +51,10 @@ class CommunicatorImpl : public Communicator {
     RedOp op;
     int root;
   };
-  Result<WorkPtr> issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops = nullptr);
+  Result<WorkPtr> issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops = nullptr,
+                        const MemoryLoc& mem = MemoryLoc(), uintptr_t stream = 0);
+  // Where the call's buffers live: host, or one device of one backend (a mix is refused).
+  Result<MemoryLoc> where(const char* what, std::initializer_list<const void*> bufs);
   Status check_common(const char* what, DataType dt, size_t count, const void* send, const void* recv,
                       bool need_recv = true);
   Status check_op(const char* what, DataType dt, RedOp op);
@@ -66,6 +70,7 @@ class CommunicatorImpl : public Communicator {
   const Algorithm algo_;           // resolved once: options, then UCCL_ALGO
   const size_t small_msg_bytes_;
   ScratchArena scratch_;
+  ScratchArena dev_scratch_;  // device operations' scratch (on the device of the executing op)
   SelectionState choices_;  // the algorithm choices this communicator remembers (select.h)
   ExecState exec_;  // reused by each executing operation in turn (see ExecState)
   std::mutex issue_mu_;          // sequence numbers are assigned in issue order

@@ -164,6 +164,7 @@ void ConnectionManager::finish_incoming(int from) {
     fail_peer(from, err.with_context("accepting a connection from " + ctx.describe()));
     return;
   }
+  ep = wrap_staged(from, ep);
   endpoints_[from].reset(ep);
   UCCL_INFO("rank %d <- rank %d connected: %s", rank_, from, ep->describe().c_str());
 }

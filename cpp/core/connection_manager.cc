@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <random>
 
@@ -16,6 +17,7 @@
 #include "topology/local_host.h"
 #include "topology/topology.h"
 #include "transports/registry.h"
+#include "transports/staged/staged_endpoint.h"
 
 namespace uccl {
 namespace {
@@ -31,6 +33,7 @@ ConnectionManager::ConnectionManager(int rank, int size, std::shared_ptr<Store> 
                                      double timeout_s)
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), timeout_s_(timeout_s) {
   endpoints_.resize(size);
+  staged_.assign(size, 0);
   peer_errors_.resize(size);
   next_path_.assign(size, 0);
   fallback_notes_.resize(size);
@@ -88,9 +91,28 @@ Status ConnectionManager::init() {
   me_.host_id = host_identity();
   me_.hostname = host;
   me_.pid = getpid();
+  me_.staging_chunk = staged_offer();
   // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
   UCCL_RETURN_IF_ERROR(describe_local_host(&me_, local_rdma_nics()));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());
+}
+
+Endpoint* ConnectionManager::wrap_staged(int peer, Endpoint* ep) {
+  size_t chunk = me_.staging_chunk;
+  auto info = peer_info(peer, timeout_s_);
+  const size_t theirs = info.ok() ? info.value()->staging_chunk : 0;
+  if (theirs > 0) chunk = chunk > 0 ? std::min(chunk, theirs) : theirs;
+  if (chunk == 0) return ep;
+  staged_[peer] = 1;
+  return new StagedEndpoint(std::unique_ptr<Endpoint>(ep), chunk, kStagedBounce.get());
+}
+
+Result<Endpoint*> ConnectionManager::staged_endpoint(int peer) {
+  auto ep = endpoint(peer);
+  if (!ep.ok() || !ep.value() || staged_[peer]) return ep;
+  staged_[peer] = 1;
+  endpoints_[peer] = std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, kStagedBounce.get());
+  return endpoints_[peer].get();
 }
 
 Result<const PeerInfo*> ConnectionManager::peer_info(int peer, double timeout_s) {
@@ -325,7 +347,7 @@ bool ConnectionManager::progress_outgoing() {
       if (!ep.ok()) {
         fail_peer(o.peer, ep.status().with_context("connecting to " + ctx.describe()));
       } else {
-        endpoints_[o.peer].reset(ep.value());
+        endpoints_[o.peer].reset(wrap_staged(o.peer, ep.value()));
         UCCL_INFO("rank %d -> rank %d connected: %s", rank_, o.peer, ep.value()->describe().c_str());
       }
       moved = true;

@@ -46,6 +46,9 @@ class ConnectionManager {
   // The endpoint to `peer`, or nullptr while its connection is being set up (call again after
   // progress()). The first call starts the connection if this rank is the lower one.
   Result<Endpoint*> endpoint(int peer);
+  // The endpoint for an operation on device memory: endpoint(peer), put behind a staged
+  // endpoint (transports/staged, whole-message mode) when the pair was not negotiated as staged.
+  Result<Endpoint*> staged_endpoint(int peer);
   // Accepts incoming connections and advances handshakes. Returns true if anything happened.
   bool progress();
   // Closes every endpoint and pending connection (the peers then see the connection close).
@@ -97,6 +100,9 @@ class ConnectionManager {
   Transport* transport(TransportKind kind);
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
+  // A new connection's endpoint, behind a staged endpoint in split mode when either rank
+  // offered staging in its PeerInfo (the chunk: the smaller offer).
+  Endpoint* wrap_staged(int peer, Endpoint* ep);
   Status send_failure_notice(int peer, const std::string& why, double deadline);
   // A hello from this rank to `peer` (authenticated; transport and channel fields left 0).
   HelloHeader hello_to(int peer, uint8_t flags) const;
@@ -117,6 +123,7 @@ class ConnectionManager {
   std::vector<int> listen_fds_;
   std::vector<std::unique_ptr<Transport>> transports_;  // indexed by transport id, created lazily
   std::vector<std::unique_ptr<Endpoint>> endpoints_;     // by peer rank
+  std::vector<char> staged_;                             // by peer: endpoints_[peer] is a StagedEndpoint
   std::vector<Status> peer_errors_;                      // a failed connection attempt, by peer
   std::vector<size_t> next_path_;                        // by peer: the candidate to try next
   std::vector<std::string> fallback_notes_;              // by peer: transports that refused, why

@@ -14,6 +14,10 @@ void ScheduleTask::count_traffic(const Endpoint& ep, const Action& a, uint64_t* 
   if (level >= 0) by_level[level] += a.bytes;
 }
 
+Endpoint* ScheduleTask::comm_endpoint(int peer) {
+  return (device_ ? conns_->staged_endpoint(peer) : conns_->endpoint(peer)).value();
+}
+
 Status ScheduleTask::start_phase(bool* ready) {
   Phase& ph = x_->sched.phase(phase_);
   *ready = false;
@@ -22,11 +26,23 @@ Status ScheduleTask::start_phase(bool* ready) {
   size_t nsend = 0, nrecv = 0, recv_bytes = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm()) continue;
-    auto ep = conns_->endpoint(a.peer);
+    auto ep = device_ ? conns_->staged_endpoint(a.peer) : conns_->endpoint(a.peer);
     if (!ep.ok()) return ep.status();
     if (!ep.value()) return Status::Ok();  // still connecting
     (a.kind == Action::Kind::kSend ? nsend : nrecv)++;
     if (a.kind != Action::Kind::kSend) recv_bytes += a.bytes;
+  }
+  if (device_) {
+    if (!locals_queued_) {
+      UCCL_RETURN_IF_ERROR(run_locals_on_device(ph));
+      locals_queued_ = true;
+    }
+    Result<bool> q = x_->dev->query(x_->locals_done.get());
+    if (!q.ok()) return q.status().with_context("device work of the operation");
+    if (!q.value()) return Status::Ok();  // the device is still busy with the local actions
+    post_messages(ph, nsend, nrecv, recv_bytes);
+    *ready = true;
+    return Status::Ok();
   }
   const DataType dt = dtype_;
   const size_t esize = dtype_size(dt);
@@ -39,6 +55,13 @@ Status ScheduleTask::start_phase(bool* ready) {
       default: break;
     }
   }
+  post_messages(ph, nsend, nrecv, recv_bytes);
+  *ready = true;
+  return Status::Ok();
+}
+
+void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes) {
+  const DataType dt = dtype_;
   // Sized before posting: transports keep pointers to these requests.
   std::vector<SendRequest>& sends = x_->sends;
   std::vector<RecvRequest>& recvs = x_->recvs;
@@ -51,7 +74,7 @@ Status ScheduleTask::start_phase(bool* ready) {
   size_t ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
-    Endpoint* ep = conns_->endpoint(a.peer).value();
+    Endpoint* ep = comm_endpoint(a.peer);
     RecvRequest& r = recvs[ri++];
     r.dst = a.dst;
     r.bytes = a.bytes;
@@ -67,7 +90,7 @@ Status ScheduleTask::start_phase(bool* ready) {
   size_t si = 0;
   for (const Action& a : ph.actions) {
     if (a.kind != Action::Kind::kSend) continue;
-    Endpoint* ep = conns_->endpoint(a.peer).value();
+    Endpoint* ep = comm_endpoint(a.peer);
     SendRequest& s = sends[si++];
     s.data = a.src;
     s.bytes = a.bytes;
@@ -76,22 +99,75 @@ Status ScheduleTask::start_phase(bool* ready) {
     s.duplex = 2 * recv_bytes >= a.bytes;  // a ring step, not a root's one-way send
     if (a.tee && ep->takes_tee()) {
       s.tee = a.tee;
-    } else if (a.tee) {
-      std::memmove(a.tee, a.src, a.bytes);
+    } else if (a.tee && !device_) {
+      std::memmove(a.tee, a.src, a.bytes);  // (a device op made this copy on the device)
     }
     if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_sent_by_transport, env_.stats->bytes_sent_by_level);
     ep->post_send(&s);
   }
-  *ready = true;
+}
+
+Status ScheduleTask::prepare_device() {
+  DeviceBackend* b = env_.mem.backend;
+  const int ord = env_.mem.ordinal;
+  if (x_->dev != b || x_->dev_ordinal != ord || !x_->stream) {
+    if (x_->dev && x_->stream) x_->dev->synchronize(x_->stream.get());
+    x_->stream.reset();
+    x_->locals_done.reset();
+    x_->user_ready.reset();
+    x_->dev = b;
+    x_->dev_ordinal = ord;
+    auto st = b->create_stream(ord);
+    if (!st.ok()) return st.status();
+    auto e1 = b->create_event();
+    if (!e1.ok()) return e1.status();
+    auto e2 = b->create_event();
+    if (!e2.ok()) return e2.status();
+    x_->stream = st.take();
+    x_->locals_done = e1.take();
+    x_->user_ready = e2.take();
+  }
+  env_.scratch->set_device(b, ord);
+  // Ordered after the work already queued on the user's stream: an event recorded there now,
+  // queried (not waited on) before the first phase starts.
+  auto us = b->wrap_stream(ord, env_.stream);
+  if (!us.ok()) return us.status().with_context("the stream argument");
+  UCCL_RETURN_IF_ERROR(b->record(x_->user_ready.get(), us.value().get()));
+  user_ready_ = false;
   return Status::Ok();
+}
+
+Status ScheduleTask::run_locals_on_device(const Phase& ph) {
+  DeviceBackend* b = x_->dev;
+  DeviceStream* st = x_->stream.get();
+  const DataType dt = dtype_;
+  const size_t esize = dtype_size(dt);
+  for (const Action& a : ph.actions) {
+    Status s;
+    switch (a.kind) {
+      case Action::Kind::kCopy: s = b->copy_async(a.dst, a.src, a.bytes, CopyDir::kDeviceToDevice, st); break;
+      case Action::Kind::kReduce: s = b->reduce_async(a.dst, a.src, a.src2, a.bytes / esize, dt, op_, st); break;
+      case Action::Kind::kScale: s = b->scale_async(a.dst, a.src, a.bytes / esize, dt, a.factor, st); break;
+      case Action::Kind::kDivide: s = b->divide_async(a.dst, a.src, a.bytes / esize, dt, a.divisor, st); break;
+      case Action::Kind::kSend:
+        if (a.tee) s = b->copy_async(a.tee, a.src, a.bytes, CopyDir::kDeviceToDevice, st);
+        break;
+      default: break;
+    }
+    if (!s.ok()) return s.with_context("queueing a local action on the device");
+  }
+  return b->record(x_->locals_done.get(), st);
 }
 
 Status ScheduleTask::progress(bool* done) {
   *done = false;
   if (!built_) {
     x_ = exec_;
+    device_ = env_.mem.is_device();
+    if (device_) UCCL_RETURN_IF_ERROR(prepare_device());
     x_->sched.reset(dtype_, op_);
     UCCL_RETURN_IF_ERROR(build_(env_, &x_->sched));
+    if (device_ && !env_.scratch->error().ok()) return env_.scratch->error().with_context("device scratch");
     built_ = true;
     if (log_enabled(LogLevel::kInfo)) {
       const Envelope& e = env_.envelope;
@@ -102,6 +178,12 @@ Status ScheduleTask::progress(bool* done) {
     }
     x_->send_steps.assign(env_.size, 0);
     x_->recv_steps.assign(env_.size, 0);
+  }
+  if (!user_ready_) {
+    Result<bool> q = x_->dev->query(x_->user_ready.get());
+    if (!q.ok()) return q.status().with_context("the user's stream");
+    if (!q.value()) return Status::Ok();  // work queued before the call has not finished yet
+    user_ready_ = true;
   }
   while (phase_ < x_->sched.num_phases()) {
     if (!posted_) {
@@ -120,6 +202,7 @@ Status ScheduleTask::progress(bool* done) {
     }
     ++phase_;
     posted_ = false;
+    locals_queued_ = false;
   }
   *done = true;
   return Status::Ok();
@@ -127,6 +210,8 @@ Status ScheduleTask::progress(bool* done) {
 
 std::string ScheduleTask::waiting_for() const {
   if (!built_) return "not started";
+  if (!user_ready_) return "waiting for the work queued on the user's device stream";
+  if (!posted_ && locals_queued_) return "phase " + std::to_string(phase_) + ": local actions on the device";
   if (!posted_) return "phase " + std::to_string(phase_) + ": connecting to its peers";
   std::string s;
   const Phase& ph = x_->sched.phase(phase_);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct ExecState {
   std::vector<SendRequest> sends;
   std::vector<RecvRequest> recvs;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
+  // Device operations: the stream their local actions run on and the events the executor
+  // queries (never waits on), for the device of the last device operation.
+  DeviceBackend* dev = nullptr;
+  int dev_ordinal = -1;
+  std::unique_ptr<DeviceStream> stream;
+  std::unique_ptr<DeviceEvent> locals_done, user_ready;
+  ~ExecState() {
+    if (dev && stream) dev->synchronize(stream.get());
+  }
 };
 
 class ScheduleTask {
@@ -49,6 +59,13 @@ class ScheduleTask {
 
  private:
   Status start_phase(bool* ready);
+  // Device operations (env_.mem is a device): local actions are queued on the device with its
+  // kernels (a send's tee becomes a device copy), and the phase's messages are posted on staged
+  // endpoints only once the executor's event says the local actions completed.
+  Status prepare_device();
+  Status run_locals_on_device(const Phase& ph);
+  Endpoint* comm_endpoint(int peer);
+  void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes);
   // Adds a posted message's bytes to the operation's statistics (by transport and by level).
   void count_traffic(const Endpoint& ep, const Action& a, uint64_t* by_transport, uint64_t* by_level);
   OpEnv env_;
@@ -61,6 +78,9 @@ class ScheduleTask {
   bool built_ = false;
   size_t phase_ = 0;
   bool posted_ = false;
+  bool device_ = false;          // env_.mem is a device
+  bool user_ready_ = true;       // the user's stream reached the operation
+  bool locals_queued_ = false;   // this phase's local actions are on the device
 };
 
 }  // namespace uccl

@@ -35,6 +35,9 @@ struct PeerInfo {
   std::vector<std::string> listen;  // "ip:port" of this communicator's listeners
   std::vector<NicInfo> nics;
   LinkRates rates;
+  // Staging chunk this rank offers (transports/staged: UCCL_STAGED), 0 when it offers none.
+  // A pair is staged when either rank offers; both then cut messages by the smaller offer.
+  size_t staging_chunk = 0;
 
   std::string serialize() const;
   static Result<PeerInfo> parse(const std::string& text);

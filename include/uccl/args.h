@@ -4,6 +4,12 @@
 // Public (include/uccl). Counts are in elements, displacements in elements; send == recv means
 // in place where the collective allows it. The schedule builders (cpp/algorithms) take these
 // structs as they are.
+//
+// Buffers may be host memory or device memory of a registered device backend (cpp/base/
+// device.h): the core finds out from the pointers (all buffers of one call must live in one
+// place). `stream` is the device stream (a cudaStream_t, or a simulated stream's handle) the
+// operation is ordered after: it starts only once the work queued there before the call has
+// completed; 0 means the device's default stream. Ignored for host buffers.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +27,7 @@ struct AllReduceArgs {
   DataType dtype = DataType::kFloat32;
   RedOp op = RedOp::kSum;
   double scalar = 1.0;  // premul_sum factor
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct ReduceArgs : AllReduceArgs {
   int root = 0;  // recv is only written (and may be null) off the root
@@ -31,12 +38,14 @@ struct BroadcastArgs {
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   int root = 0;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct AllGatherArgs {
   const void* send = nullptr;  // count elements; may equal recv + rank*count (in place)
   void* recv = nullptr;        // size * count elements
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct AllGatherVArgs {
   const void* send = nullptr;  // recv_counts[rank] elements
@@ -44,6 +53,7 @@ struct AllGatherVArgs {
   std::vector<size_t> recv_counts;  // one per rank
   std::vector<size_t> recv_displs;  // one per rank (empty = packed)
   DataType dtype = DataType::kFloat32;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct ReduceScatterArgs {
   const void* send = nullptr;  // size * count elements
@@ -52,6 +62,7 @@ struct ReduceScatterArgs {
   DataType dtype = DataType::kFloat32;
   RedOp op = RedOp::kSum;
   double scalar = 1.0;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct ReduceScatterVArgs {
   const void* send = nullptr;  // sum(recv_counts) elements, rank blocks packed in rank order
@@ -60,18 +71,21 @@ struct ReduceScatterVArgs {
   DataType dtype = DataType::kFloat32;
   RedOp op = RedOp::kSum;
   double scalar = 1.0;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct AllToAllArgs {
   const void* send = nullptr;  // size * count elements, block j goes to rank j
   void* recv = nullptr;        // size * count elements, block j came from rank j
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct AllToAllVArgs {
   const void* send = nullptr;
   void* recv = nullptr;
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // one per rank
   DataType dtype = DataType::kFloat32;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct GatherArgs {
   const void* send = nullptr;  // count elements
@@ -79,6 +93,7 @@ struct GatherArgs {
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   int root = 0;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct ScatterArgs {
   const void* send = nullptr;  // size * count elements on the root
@@ -86,6 +101,7 @@ struct ScatterArgs {
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   int root = 0;
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 // One point-to-point operation of a batch (torch's batch_isend_irecv, or a single send/recv).
 struct P2POp {
@@ -95,6 +111,7 @@ struct P2POp {
   DataType dtype = DataType::kFloat32;
   int peer = 0;
   uint32_t tag = 0;  // p2p ops to one peer match in order; the tag must then be equal too
+  uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 
 }  // namespace uccl

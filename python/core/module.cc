@@ -12,12 +12,14 @@
 #include <pybind11/stl.h>
 
 #include "uccl/tcp_store.h"
+#include "base/device.h"
 #include "build_info.h"
 #include "uccl/communicator.h"
 #include "base/config.h"
 #include "base/net.h"
 #include "python/core/blocking_call.h"
 #include "python/core/cost_bindings.h"
+#include "python/core/device_bindings.h"
 #include "python/core/perf_loop.h"
 #include "python/core/py_errors.h"
 #include "python/core/py_store.h"
@@ -91,8 +93,17 @@ PYBIND11_MODULE(_core, m) {
     const TransportEntry* verbs = find_transport("verbs");
     d["verbs_available"] = verbs && verbs->available(&why);
     d["verbs_unavailable_reason"] = why;
+    // CUDA: built, and usable here (the module loads at run time; the reason when not).
+    std::string cuda_why = "not built (UCCL_WITH_CUDA)";
+    const DeviceBackend* cuda = find_device_backend("cuda");
+    const bool cuda_ok = cuda && cuda->available(&cuda_why);
+    d["cuda_available"] = cuda_ok;
+    d["cuda_unavailable_reason"] = cuda_ok ? std::string() : cuda_why;
+    d["cuda_devices"] = cuda ? cuda->device_count() : 0;
+    d["device_backends"] = device_backend_list();
     return d;
   });
+  register_device(m);
   m.def("config_table", [] {
     py::list out;
     for (auto& v : config_table()) {
@@ -182,45 +193,66 @@ PYBIND11_MODULE(_core, m) {
           }, py::arg("rank"), py::arg("size"), py::arg("store"), py::arg("options") = py::dict())
       .def_property_readonly("rank", &C::rank)
       .def_property_readonly("size", &C::size)
-      .def("all_reduce", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar) {
-             return unwrap(c.all_reduce({ptr(s), ptr(r), n, dt(d), rop(op), scalar}));
+      .def("all_reduce", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar, uintptr_t st) {
+             AllReduceArgs a{ptr(s), ptr(r), n, dt(d), rop(op), scalar};
+             a.stream = st;
+             return unwrap(c.all_reduce(a));
            }, release)
-      .def("reduce", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar, int root) {
+      .def("reduce", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar, int root, uintptr_t st) {
              ReduceArgs a;
+             a.stream = st;
              a.send = ptr(s); a.recv = ptr(r); a.count = n; a.dtype = dt(d); a.op = rop(op); a.scalar = scalar; a.root = root;
              return unwrap(c.reduce(a));
            }, release)
-      .def("broadcast", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root) {
-             return unwrap(c.broadcast({ptr(s), ptr(r), n, dt(d), root}));
+      .def("broadcast", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root, uintptr_t st) {
+             BroadcastArgs a{ptr(s), ptr(r), n, dt(d), root};
+             a.stream = st;
+             return unwrap(c.broadcast(a));
            }, release)
-      .def("all_gather", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d) {
-             return unwrap(c.all_gather({ptr(s), ptr(r), n, dt(d)}));
+      .def("all_gather", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, uintptr_t st) {
+             AllGatherArgs a{ptr(s), ptr(r), n, dt(d)};
+             a.stream = st;
+             return unwrap(c.all_gather(a));
            }, release)
-      .def("all_gather_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> counts, std::vector<size_t> displs, int d) {
-             return unwrap(c.all_gather_v({ptr(s), ptr(r), counts, displs, dt(d)}));
+      .def("all_gather_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> counts, std::vector<size_t> displs, int d, uintptr_t st) {
+             AllGatherVArgs a{ptr(s), ptr(r), counts, displs, dt(d)};
+             a.stream = st;
+             return unwrap(c.all_gather_v(a));
            }, release)
-      .def("reduce_scatter", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar) {
-             return unwrap(c.reduce_scatter({ptr(s), ptr(r), n, dt(d), rop(op), scalar}));
+      .def("reduce_scatter", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int op, double scalar, uintptr_t st) {
+             ReduceScatterArgs a{ptr(s), ptr(r), n, dt(d), rop(op), scalar};
+             a.stream = st;
+             return unwrap(c.reduce_scatter(a));
            }, release)
-      .def("reduce_scatter_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> counts, int d, int op, double scalar) {
-             return unwrap(c.reduce_scatter_v({ptr(s), ptr(r), counts, dt(d), rop(op), scalar}));
+      .def("reduce_scatter_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> counts, int d, int op, double scalar, uintptr_t st) {
+             ReduceScatterVArgs a{ptr(s), ptr(r), counts, dt(d), rop(op), scalar};
+             a.stream = st;
+             return unwrap(c.reduce_scatter_v(a));
            }, release)
-      .def("all_to_all", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d) {
-             return unwrap(c.all_to_all({ptr(s), ptr(r), n, dt(d)}));
+      .def("all_to_all", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, uintptr_t st) {
+             AllToAllArgs a{ptr(s), ptr(r), n, dt(d)};
+             a.stream = st;
+             return unwrap(c.all_to_all(a));
            }, release)
       .def("all_to_all_v", [](C& c, uintptr_t s, uintptr_t r, std::vector<size_t> sc, std::vector<size_t> sd,
-                              std::vector<size_t> rc, std::vector<size_t> rd, int d) {
-             return unwrap(c.all_to_all_v({ptr(s), ptr(r), sc, sd, rc, rd, dt(d)}));
+                              std::vector<size_t> rc, std::vector<size_t> rd, int d, uintptr_t st) {
+             AllToAllVArgs a{ptr(s), ptr(r), sc, sd, rc, rd, dt(d)};
+             a.stream = st;
+             return unwrap(c.all_to_all_v(a));
            }, release)
-      .def("gather", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root) {
-             return unwrap(c.gather({ptr(s), ptr(r), n, dt(d), root}));
+      .def("gather", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root, uintptr_t st) {
+             GatherArgs a{ptr(s), ptr(r), n, dt(d), root};
+             a.stream = st;
+             return unwrap(c.gather(a));
            }, release)
-      .def("scatter", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root) {
-             return unwrap(c.scatter({ptr(s), ptr(r), n, dt(d), root}));
+      .def("scatter", [](C& c, uintptr_t s, uintptr_t r, size_t n, int d, int root, uintptr_t st) {
+             ScatterArgs a{ptr(s), ptr(r), n, dt(d), root};
+             a.stream = st;
+             return unwrap(c.scatter(a));
            }, release)
-      .def("p2p", [](C& c, std::vector<std::tuple<bool, uintptr_t, size_t, int, int, uint32_t>> ops) {
+      .def("p2p", [](C& c, std::vector<std::tuple<bool, uintptr_t, size_t, int, int, uint32_t>> ops, uintptr_t st) {
              std::vector<P2POp> v;
-             for (auto& [is_send, p, n, d, peer, tag] : ops) v.push_back({is_send, ptr(p), n, dt(d), peer, tag});
+             for (auto& [is_send, p, n, d, peer, tag] : ops) v.push_back({is_send, ptr(p), n, dt(d), peer, tag, st});
              return unwrap(c.p2p(v));
            }, release)
       .def("barrier", [](C& c) { return unwrap(c.barrier()); }, release)

@@ -1,0 +1,100 @@
+// The device-backend registry (see device.h).
+#include "base/device.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <atomic>
+#include <mutex>
+
+namespace uccl {
+namespace {
+std::mutex& reg_mu() {
+  static std::mutex mu;
+  return mu;
+}
+// Append-only and read without a lock: the issue path asks any_device_memory() per operation.
+constexpr int kMaxBackends = 16;
+DeviceBackend* g_reg[kMaxBackends];
+std::atomic<int> g_count{0};
+}  // namespace
+
+const char* memory_kind_name(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::kHost: return "host";
+    case MemoryKind::kCuda: return "cuda";
+    case MemoryKind::kSim: return "sim";
+    case MemoryKind::kOther: return "other";
+  }
+  return "unknown";
+}
+
+bool register_device_backend(DeviceBackend* backend) {
+  std::lock_guard<std::mutex> lock(reg_mu());
+  const int n = g_count.load();
+  for (int i = 0; i < n; ++i) {
+    if (std::strcmp(g_reg[i]->name(), backend->name()) == 0) {
+      std::fprintf(stderr, "uccl: device backend '%s' registered twice\n", backend->name());
+      std::abort();
+    }
+  }
+  if (n == kMaxBackends) {
+    std::fprintf(stderr, "uccl: more than %d device backends\n", kMaxBackends);
+    std::abort();
+  }
+  g_reg[n] = backend;
+  g_count.store(n + 1, std::memory_order_release);
+  return true;
+}
+
+std::vector<DeviceBackend*> device_backends() {
+  const int n = g_count.load(std::memory_order_acquire);
+  return std::vector<DeviceBackend*>(g_reg, g_reg + n);
+}
+
+DeviceBackend* find_device_backend(const std::string& name) {
+  for (DeviceBackend* b : device_backends())
+    if (name == b->name()) return b;
+  return nullptr;
+}
+
+MemoryLoc locate_memory(const void* ptr) {
+  MemoryLoc loc;
+  if (ptr == nullptr) return loc;
+  for (DeviceBackend* b : device_backends()) {
+    std::string why;
+    int ordinal = -1;
+    if (b->available(&why) && b->owns(ptr, &ordinal)) {
+      loc.kind = b->kind();
+      loc.backend = b;
+      loc.ordinal = ordinal;
+      return loc;
+    }
+  }
+  return loc;
+}
+
+bool any_device_memory() {
+  const int n = g_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    DeviceBackend* b = g_reg[i];
+    std::string why;
+    if (b->may_own_memory() && b->available(&why)) return true;
+  }
+  return false;
+}
+
+std::vector<DeviceBackendInfo> device_backend_infos() {
+  std::vector<DeviceBackendInfo> out;
+  for (DeviceBackend* b : device_backends()) {
+    DeviceBackendInfo i;
+    i.name = b->name();
+    i.kind = b->kind();
+    i.available = b->available(&i.why_not);
+    i.devices = i.available ? b->device_count() : 0;
+    out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace uccl

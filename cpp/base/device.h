@@ -1,0 +1,153 @@
+// The device-backend interface: how the core reaches accelerator memory of any vendor.
+//
+// Why an interface in base (floor 1): the executor (core), the staged transport wrapper
+// (transports) and the Python bindings all need "where does this pointer live, and how do I
+// copy / reduce there", while the backends themselves (cuda/, the simulated device in
+// cpp/base/sim_device.*) must not be known to any of them by name. A backend registers itself
+// once (static initializer, like a transport) and the rest of uccl walks the registry.
+//
+// The contract (docs/DEVICE_INTERFACE.md says the same, with the threading rules):
+//  * Nothing here blocks except synchronize() (tools, tests, teardown; never the executor).
+//    Work is *enqueued* on a DeviceStream and completes in order on that stream; completion
+//    is observed by recording a DeviceEvent and query()ing it. The executor is a state machine
+//    driven by progress(): it only ever queries.
+//  * Device memory may be unreachable from host code (the simulated device hands out PROT_NONE
+//    addresses): only copy_async and the kernels below touch it. Pinned host memory from
+//    alloc_pinned() is ordinary host memory (readable, writable, registrable with a NIC).
+//  * Kernels compute exactly what the host kernels of cpp/base/reduce.h compute, element for
+//    element, bit for bit (float16/bfloat16 in float32 rounded once, NaN propagation as on the
+//    host), so a result never depends on which device reduced it.
+//  * Errors are Status values (code kSystemError / kInvalidArgument / kInternal, with a
+//    message naming the backend and the call); a device fault found later (an asynchronous
+//    kernel error) is reported by the next query() on an event recorded after it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uccl/status.h"
+#include "uccl/types.h"
+
+namespace uccl {
+
+// Where a buffer lives. Values are stable (Python and logs print them): append only.
+enum class MemoryKind : uint8_t {
+  kHost = 0,   // ordinary (pageable or pinned) host memory
+  kCuda = 1,   // CUDA device memory (the cuda/ backend)
+  kSim = 2,    // the simulated device (tests without an accelerator)
+  kOther = 3,  // another vendor's accelerator with a native backend
+};
+const char* memory_kind_name(MemoryKind k);
+
+enum class CopyDir : uint8_t { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2, kHostToHost = 3 };
+
+// A queue of device work executed in order. Created by its backend; either owned (destroyed
+// with it) or a wrapper around a stream handle the user gave (a cudaStream_t as an integer):
+// destroying the wrapper leaves the user's stream alone.
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+  virtual int ordinal() const = 0;
+  virtual bool external() const = 0;  // wraps a user's handle
+  virtual uintptr_t handle() const = 0;  // the native handle (cudaStream_t), 0 for sim
+};
+
+// A marker recorded on a stream; complete when everything enqueued before it on that stream
+// has completed. Re-recording resets it (like cudaEventRecord).
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // --- identity and availability -----------------------------------------------------------
+  virtual const char* name() const = 0;  // "cuda", "sim"; unique in the registry
+  virtual MemoryKind kind() const = 0;
+  // Usable in this process (cuda: runtime loaded and >= 1 device); else *why says why not.
+  virtual bool available(std::string* why) const = 0;
+  virtual int device_count() const = 0;
+
+  // --- memory --------------------------------------------------------------------------------
+  // Whether `ptr` is device memory of this backend, including memory it did not allocate
+  // itself (a torch / CuPy CUDA pointer: the cuda backend asks the driver). On true, *ordinal
+  // is the device. Must be cheap and thread safe; never blocks on device work.
+  virtual bool owns(const void* ptr, int* ordinal) const = 0;
+  // A cheap hint (one atomic load): false when owns() would answer false for every pointer,
+  // e.g. the simulated device with no live allocation. The core skips the lookup of host-only
+  // operations on it and offers staged connections only when some backend may own memory.
+  // Backends that cannot know (cuda: torch allocates behind our back) keep the default.
+  virtual bool may_own_memory() const { return true; }
+  // Device memory of `bytes` (> 0) on device `ordinal`.
+  virtual Result<void*> alloc(int ordinal, size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;  // nullptr is a no-op; only pointers from alloc()
+  // Page-locked host memory for bounce buffers (the sim backend: plain aligned memory).
+  virtual Result<void*> alloc_pinned(size_t bytes) = 0;
+  virtual void free_pinned(void* ptr) = 0;
+
+  // --- streams -------------------------------------------------------------------------------
+  virtual Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) = 0;
+  // Wraps a user's native stream handle (0 = the device's default stream). Not owned.
+  virtual Result<std::unique_ptr<DeviceStream>> wrap_stream(int ordinal, uintptr_t handle) = 0;
+
+  // --- asynchronous work on a stream (enqueue and return; never wait) ------------------------
+  // memcpy in the given direction; host pointers may be pageable or pinned.
+  virtual Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) = 0;
+  // The kernels of cpp/base/reduce.h on device memory of this backend (dst may alias a or b).
+  virtual Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt,
+                              RedOp op, DeviceStream* s) = 0;
+  virtual Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
+                             DeviceStream* s) = 0;
+  virtual Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n,
+                              DeviceStream* s) = 0;
+
+  // --- events --------------------------------------------------------------------------------
+  virtual Result<std::unique_ptr<DeviceEvent>> create_event() = 0;
+  virtual Status record(DeviceEvent* e, DeviceStream* s) = 0;
+  // Non-blocking: true when complete, false while pending, a Status on a device error. An
+  // event never recorded counts as complete.
+  virtual Result<bool> query(DeviceEvent* e) = 0;
+  // Work enqueued on `s` after this call starts only once `e` completed (no host wait).
+  virtual Status stream_wait(DeviceStream* s, DeviceEvent* e) = 0;
+  // Blocks until everything enqueued on `s` completed. Tests, tools and teardown only.
+  virtual Status synchronize(DeviceStream* s) = 0;
+};
+
+// --- the registry ----------------------------------------------------------------------------
+// Registers a backend that lives for the whole process (a static in its folder). Returns true;
+// a duplicate name aborts (a bug).
+bool register_device_backend(DeviceBackend* backend);
+// Every registered backend, in registration order (available or not).
+std::vector<DeviceBackend*> device_backends();
+DeviceBackend* find_device_backend(const std::string& name);
+
+// Where a pointer lives: asks each *available* registered backend's owns(); host when none
+// claims it.
+struct MemoryLoc {
+  MemoryKind kind = MemoryKind::kHost;
+  DeviceBackend* backend = nullptr;  // nullptr for host memory
+  int ordinal = -1;
+  bool is_device() const { return backend != nullptr; }
+};
+MemoryLoc locate_memory(const void* ptr);
+// False when no available backend may own memory (host-only processes): one cheap check
+// before any locate_memory() on the issue path.
+bool any_device_memory();
+
+// One line per registered backend for build_info / `python -m uccl.info`:
+// {name, kind, available, why-not, device count}.
+struct DeviceBackendInfo {
+  std::string name;
+  MemoryKind kind;
+  bool available;
+  std::string why_not;
+  int devices;
+};
+std::vector<DeviceBackendInfo> device_backend_infos();
+
+}  // namespace uccl

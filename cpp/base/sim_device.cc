@@ -1,0 +1,491 @@
+// The simulated device (see sim_device.h).
+#include "base/sim_device.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "base/reduce.h"
+
+namespace uccl {
+
+const DoubleSetting kSimCopyGbps("device", "UCCL_SIM_COPY_GBPS", "0",
+                                 "simulated device: bandwidth of copies to/from its memory in GB/s (0: unthrottled)",
+                                 [](const std::string& t, double* out) -> std::string {
+                                   char* end = nullptr;
+                                   double v = std::strtod(t.c_str(), &end);
+                                   while (end && *end == ' ') ++end;
+                                   if (t.empty() || !end || *end || !(v >= 0)) return "a number >= 0";
+                                   *out = v;
+                                   return "";
+                                 });
+const DoubleSetting kSimCopyLatencyUs("device", "UCCL_SIM_COPY_LATENCY_US", "0",
+                                      "simulated device: latency added to every copy to/from its memory (us)",
+                                      [](const std::string& t, double* out) -> std::string {
+                                        char* end = nullptr;
+                                        double v = std::strtod(t.c_str(), &end);
+                                        while (end && *end == ' ') ++end;
+                                        if (t.empty() || !end || *end || !(v >= 0)) return "a number >= 0";
+                                        *out = v;
+                                        return "";
+                                      });
+const IntSetting kSimDevices("device", "UCCL_SIM_DEVICES", "2", "simulated device: number of devices",
+                             int_in(1, 64));
+
+namespace {
+
+std::mutex& live_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<const void*>& live() {  // stream handles a user may wrap
+  static std::set<const void*> s;
+  return s;
+}
+
+// A worker thread executing tasks in order; a failed task makes the stream's error sticky.
+class SimStream final : public DeviceStream {
+ public:
+  explicit SimStream(int ordinal) : ordinal_(ordinal), worker_([this] { run(); }) {
+    std::lock_guard<std::mutex> lock(live_mu());
+    live().insert(this);
+  }
+  ~SimStream() override {
+    {
+      std::lock_guard<std::mutex> lock(live_mu());
+      live().erase(this);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  int ordinal() const override { return ordinal_; }
+  bool external() const override { return false; }
+  uintptr_t handle() const override { return reinterpret_cast<uintptr_t>(this); }
+
+  void enqueue(std::function<Status(const Status& sticky)> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      q_.push_back(std::move(task));
+      ++enqueued_;
+    }
+    cv_.notify_all();
+  }
+  Status error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+  Status synchronize() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t target = enqueued_;
+    done_cv_.wait(lock, [&] { return completed_ >= target; });
+    return error_;
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;  // stop_ and drained
+      std::function<Status(const Status& sticky)> task = std::move(q_.front());
+      q_.pop_front();
+      const Status sticky = error_;
+      lock.unlock();
+      // After a failure the stream is broken (like a sticky CUDA error): work tasks skip
+      // themselves when `sticky` is set, event markers report it.
+      Status s = task(sticky);
+      lock.lock();
+      if (!s.ok() && error_.ok()) error_ = s;
+      ++completed_;
+      done_cv_.notify_all();
+    }
+  }
+  int ordinal_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::function<Status(const Status& sticky)>> q_;
+  uint64_t enqueued_ = 0, completed_ = 0;
+  bool stop_ = false;
+  Status error_;
+  std::thread worker_;  // last: started after the members above exist
+};
+
+// A user's stream given by handle: forwards to the stream, does not own it.
+class SimStreamRef final : public DeviceStream {
+ public:
+  explicit SimStreamRef(SimStream* s) : s_(s) {}
+  int ordinal() const override { return s_->ordinal(); }
+  bool external() const override { return true; }
+  uintptr_t handle() const override { return s_->handle(); }
+  SimStream* target() const { return s_; }
+
+ private:
+  SimStream* s_;
+};
+
+struct EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t recorded = 0, completed = 0;
+  Status error;
+};
+class SimEvent final : public DeviceEvent {
+ public:
+  std::shared_ptr<EventState> st = std::make_shared<EventState>();
+};
+
+
+SimStream* impl(DeviceStream* s) {
+  if (auto* r = dynamic_cast<SimStreamRef*>(s)) return r->target();
+  return dynamic_cast<SimStream*>(s);
+}
+
+}  // namespace
+
+SimBackend::SimBackend(SimOptions opt)
+    : name_(std::move(opt.name)), devices_(opt.devices), gbps_(opt.copy_gbps), latency_us_(opt.copy_latency_us) {}
+
+SimBackend::~SimBackend() {
+  for (auto& [dev, a] : allocs_) {
+    munmap(reinterpret_cast<void*>(dev), a.mapped);
+    munmap(a.rw, a.mapped);
+  }
+}
+
+void SimBackend::set_copy_speed(double gbps, double latency_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gbps_ = gbps;
+  latency_us_ = latency_us;
+}
+double SimBackend::copy_gbps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gbps_;
+}
+double SimBackend::copy_latency_us() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latency_us_;
+}
+size_t SimBackend::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_;
+}
+
+bool SimBackend::available(std::string*) const { return true; }
+
+bool SimBackend::owns(const void* ptr, int* ordinal) const {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocs_.upper_bound(p);
+  if (it == allocs_.begin()) return false;
+  --it;
+  if (p >= it->first + it->second.bytes) return false;
+  if (ordinal) *ordinal = it->second.ordinal;
+  return true;
+}
+
+char* SimBackend::host_view(const void* ptr, size_t bytes) const {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocs_.upper_bound(p);
+  if (it == allocs_.begin()) return nullptr;
+  --it;
+  if (p >= it->first + it->second.bytes || p + bytes > it->first + it->second.bytes) return nullptr;
+  return it->second.rw + (p - it->first);
+}
+
+Result<void*> SimBackend::alloc(int ordinal, size_t bytes) {
+  if (ordinal < 0 || ordinal >= devices_)
+    return InvalidArgument(name_ + ": no device " + std::to_string(ordinal) + " (" + std::to_string(devices_) + " devices)");
+  if (bytes == 0) return InvalidArgument(name_ + ": alloc of 0 bytes");
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t mapped = (bytes + page - 1) / page * page;
+  int fd = memfd_create("uccl-sim-device", MFD_CLOEXEC);
+  if (fd < 0) return SystemError(name_ + ": memfd_create", errno);
+  if (ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
+    int e = errno;
+    close(fd);
+    return SystemError(name_ + ": ftruncate", e);
+  }
+  void* dev = mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+  void* rw = dev == MAP_FAILED ? MAP_FAILED : mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (rw == MAP_FAILED) {
+    if (dev != MAP_FAILED) munmap(dev, mapped);
+    return SystemError(name_ + ": mmap of device memory", e);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  allocs_[reinterpret_cast<uintptr_t>(dev)] = Alloc{bytes, mapped, static_cast<char*>(rw), ordinal};
+  allocated_ += bytes;
+  ++live_allocs_;
+  return dev;
+}
+
+void SimBackend::free(void* ptr) {
+  if (!ptr) return;
+  Alloc a{};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocs_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == allocs_.end()) return;
+    a = it->second;
+    allocated_ -= a.bytes;
+    --live_allocs_;
+    allocs_.erase(it);
+  }
+  munmap(ptr, a.mapped);
+  munmap(a.rw, a.mapped);
+}
+
+Result<void*> SimBackend::alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return SystemError(name_ + ": pinned alloc", ENOMEM);
+  return p;
+}
+void SimBackend::free_pinned(void* ptr) { std::free(ptr); }
+
+Result<std::unique_ptr<DeviceStream>> SimBackend::create_stream(int ordinal) {
+  if (ordinal < 0 || ordinal >= devices_) return InvalidArgument(name_ + ": no device " + std::to_string(ordinal));
+  return std::unique_ptr<DeviceStream>(std::make_unique<SimStream>(ordinal));
+}
+
+namespace {
+std::mutex g_default_mu;
+// wrap_stream(ordinal, 0): one default stream per backend and device, made on first use and
+// kept for the life of the process (like a device's legacy stream).
+auto* g_default_streams = new std::map<std::pair<const SimBackend*, int>, std::unique_ptr<SimStream>>();
+
+// Tasks that do work skip themselves on a broken stream.
+template <class F>
+std::function<Status(const Status&)> work(F f) {
+  return [f = std::move(f)](const Status& sticky) -> Status {
+    if (!sticky.ok()) return Status::Ok();
+    return f();
+  };
+}
+}  // namespace
+
+Result<std::unique_ptr<DeviceStream>> SimBackend::wrap_stream(int ordinal, uintptr_t handle) {
+  if (ordinal < 0 || ordinal >= devices_) return InvalidArgument(name_ + ": no device " + std::to_string(ordinal));
+  if (handle == 0) {
+    std::lock_guard<std::mutex> lock(g_default_mu);
+    auto& s = (*g_default_streams)[{this, ordinal}];
+    if (!s) s = std::make_unique<SimStream>(ordinal);
+    return std::unique_ptr<DeviceStream>(std::make_unique<SimStreamRef>(s.get()));
+  }
+  std::lock_guard<std::mutex> lock(live_mu());
+  if (!live().count(reinterpret_cast<const void*>(handle)))
+    return InvalidArgument(name_ + ": stream handle " + std::to_string(handle) + " is not a live simulated stream");
+  auto* target = reinterpret_cast<SimStream*>(handle);
+  if (target->ordinal() != ordinal)
+    return InvalidArgument(name_ + ": stream of device " + std::to_string(target->ordinal()) + " used for device " +
+                           std::to_string(ordinal));
+  return std::unique_ptr<DeviceStream>(std::make_unique<SimStreamRef>(target));
+}
+
+Status SimBackend::resolve(const void* ptr, size_t bytes, bool want_device, char** out) const {
+  int ord = -1;
+  if (!owns(ptr, &ord)) {
+    if (want_device) return InvalidArgument(name_ + ": pointer is not " + name_ + " device memory");
+    *out = const_cast<char*>(static_cast<const char*>(ptr));
+    return Status::Ok();
+  }
+  char* v = host_view(ptr, bytes);
+  if (!v) return InvalidArgument(name_ + ": " + std::to_string(bytes) + " bytes run past the end of a device allocation");
+  *out = v;
+  return Status::Ok();
+}
+
+Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
+  SimStream* st = impl(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  if (bytes == 0) return Status::Ok();
+  const bool dst_dev = dir == CopyDir::kHostToDevice || dir == CopyDir::kDeviceToDevice;
+  const bool src_dev = dir == CopyDir::kDeviceToHost || dir == CopyDir::kDeviceToDevice;
+  char *d = nullptr, *sr = nullptr;
+  UCCL_RETURN_IF_ERROR(resolve(dst, bytes, dst_dev, &d));
+  UCCL_RETURN_IF_ERROR(resolve(src, bytes, src_dev, &sr));
+  if ((!dst_dev && d != dst) || (!src_dev && sr != src))
+    return InvalidArgument(name_ + ": copy direction says host memory but the pointer is device memory");
+  double gbps = 0, lat = 0;
+  if (dst_dev || src_dev) {
+    gbps = copy_gbps();
+    lat = copy_latency_us();
+  }
+  st->enqueue(work([d, sr, bytes, gbps, lat]() {
+    const auto start = std::chrono::steady_clock::now();
+    std::memmove(d, sr, bytes);  // a device-to-device copy may overlap (memmove semantics)
+    double us = lat + (gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e3) : 0.0);
+    if (us > 0) std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3)));
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
+Status SimBackend::reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
+                                DeviceStream* s) {
+  SimStream* st = impl(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  if (count == 0) return Status::Ok();
+  const size_t n = count * dtype_size(dt);
+  char *d = nullptr, *pa = nullptr, *pb = nullptr;
+  UCCL_RETURN_IF_ERROR(resolve(dst, n, false, &d));
+  UCCL_RETURN_IF_ERROR(resolve(a, n, false, &pa));
+  UCCL_RETURN_IF_ERROR(resolve(b, n, false, &pb));
+  st->enqueue(work([=]() {
+    reduce(d, pa, pb, count, dt, op);
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
+Status SimBackend::scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
+                               DeviceStream* s) {
+  SimStream* st = impl(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  if (count == 0) return Status::Ok();
+  const size_t n = count * dtype_size(dt);
+  char *d = nullptr, *ps = nullptr;
+  UCCL_RETURN_IF_ERROR(resolve(dst, n, false, &d));
+  UCCL_RETURN_IF_ERROR(resolve(src, n, false, &ps));
+  st->enqueue(work([=]() {
+    scale(d, ps, count, dt, factor);
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
+Status SimBackend::divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) {
+  SimStream* st = impl(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  if (count == 0) return Status::Ok();
+  const size_t b = count * dtype_size(dt);
+  char *d = nullptr, *ps = nullptr;
+  UCCL_RETURN_IF_ERROR(resolve(dst, b, false, &d));
+  UCCL_RETURN_IF_ERROR(resolve(src, b, false, &ps));
+  st->enqueue(work([=]() {
+    divide(d, ps, count, dt, n);
+    return Status::Ok();
+  }));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<DeviceEvent>> SimBackend::create_event() {
+  return std::unique_ptr<DeviceEvent>(std::make_unique<SimEvent>());
+}
+
+Status SimBackend::record(DeviceEvent* e, DeviceStream* s) {
+  SimStream* st = impl(s);
+  auto* ev = dynamic_cast<SimEvent*>(e);
+  if (!st || !ev) return InvalidArgument(name_ + ": not a simulated stream / event");
+  std::shared_ptr<EventState> state = ev->st;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    gen = ++state->recorded;
+  }
+  st->enqueue([state, gen](const Status& sticky) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    if (gen > state->completed) state->completed = gen;
+    if (!sticky.ok() && state->error.ok()) state->error = sticky;
+    state->cv.notify_all();
+    return Status::Ok();
+  });
+  return Status::Ok();
+}
+
+Result<bool> SimBackend::query(DeviceEvent* e) {
+  auto* ev = dynamic_cast<SimEvent*>(e);
+  if (!ev) return InvalidArgument(name_ + ": not a simulated event");
+  std::lock_guard<std::mutex> lock(ev->st->mu);
+  if (!ev->st->error.ok()) return ev->st->error;
+  return ev->st->completed >= ev->st->recorded;
+}
+
+Status SimBackend::stream_wait(DeviceStream* s, DeviceEvent* e) {
+  SimStream* st = impl(s);
+  auto* ev = dynamic_cast<SimEvent*>(e);
+  if (!st || !ev) return InvalidArgument(name_ + ": not a simulated stream / event");
+  std::shared_ptr<EventState> state = ev->st;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    gen = state->recorded;
+  }
+  st->enqueue([state, gen](const Status&) {
+    std::unique_lock<std::mutex> lock(state->mu);
+    state->cv.wait(lock, [&] { return state->completed >= gen; });
+    return state->error;  // the waiting stream inherits the producer's failure
+  });
+  return Status::Ok();
+}
+
+Status SimBackend::synchronize(DeviceStream* s) {
+  SimStream* st = impl(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  return st->synchronize();
+}
+
+SimBackend* sim_backend() {
+  static SimBackend* b = [] {
+    SimOptions o;
+    o.devices = kSimDevices.get();
+    o.copy_gbps = kSimCopyGbps.get();
+    o.copy_latency_us = kSimCopyLatencyUs.get();
+    return new SimBackend(o);  // process lifetime: streams of any thread may still use it at exit
+  }();
+  return b;
+}
+
+namespace {
+// Registered as a proxy so that the settings are read at first use, not in a static initializer.
+class SimProxy final : public DeviceBackend {
+ public:
+  const char* name() const override { return "sim"; }
+  MemoryKind kind() const override { return MemoryKind::kSim; }
+  bool available(std::string* why) const override { return sim_backend()->available(why); }
+  int device_count() const override { return sim_backend()->device_count(); }
+  bool owns(const void* p, int* o) const override { return sim_backend()->owns(p, o); }
+  bool may_own_memory() const override { return sim_backend()->may_own_memory(); }
+  Result<void*> alloc(int o, size_t n) override { return sim_backend()->alloc(o, n); }
+  void free(void* p) override { sim_backend()->free(p); }
+  Result<void*> alloc_pinned(size_t n) override { return sim_backend()->alloc_pinned(n); }
+  void free_pinned(void* p) override { sim_backend()->free_pinned(p); }
+  Result<std::unique_ptr<DeviceStream>> create_stream(int o) override { return sim_backend()->create_stream(o); }
+  Result<std::unique_ptr<DeviceStream>> wrap_stream(int o, uintptr_t h) override { return sim_backend()->wrap_stream(o, h); }
+  Status copy_async(void* d, const void* s, size_t n, CopyDir dir, DeviceStream* st) override {
+    return sim_backend()->copy_async(d, s, n, dir, st);
+  }
+  Status reduce_async(void* d, const void* a, const void* b, size_t c, DataType dt, RedOp op, DeviceStream* s) override {
+    return sim_backend()->reduce_async(d, a, b, c, dt, op, s);
+  }
+  Status scale_async(void* d, const void* s, size_t c, DataType dt, double f, DeviceStream* st) override {
+    return sim_backend()->scale_async(d, s, c, dt, f, st);
+  }
+  Status divide_async(void* d, const void* s, size_t c, DataType dt, int n, DeviceStream* st) override {
+    return sim_backend()->divide_async(d, s, c, dt, n, st);
+  }
+  Result<std::unique_ptr<DeviceEvent>> create_event() override { return sim_backend()->create_event(); }
+  Status record(DeviceEvent* e, DeviceStream* s) override { return sim_backend()->record(e, s); }
+  Result<bool> query(DeviceEvent* e) override { return sim_backend()->query(e); }
+  Status stream_wait(DeviceStream* s, DeviceEvent* e) override { return sim_backend()->stream_wait(s, e); }
+  Status synchronize(DeviceStream* s) override { return sim_backend()->synchronize(s); }
+};
+SimProxy g_sim_proxy;
+[[maybe_unused]] const bool g_sim_registered = register_device_backend(&g_sim_proxy);
+}  // namespace
+
+}  // namespace uccl

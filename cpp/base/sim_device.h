@@ -1,0 +1,99 @@
+// The simulated device: a DeviceBackend that runs on any machine, so every device path of uccl
+// (executor, staged transport, Python arrays) is tested in CI without an accelerator.
+//
+// Why it is faithful: device memory is an memfd mapped twice. The address handed out is
+// mapped PROT_NONE, so host code that dereferences a "device pointer" by mistake crashes in
+// the tests exactly as it would on a GPU; the stream workers use the second, writable mapping.
+// Each stream is a worker thread executing its copies and kernels in order (the kernels are
+// the host ones of reduce.h on the worker, so results are bitwise those of the host), events
+// are markers in that queue, stream_wait makes the worker wait. Copies touching device memory
+// are throttled to a settable bandwidth and latency (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US
+// for the process-wide "sim" backend; per-instance options for a test that wants two vendors
+// with different copy speeds in one process).
+#pragma once
+
+#include <cstddef>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/config.h"
+#include "base/device.h"
+
+namespace uccl {
+
+extern const DoubleSetting kSimCopyGbps;       // UCCL_SIM_COPY_GBPS (0 = unthrottled)
+extern const DoubleSetting kSimCopyLatencyUs;  // UCCL_SIM_COPY_LATENCY_US
+extern const IntSetting kSimDevices;           // UCCL_SIM_DEVICES
+
+struct SimOptions {
+  std::string name = "sim";
+  int devices = 2;
+  double copy_gbps = 0;        // GB/s (1e9 bytes/s) of copies touching device memory; 0: memcpy speed
+  double copy_latency_us = 0;  // added to every such copy
+};
+
+class SimBackend final : public DeviceBackend {
+ public:
+  explicit SimBackend(SimOptions opt);
+  ~SimBackend() override;
+  // Settings may change between calls (tests): throttling reads these on every copy.
+  void set_copy_speed(double gbps, double latency_us);
+  double copy_gbps() const;
+  double copy_latency_us() const;
+  // Bytes of device memory allocated now (tests check that nothing leaks).
+  size_t allocated_bytes() const;
+
+  const char* name() const override { return name_.c_str(); }
+  MemoryKind kind() const override { return MemoryKind::kSim; }
+  bool available(std::string* why) const override;
+  int device_count() const override { return devices_; }
+  bool owns(const void* ptr, int* ordinal) const override;
+  bool may_own_memory() const override { return live_allocs_.load(std::memory_order_relaxed) > 0; }
+  Result<void*> alloc(int ordinal, size_t bytes) override;
+  void free(void* ptr) override;
+  Result<void*> alloc_pinned(size_t bytes) override;
+  void free_pinned(void* ptr) override;
+  Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override;
+  Result<std::unique_ptr<DeviceStream>> wrap_stream(int ordinal, uintptr_t handle) override;
+  Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;
+  Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
+                      DeviceStream* s) override;
+  Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
+                     DeviceStream* s) override;
+  Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) override;
+  Result<std::unique_ptr<DeviceEvent>> create_event() override;
+  Status record(DeviceEvent* e, DeviceStream* s) override;
+  Result<bool> query(DeviceEvent* e) override;
+  Status stream_wait(DeviceStream* s, DeviceEvent* e) override;
+  Status synchronize(DeviceStream* s) override;
+
+  // The writable host view of [ptr, ptr + bytes) of this backend's device memory, or nullptr
+  // when that range is not inside one allocation. Only the workers (and this class) use it.
+  char* host_view(const void* ptr, size_t bytes) const;
+
+ private:
+  struct Alloc {
+    size_t bytes;      // requested
+    size_t mapped;     // page multiple
+    char* rw;          // the worker's mapping
+    int ordinal;
+  };
+  // Resolves a pointer that is either device memory of this backend or host memory.
+  Status resolve(const void* ptr, size_t bytes, bool want_device, char** out) const;
+
+  std::string name_;
+  int devices_;
+  mutable std::mutex mu_;
+  std::map<uintptr_t, Alloc> allocs_;  // by device address
+  size_t allocated_ = 0;
+  std::atomic<size_t> live_allocs_{0};
+  double gbps_, latency_us_;
+};
+
+// The process-wide simulated device (registered as "sim", settings from UCCL_SIM_*).
+SimBackend* sim_backend();
+
+}  // namespace uccl

@@ -1,0 +1,349 @@
+// The CUDA device backend (libuccl_cuda.so; see cuda/cuda_module.h for why it is a module).
+//
+// Streams are cudaStream_t (owned ones are created non-blocking, so they never serialise with
+// the legacy default stream), events are cudaEvent_t without timing, created lazily on the
+// device of the stream they are first recorded on (CUDA requires event and stream to share a
+// device). Every call first makes the right device current on the calling thread: the core
+// calls from its progress thread, which has no current device of its own.
+//
+// owns(): a pointer can only be CUDA device memory once some primary context exists in the
+// process. Until one does (a host-only user on a GPU machine) owns() answers false without a
+// single runtime call that would create a context and take GPU memory. After that the driver
+// is asked (cuPointerGetAttributes through the runtime's driver entry point: no context is
+// made current). Managed and host-registered memory count as host memory.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cuda/cuda_backend_internal.h"
+#include "cuda/cuda_kernels.h"
+
+namespace uccl {
+namespace cuda {
+
+Status cuda_error(const char* call, cudaError_t e) {
+  const Code code = (e == cudaErrorInvalidValue || e == cudaErrorInvalidDevice ||
+                     e == cudaErrorInvalidDevicePointer)
+                        ? Code::kInvalidArgument
+                        : Code::kSystemError;
+  return Status(code, std::string("cuda: ") + call + " failed: " + cudaGetErrorName(e) + " (" +
+                          cudaGetErrorString(e) + ")");
+}
+
+Driver& driver() {
+  static Driver d;
+  return d;
+}
+
+cudaError_t DeviceGuard::set(int ordinal) {
+  Driver& d = driver();
+  if (!saved_ && d.ctx_get_current && d.ctx_get_current(&prev_) == CUDA_SUCCESS) saved_ = true;
+  return cudaSetDevice(ordinal);
+}
+
+DeviceGuard::~DeviceGuard() {
+  Driver& d = driver();
+  if (saved_ && d.ctx_set_current) d.ctx_set_current(prev_);
+}
+
+namespace {
+
+template <class F>
+void entry(const char* name, F* slot) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    std::memcpy(slot, &p, sizeof p);
+  cudaGetLastError();
+}
+
+class CudaStream final : public DeviceStream {
+ public:
+  CudaStream(int ordinal, cudaStream_t s, bool external) : ordinal_(ordinal), s_(s), external_(external) {}
+  ~CudaStream() override {
+    if (!external_ && s_) {
+      DeviceGuard g;
+      g.set(ordinal_);
+      cudaStreamDestroy(s_);
+    }
+  }
+  int ordinal() const override { return ordinal_; }
+  bool external() const override { return external_; }
+  uintptr_t handle() const override { return reinterpret_cast<uintptr_t>(s_); }
+  cudaStream_t get() const { return s_; }
+
+ private:
+  int ordinal_;
+  cudaStream_t s_;
+  bool external_;
+};
+
+class CudaEvent final : public DeviceEvent {
+ public:
+  ~CudaEvent() override { reset(); }
+  void reset() {
+    if (e_) {
+      DeviceGuard g;
+      g.set(ordinal_);
+      cudaEventDestroy(e_);
+    }
+    e_ = nullptr;
+    ordinal_ = -1;
+  }
+  cudaEvent_t e_ = nullptr;
+  int ordinal_ = -1;
+};
+
+cudaStream_t raw(DeviceStream* s) { return static_cast<CudaStream*>(s)->get(); }
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  const char* name() const override { return "cuda"; }
+  MemoryKind kind() const override { return MemoryKind::kCuda; }
+
+  bool available(std::string* why) const override {
+    std::call_once(probe_once_, [this] { probe(); });
+    if (!ok_ && why) *why = why_not_;
+    return ok_;
+  }
+  int device_count() const override { return available(nullptr) ? count_ : 0; }
+
+  bool owns(const void* ptr, int* ordinal) const override {
+    if (!ptr || !available(nullptr)) return false;
+    if (!any_context()) return false;
+    Driver& d = driver();
+    if (!d.pointer_get_attributes) return false;
+    CUmemorytype type = static_cast<CUmemorytype>(0);
+    int dev = -1;
+    unsigned int managed = 0;
+    CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void* data[3] = {&type, &dev, &managed};
+    if (d.pointer_get_attributes(3, attrs, data, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS)
+      return false;
+    if (type != CU_MEMORYTYPE_DEVICE || managed) return false;
+    if (ordinal) *ordinal = dev;
+    return true;
+  }
+
+  // Until some primary context exists in this process no pointer can be CUDA memory (a
+  // host-only program on a GPU machine): cheap driver queries, and one atomic load after.
+  bool may_own_memory() const override { return available(nullptr) && any_context(); }
+
+  Result<void*> alloc(int ordinal, size_t bytes) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
+    if (bytes == 0) return InvalidArgument("cuda: alloc of 0 bytes");
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, bytes)) return cuda_error("cudaMalloc", e);
+    mark_context();
+    return p;
+  }
+  void free(void* ptr) override {
+    if (!ptr) return;
+    int ord = preferred_device();
+    owns(ptr, &ord);
+    DeviceGuard g;
+    g.set(ord);
+    cudaFree(ptr);
+  }
+  Result<void*> alloc_pinned(size_t bytes) override {
+    if (!available(nullptr)) return NotSupported("cuda: " + why_not_);
+    DeviceGuard g;  // pinned memory needs a context: one this process already uses
+    g.set(preferred_device());
+    void* p = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable)) return cuda_error("cudaHostAlloc", e);
+    mark_context();
+    return p;
+  }
+  void free_pinned(void* ptr) override {
+    if (!ptr) return;
+    DeviceGuard g;
+    g.set(preferred_device());
+    cudaFreeHost(ptr);
+  }
+
+  Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
+    cudaStream_t s = nullptr;
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) return cuda_error("cudaStreamCreate", e);
+    mark_context();
+    return std::unique_ptr<DeviceStream>(new CudaStream(ordinal, s, false));
+  }
+  Result<std::unique_ptr<DeviceStream>> wrap_stream(int ordinal, uintptr_t handle) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
+    mark_context();
+    return std::unique_ptr<DeviceStream>(new CudaStream(ordinal, reinterpret_cast<cudaStream_t>(handle), true));
+  }
+
+  Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override {
+    if (bytes == 0) return Status::Ok();
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    // cudaMemcpyDefault: the driver knows every pointer's kind (unified addressing); a pageable
+    // host side is staged by the driver, pinned memory goes by DMA.
+    (void)dir;
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, raw(s))) return cuda_error("cudaMemcpyAsync", e);
+    return Status::Ok();
+  }
+  Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
+                      DeviceStream* s) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    return launched("reduce kernel", launch_reduce(dst, a, b, count, dt, op, raw(s)));
+  }
+  Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
+                     DeviceStream* s) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    return launched("scale kernel", launch_scale(dst, src, count, dt, factor, raw(s)));
+  }
+  Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) override {
+    if (n <= 0) return InvalidArgument("cuda: divide by " + std::to_string(n));
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    return launched("divide kernel", launch_divide(dst, src, count, dt, n, raw(s)));
+  }
+
+  Result<std::unique_ptr<DeviceEvent>> create_event() override {
+    if (!available(nullptr)) return NotSupported("cuda: " + why_not_);
+    return std::unique_ptr<DeviceEvent>(new CudaEvent());
+  }
+  Status record(DeviceEvent* e, DeviceStream* s) override {
+    auto* ev = static_cast<CudaEvent*>(e);
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    if (ev->e_ && ev->ordinal_ != s->ordinal()) ev->reset();
+    if (!ev->e_) {
+      if (cudaError_t r = cudaEventCreateWithFlags(&ev->e_, cudaEventDisableTiming)) return cuda_error("cudaEventCreate", r);
+      ev->ordinal_ = s->ordinal();
+    }
+    if (cudaError_t r = cudaEventRecord(ev->e_, raw(s))) return cuda_error("cudaEventRecord", r);
+    return Status::Ok();
+  }
+  Result<bool> query(DeviceEvent* e) override {
+    auto* ev = static_cast<CudaEvent*>(e);
+    if (!ev->e_) return true;  // never recorded
+    cudaError_t r = cudaEventQuery(ev->e_);
+    if (r == cudaSuccess) return true;
+    if (r == cudaErrorNotReady) {
+      cudaGetLastError();  // not an error; keep the runtime's last error clean
+      return false;
+    }
+    return cuda_error("cudaEventQuery (a kernel or copy before this event failed)", r);
+  }
+  Status stream_wait(DeviceStream* s, DeviceEvent* e) override {
+    auto* ev = static_cast<CudaEvent*>(e);
+    if (!ev->e_) return Status::Ok();
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    if (cudaError_t r = cudaStreamWaitEvent(raw(s), ev->e_, 0)) return cuda_error("cudaStreamWaitEvent", r);
+    return Status::Ok();
+  }
+  Status synchronize(DeviceStream* s) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    if (cudaError_t r = cudaStreamSynchronize(raw(s))) return cuda_error("cudaStreamSynchronize", r);
+    return Status::Ok();
+  }
+
+ private:
+  void probe() const {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e != cudaSuccess || n <= 0) {
+      cudaGetLastError();
+      if (e == cudaErrorInsufficientDriver)
+        why_not_ = "no CUDA driver (libcuda.so.1 not found, or older than the CUDA " +
+                   std::to_string(CUDART_VERSION / 1000) + " runtime of this build)";
+      else if (e == cudaErrorNoDevice || (e == cudaSuccess && n <= 0))
+        why_not_ = "no CUDA device visible (check CUDA_VISIBLE_DEVICES)";
+      else
+        why_not_ = std::string("CUDA unusable: cudaGetDeviceCount failed: ") + cudaGetErrorName(e) + " (" +
+                   cudaGetErrorString(e) + ")";
+      ok_ = false;
+      return;
+    }
+    count_ = n;
+    Driver& d = driver();
+    entry("cuPointerGetAttributes", &d.pointer_get_attributes);
+    entry("cuPointerGetAttribute", &d.pointer_get_attribute);
+    entry("cuDevicePrimaryCtxGetState", &d.primary_ctx_get_state);
+    entry("cuMemGetAddressRange", &d.mem_get_address_range);
+    entry("cuDeviceGet", &d.device_get);
+    entry("cuCtxGetCurrent", &d.ctx_get_current);
+    entry("cuCtxSetCurrent", &d.ctx_set_current);
+    if (!d.pointer_get_attributes || !d.primary_ctx_get_state || !d.device_get) {
+      why_not_ = "CUDA driver lacks cuPointerGetAttributes/cuDevicePrimaryCtxGetState";
+      ok_ = false;
+      return;
+    }
+    ok_ = true;
+  }
+  Status use_device(int ordinal, DeviceGuard* g) const {
+    if (!available(nullptr)) return NotSupported("cuda: " + why_not_);
+    if (ordinal < 0 || ordinal >= count_)
+      return InvalidArgument("cuda: device " + std::to_string(ordinal) + " out of range (" +
+                             std::to_string(count_) + " devices)");
+    if (cudaError_t e = g->set(ordinal)) return cuda_error("cudaSetDevice", e);
+    return Status::Ok();
+  }
+  static Status launched(const char* what, int err) {
+    if (err == 0) return Status::Ok();
+    return cuda_error(what, static_cast<cudaError_t>(err));
+  }
+  // The first device whose primary context is active (the one this process uses), else 0.
+  int preferred_device() const {
+    Driver& d = driver();
+    for (int i = 0; i < count_; ++i) {
+      CUdevice dev = 0;
+      unsigned int flags = 0;
+      int active = 0;
+      if (d.device_get(&dev, i) == CUDA_SUCCESS && d.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
+          active)
+        return i;
+    }
+    return 0;
+  }
+  // Whether any primary context is active: before one is, no pointer is CUDA memory.
+  bool any_context() const {
+    if (context_seen_.load(std::memory_order_relaxed)) return true;
+    Driver& d = driver();
+    for (int i = 0; i < count_; ++i) {
+      CUdevice dev = 0;
+      unsigned int flags = 0;
+      int active = 0;
+      if (d.device_get(&dev, i) == CUDA_SUCCESS && d.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
+          active) {
+        context_seen_.store(true);
+        return true;
+      }
+    }
+    return false;
+  }
+  void mark_context() { context_seen_.store(true); }
+
+  mutable std::once_flag probe_once_;
+  mutable bool ok_ = false;
+  mutable std::string why_not_;
+  mutable int count_ = 0;
+  mutable std::atomic<bool> context_seen_{false};
+};
+
+}  // namespace
+
+DeviceBackend* backend_instance() {
+  static CudaBackend b;
+  return &b;
+}
+
+}  // namespace cuda
+}  // namespace uccl

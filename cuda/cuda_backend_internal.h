@@ -1,0 +1,47 @@
+// Shared inside libuccl_cuda.so only (cuda_backend.cc, cuda_ipc.cc): the driver entry points
+// the backend resolves through the runtime (cudaGetDriverEntryPointByVersion, so the module
+// never links libcuda), the runtime-error -> Status mapping and the two singletons.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_module.h"
+
+namespace uccl {
+namespace cuda {
+
+struct Driver {
+  CUresult (*pointer_get_attributes)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
+  CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+  CUresult (*primary_ctx_get_state)(CUdevice, unsigned int*, int*) = nullptr;
+  CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
+};
+Driver& driver();  // filled by the backend's first available()
+
+// "cuda: <call> failed: cudaErrorX (text)": kInvalidArgument for bad values/pointers/devices,
+// kSystemError otherwise.
+Status cuda_error(const char* call, cudaError_t e);
+
+// Makes `ordinal` the calling thread's device for a scope and puts the thread's previous
+// context back afterwards (cuCtxGetCurrent / cuCtxSetCurrent, which, unlike cudaSetDevice,
+// never creates a context): calls from a user's thread must not change its current device,
+// nor leave a context on device 0 of a process that only uses device 1.
+class DeviceGuard {
+ public:
+  cudaError_t set(int ordinal);
+  ~DeviceGuard();
+
+ private:
+  bool saved_ = false;
+  CUcontext prev_ = nullptr;
+};
+
+DeviceBackend* backend_instance();
+CudaIpc* ipc_instance();
+
+}  // namespace cuda
+}  // namespace uccl

@@ -1,0 +1,204 @@
+// The CUDA kernels: reduce, scale, divide (see cuda/cuda_kernels.h for the contract).
+//
+// Every kernel is a grid-stride loop. When all its pointers are 16-byte aligned it moves
+// 16-byte vectors (uint4: 16 int8, 8 halves, 4 floats, 2 doubles per load), so a warp issues
+// 512-byte coalesced transactions; the tail, and any unaligned buffer, goes element by
+// element. The per-element work is cpp/base/elementwise.h, the same functions the host
+// kernels use, so results are bitwise equal to the host's.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/elementwise.h"
+#include "cuda/cuda_kernels.h"
+
+namespace uccl {
+namespace cuda {
+namespace {
+
+using elem::Bf16;
+using elem::Elem;
+using elem::Fp16;
+
+constexpr int kThreads = 512;
+
+template <class S> union Vec {
+  uint4 u;
+  S e[16 / sizeof(S)];
+};
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Blocks for n work items: enough to fill the device (4 blocks of 512 threads per SM keep
+// 2048 threads resident on sm_80/sm_90), never more than the items need.
+unsigned grid_for(size_t items) {
+  static int sms[64] = {0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  int& s = sms[dev & 63];
+  if (s == 0) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 80;
+    s = v;
+  }
+  const size_t need = (items + kThreads - 1) / kThreads;
+  const size_t cap = static_cast<size_t>(s) * 4;
+  const size_t g = need < cap ? need : cap;
+  return static_cast<unsigned>(g == 0 ? 1 : g);
+}
+
+template <class K, class Op>
+__global__ void reduce_kernel(typename Elem<K>::S* d, const typename Elem<K>::S* a,
+                              const typename Elem<K>::S* b, size_t n, bool vec, Op op) {
+  using S = typename Elem<K>::S;
+  constexpr int V = 16 / sizeof(S);
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t nvec = vec ? n / V : 0;
+  for (size_t i = tid; i < nvec; i += stride) {
+    Vec<S> x, y, z;
+    x.u = reinterpret_cast<const uint4*>(a)[i];
+    y.u = reinterpret_cast<const uint4*>(b)[i];
+#pragma unroll
+    for (int j = 0; j < V; ++j) z.e[j] = elem::combine<K>(x.e[j], y.e[j], op);
+    reinterpret_cast<uint4*>(d)[i] = z.u;
+  }
+  for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = elem::combine<K>(a[i], b[i], op);
+}
+
+template <class K>
+__global__ void scale_kernel(typename Elem<K>::S* d, const typename Elem<K>::S* s, size_t n, bool vec,
+                             typename Elem<K>::C f) {
+  using S = typename Elem<K>::S;
+  constexpr int V = 16 / sizeof(S);
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t nvec = vec ? n / V : 0;
+  for (size_t i = tid; i < nvec; i += stride) {
+    Vec<S> x, z;
+    x.u = reinterpret_cast<const uint4*>(s)[i];
+#pragma unroll
+    for (int j = 0; j < V; ++j) z.e[j] = elem::scale_one<K>(x.e[j], f);
+    reinterpret_cast<uint4*>(d)[i] = z.u;
+  }
+  for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = elem::scale_one<K>(s[i], f);
+}
+
+template <class T>
+__global__ void divide_kernel(T* d, const T* s, size_t n, bool vec, T by) {
+  constexpr int V = 16 / sizeof(T);
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t nvec = vec ? n / V : 0;
+  for (size_t i = tid; i < nvec; i += stride) {
+    Vec<T> x, z;
+    x.u = reinterpret_cast<const uint4*>(s)[i];
+#pragma unroll
+    for (int j = 0; j < V; ++j) z.e[j] = elem::divide_one(x.e[j], by);
+    reinterpret_cast<uint4*>(d)[i] = z.u;
+  }
+  for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = elem::divide_one(s[i], by);
+}
+
+template <class K, class Op>
+int run_reduce(void* dst, const void* a, const void* b, size_t n, Op op, cudaStream_t st) {
+  using S = typename Elem<K>::S;
+  const bool vec = aligned16(dst) && aligned16(a) && aligned16(b);
+  const size_t items = vec ? n / (16 / sizeof(S)) + 1 : n;
+  reduce_kernel<K, Op><<<grid_for(items), kThreads, 0, st>>>(
+      static_cast<S*>(dst), static_cast<const S*>(a), static_cast<const S*>(b), n, vec, op);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <class K>
+int reduce_typed(void* dst, const void* a, const void* b, size_t n, RedOp op, cudaStream_t st) {
+  using C = typename Elem<K>::C;
+  switch (op) {
+    case RedOp::kSum:
+    case RedOp::kAvg:
+    case RedOp::kPremulSum: return run_reduce<K>(dst, a, b, n, elem::OpSum{}, st);
+    case RedOp::kProd: return run_reduce<K>(dst, a, b, n, elem::OpProd{}, st);
+    case RedOp::kMin: return run_reduce<K>(dst, a, b, n, elem::OpMin{}, st);
+    case RedOp::kMax: return run_reduce<K>(dst, a, b, n, elem::OpMax{}, st);
+    case RedOp::kBand:
+    case RedOp::kBor:
+    case RedOp::kBxor:
+      if constexpr (std::is_integral_v<C>) {
+        if (op == RedOp::kBand) return run_reduce<K>(dst, a, b, n, elem::OpBand{}, st);
+        if (op == RedOp::kBor) return run_reduce<K>(dst, a, b, n, elem::OpBor{}, st);
+        return run_reduce<K>(dst, a, b, n, elem::OpBxor{}, st);
+      }
+      break;
+  }
+  return static_cast<int>(cudaErrorInvalidValue);  // a bitwise op on floats, or an unknown op
+}
+
+template <class K>
+int scale_typed(void* dst, const void* src, size_t n, double factor, cudaStream_t st) {
+  using S = typename Elem<K>::S;
+  const bool vec = aligned16(dst) && aligned16(src);
+  const size_t items = vec ? n / (16 / sizeof(S)) + 1 : n;
+  scale_kernel<K><<<grid_for(items), kThreads, 0, st>>>(static_cast<S*>(dst), static_cast<const S*>(src), n,
+                                                         vec, elem::scale_factor<K>(factor));
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <class T>
+int divide_typed(void* dst, const void* src, size_t n, int by, cudaStream_t st) {
+  const bool vec = aligned16(dst) && aligned16(src);
+  const size_t items = vec ? n / (16 / sizeof(T)) + 1 : n;
+  divide_kernel<T><<<grid_for(items), kThreads, 0, st>>>(static_cast<T*>(dst), static_cast<const T*>(src), n,
+                                                          vec, static_cast<T>(by));
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int launch_reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
+                  void* stream) {
+  if (count == 0) return 0;
+  auto st = static_cast<cudaStream_t>(stream);
+  switch (dt) {
+    case DataType::kInt8: return reduce_typed<int8_t>(dst, a, b, count, op, st);
+    case DataType::kUint8: return reduce_typed<uint8_t>(dst, a, b, count, op, st);
+    case DataType::kInt32: return reduce_typed<int32_t>(dst, a, b, count, op, st);
+    case DataType::kInt64: return reduce_typed<int64_t>(dst, a, b, count, op, st);
+    case DataType::kFloat16: return reduce_typed<Fp16>(dst, a, b, count, op, st);
+    case DataType::kBFloat16: return reduce_typed<Bf16>(dst, a, b, count, op, st);
+    case DataType::kFloat32: return reduce_typed<float>(dst, a, b, count, op, st);
+    case DataType::kFloat64: return reduce_typed<double>(dst, a, b, count, op, st);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int launch_scale(void* dst, const void* src, size_t count, DataType dt, double factor, void* stream) {
+  if (count == 0) return 0;
+  auto st = static_cast<cudaStream_t>(stream);
+  switch (dt) {
+    case DataType::kInt8: return scale_typed<int8_t>(dst, src, count, factor, st);
+    case DataType::kUint8: return scale_typed<uint8_t>(dst, src, count, factor, st);
+    case DataType::kInt32: return scale_typed<int32_t>(dst, src, count, factor, st);
+    case DataType::kInt64: return scale_typed<int64_t>(dst, src, count, factor, st);
+    case DataType::kFloat16: return scale_typed<Fp16>(dst, src, count, factor, st);
+    case DataType::kBFloat16: return scale_typed<Bf16>(dst, src, count, factor, st);
+    case DataType::kFloat32: return scale_typed<float>(dst, src, count, factor, st);
+    case DataType::kFloat64: return scale_typed<double>(dst, src, count, factor, st);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, void* stream) {
+  if (count == 0) return 0;
+  if (n == 0) return static_cast<int>(cudaErrorInvalidValue);
+  auto st = static_cast<cudaStream_t>(stream);
+  switch (dt) {
+    case DataType::kInt8: return divide_typed<int8_t>(dst, src, count, n, st);
+    case DataType::kUint8: return divide_typed<uint8_t>(dst, src, count, n, st);
+    case DataType::kInt32: return divide_typed<int32_t>(dst, src, count, n, st);
+    case DataType::kInt64: return divide_typed<int64_t>(dst, src, count, n, st);
+    default: return launch_scale(dst, src, count, dt, 1.0 / n, stream);  // the host's rule
+  }
+}
+
+}  // namespace cuda
+}  // namespace uccl

@@ -1,0 +1,31 @@
+// Launchers of the CUDA reduce / scale / divide kernels (cuda/cuda_kernels.cu).
+//
+// Why this header has no CUDA types: the CUDA backend (cuda/cuda_backend.cc) is ordinary C++
+// compiled by the host compiler; only the .cu file goes through nvcc. Streams travel as
+// void* (a cudaStream_t) and results as the cudaError_t value of the launch (0 = success).
+//
+// Copies are cudaMemcpyAsync (the copy engines, which also read a peer's IPC mapping); no
+// copy or pack kernel exists yet because no schedule needs a strided one.
+// Semantics are those of cpp/base/reduce.h, element for element and bit for bit: the kernels
+// instantiate the shared arithmetic of cpp/base/elementwise.h (fp16/bf16 in float, rounded
+// once; NaN propagation; integer wrap-around; llround'ed integer factors; truncating integer
+// division). dst may alias a or b (the same pointer), not partially overlap them.
+// Launch: grid-stride loops over 16-byte vectors when dst, a and b are 16-byte aligned (the
+// tail and unaligned buffers element by element), at most a few blocks per SM.
+// The caller has made the stream's device current. count == 0 launches nothing.
+#pragma once
+
+#include <cstddef>
+
+#include "uccl/types.h"
+
+namespace uccl {
+namespace cuda {
+
+int launch_reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
+                  void* stream);
+int launch_scale(void* dst, const void* src, size_t count, DataType dt, double factor, void* stream);
+int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, void* stream);
+
+}  // namespace cuda
+}  // namespace uccl

@@ -1,0 +1,125 @@
+"""GPU benchmarks for issue 14 (run by tests/gpu/run.sh; needs torch with CUDA and uccl's cuda backend).
+
+In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
+  * uccl all_reduce busbw on CUDA tensors, staged through the host (UCCL_CUDA_IPC=off) and over
+    CUDA IPC (UCCL_CUDA_IPC=on), 1 MiB .. 256 MiB float32;
+  * PyTorch Gloo's all_reduce on the same CUDA tensors (it copies to the host, reduces there,
+    copies back);
+  * the pinned PCIe copy bandwidth (host->device) measured by torch in the same run.
+Goals (issue 14): staged >= 10x Gloo at 64 MiB and >= 60% of the pinned PCIe bandwidth.
+busbw = algbw * 2 (n-1)/n (nccl-tests' all_reduce factor). Writes OUT/bench_gpu.md and .json.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(fn, iters, sync):
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / iters
+
+
+def rank_main(rank, world, port, upath, mode, q):
+    os.environ["UCCL_CUDA_IPC"] = "off" if mode == "staged" else "on"
+    ngpu = torch.cuda.device_count()
+    dev = torch.device("cuda", rank % ngpu)
+    torch.cuda.set_device(dev)
+    import uccl
+    torch.zeros(1, device=dev)  # a context before the communicator (UCCL_CUDA_IPC=auto sees it)
+    store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=60)
+    comm = uccl.Communicator(rank, world, store)
+    res = {"describe": comm.describe()}
+    if mode == "gloo":
+        dist.init_process_group("gloo", init_method=f"file://{upath}", rank=rank, world_size=world)
+    for size in SIZES:
+        x = torch.ones(size // 4, device=dev)
+        iters = max(3, min(50, (256 << 20) // size))
+        if mode == "gloo":
+            t = timed(lambda: dist.all_reduce(x), iters, torch.cuda.synchronize)
+        else:
+            t = timed(lambda: comm.all_reduce(x), iters, torch.cuda.synchronize)
+        res[size] = t
+    if mode == "gloo":
+        dist.destroy_process_group()
+    q.put((rank, res))
+    comm.barrier()
+
+
+def run(mode, world=2):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    upath = f"/tmp/uccl_bench_gloo_{os.getpid()}_{mode}"
+    if os.path.exists(upath):
+        os.remove(upath)
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, upath, mode, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    out = {}
+    for _ in procs:
+        r, res = q.get(timeout=1800)
+        out[r] = res
+    for p in procs:
+        p.join(60)
+    return out[0]
+
+
+def pcie_bw():
+    n = 256 << 20
+    h = torch.empty(n, dtype=torch.uint8).pin_memory()
+    d = torch.empty(n, dtype=torch.uint8, device="cuda")
+    t = timed(lambda: d.copy_(h, non_blocking=True), 10, torch.cuda.synchronize)
+    return n / t / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    a = ap.parse_args()
+    world = 2
+    factor = 2 * (world - 1) / world
+    pcie = pcie_bw()
+    results = {m: run(m, world) for m in ("staged", "ipc", "gloo")}
+    rows = []
+    for size in SIZES:
+        bw = {m: size / results[m][size] / 1e9 * factor for m in results}
+        rows.append((size, bw))
+    lines = [f"## all_reduce float32 on CUDA tensors, {world} ranks, {torch.cuda.device_count()} GPU(s) "
+             f"({torch.cuda.get_device_name(0)})", "",
+             f"pinned PCIe host->device copy: {pcie:.1f} GB/s (torch, same run)", "",
+             "| size | uccl staged busbw (GB/s) | uccl IPC busbw | Gloo busbw | staged / Gloo | staged / PCIe |",
+             "|---|---|---|---|---|---|"]
+    for size, bw in rows:
+        lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['ipc']:.2f} | {bw['gloo']:.2f} | "
+                     f"{bw['staged'] / bw['gloo']:.1f}x | {100 * bw['staged'] / pcie:.0f}% |")
+    lines += ["", f"paths: staged `{results['staged']['describe']}`; ipc `{results['ipc']['describe']}`"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(a.out, "bench_gpu.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "bench_gpu.json"), "w") as f:
+        json.dump({"pcie_h2d_gbps": pcie, "busbw_gbps": {str(s): bw for s, bw in rows}}, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

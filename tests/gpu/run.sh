@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The GPU tests and benchmarks, in one command, on a machine with an NVIDIA GPU:
+#
+#     bash tests/gpu/run.sh [RESULTS_DIR]        (default: tests/gpu/results)
+#
+# 1. says "no GPU" and exits 0 (skipped) where there is none;
+# 2. builds uccl with the CUDA backend (pip install --no-build-isolation . with
+#    UCCL_WITH_CUDA=ON) into the current Python, and the C++ tests (build/gpu);
+# 3. runs the C++ device tests (cuda_backend_test: kernels bit-equal to the host's on the GPU,
+#    elementwise_test), then the Python GPU tests (tests/gpu/test_*.py: every collective on
+#    CUDA buffers through IPC and staged paths, mixed CUDA/host ranks, several ranks on one
+#    GPU, a kernel writing the buffer on the current stream right before the collective);
+# 4. runs the benchmarks (tests/gpu/bench_gpu.py, tests/gpu/reduce_bench.cc) and writes
+#    RESULTS_DIR/gpu_results.md (+ .json, logs). Exit status: 0 when every test passed.
+# Environment: PYTHON (default python3), UCCL_GPU_SKIP_BUILD=1 to reuse an installed build.
+set -u
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+OUT=${1:-$ROOT/tests/gpu/results}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+LOG="$OUT/run.log"
+: > "$LOG"
+say() { echo "[gpu] $*" | tee -a "$LOG"; }
+
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1; then
+  say "no NVIDIA GPU on this machine (nvidia-smi finds none): GPU tests SKIPPED"
+  exit 0
+fi
+nvidia-smi -L | tee -a "$LOG"
+NVCC=$(command -v nvcc || true)
+[ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+if [ -z "$NVCC" ]; then
+  say "a GPU but no nvcc (CUDA toolkit): the CUDA backend cannot be built here: FAILED"
+  exit 1
+fi
+export CUDACXX=$NVCC
+say "nvcc: $NVCC ($($NVCC --version | tail -1))"
+
+status=0
+if [ "${UCCL_GPU_SKIP_BUILD:-0}" != 1 ]; then
+  say "building uccl with CUDA (pip install --no-build-isolation .)"
+  if ! CMAKE_ARGS="-DUCCL_WITH_CUDA=ON ${CMAKE_ARGS:-}" "$PY" -m pip install --no-build-isolation -q . >> "$LOG" 2>&1; then
+    say "pip install failed (see $LOG)"; exit 1
+  fi
+  say "building the C++ tests (build/gpu)"
+  if ! { cmake -S . -B build/gpu -DUCCL_WITH_CUDA=ON -DUCCL_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >> "$LOG" 2>&1 &&
+         cmake --build build/gpu -j"$(nproc)" >> "$LOG" 2>&1; }; then
+    say "C++ build failed (see $LOG)"; exit 1
+  fi
+fi
+# Run from outside the tree so that `import uccl` finds the installed build.
+(cd /tmp && "$PY" -c "import uccl, json; print(json.dumps(uccl.build_info()))") | tee "$OUT/build_info.json" | tee -a "$LOG"
+if ! (cd /tmp && "$PY" -c "import uccl, sys; sys.exit(0 if uccl.build_info().get('cuda_available') else 1)"); then
+  say "uccl says CUDA is not usable here (build_info above): FAILED"
+  exit 1
+fi
+
+for t in cuda_backend_test elementwise_test reduce_kernels_test; do
+  if build/gpu/tests/cpp/$t > "$OUT/$t.log" 2>&1; then say "$t: passed"; else say "$t: FAILED (see $OUT/$t.log)"; status=1; fi
+done
+
+say "python GPU tests"
+if (cd /tmp && "$PY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/gpu" \
+      --junitxml "$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1); then
+  say "python GPU tests: passed"
+else
+  say "python GPU tests: FAILED (see $OUT/pytest.log)"; status=1
+fi
+tail -3 "$OUT/pytest.log" | tee -a "$LOG"
+
+say "benchmarks"
+c++ -O2 -std=c++17 -I include -I cpp -I . -I build/gpu/generated tests/gpu/reduce_bench.cc \
+    -DUCCL_HAVE_CUDA=1 -Lbuild/gpu -luccl -Wl,-rpath,"$ROOT/build/gpu" -o build/gpu/reduce_bench >> "$LOG" 2>&1 &&
+  build/gpu/reduce_bench > "$OUT/reduce_bench.md" 2>> "$LOG" || { say "reduce_bench failed"; status=1; }
+(cd /tmp && "$PY" "$ROOT/tests/gpu/bench_gpu.py" --out "$OUT") >> "$LOG" 2>&1 || { say "bench_gpu.py failed (see $LOG)"; status=1; }
+{
+  echo "# uccl GPU results ($(date -u +%Y-%m-%dT%H:%MZ), $(hostname))"
+  echo
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/GPU: /'
+  echo "load: $(uptime)"
+  echo
+  cat "$OUT/reduce_bench.md" 2>/dev/null
+  echo
+  cat "$OUT/bench_gpu.md" 2>/dev/null
+} > "$OUT/gpu_results.md"
+say "results: $OUT/gpu_results.md"
+cat "$OUT/gpu_results.md"
+exit $status

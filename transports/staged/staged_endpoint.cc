@@ -1,0 +1,397 @@
+// The staged endpoint (see staged_endpoint.h for the why and the rules).
+#include "transports/staged/staged_endpoint.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace uccl {
+
+const TextSetting kStaged("staged", "UCCL_STAGED", "auto",
+                          "split every message of a pair into staging chunks (device memory pipelined through "
+                          "pinned bounce buffers): auto = when a device backend may own memory at communicator "
+                          "creation, on, off (device buffers are then staged whole)",
+                          one_of({"auto", "on", "off"}));
+const BytesSetting kStagedChunk("staged", "UCCL_STAGED_CHUNK_BYTES", "512K",
+                                "staging chunk: the pipeline's unit (the smaller of the two ranks' values)",
+                                bytes_at_least(4096));
+const BytesSetting kStagedBounce("staged", "UCCL_STAGED_BOUNCE_BYTES", "8M",
+                                 "bounce buffers per staged connection (half per direction, at least 2 chunks each)",
+                                 bytes_at_least(8192));
+
+namespace {
+std::atomic<size_t> g_bounce_bytes{0};
+}  // namespace
+
+size_t staged_offer() {
+  const std::string& mode = kStaged.get();
+  if (mode == "off") return 0;
+  if (mode == "on" || any_device_memory()) return kStagedChunk.get() / 64 * 64;
+  return 0;
+}
+
+size_t staged_bounce_bytes() { return g_bounce_bytes.load(); }
+
+StagedEndpoint::StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes)
+    : inner_(std::move(inner)), chunk_(chunk),
+      slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1) {}
+
+StagedEndpoint::~StagedEndpoint() {
+  free_slots(out_);
+  free_slots(in_);
+}
+
+std::string StagedEndpoint::describe() const {
+  return (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes) over " : "staged (whole messages) over ") +
+         inner_->describe();
+}
+
+void StagedEndpoint::free_slots(Dir& d) {
+  if (d.stream && backend_) backend_->synchronize(d.stream.get());  // queued copies may still write
+  auto drop = [&](std::unique_ptr<Slot>& s) {
+    if (!s) return;
+    backend_->free_pinned(s->host);
+    g_bounce_bytes -= s->bytes;
+    if (s->dev) {
+      backend_->free(s->dev);
+      g_bounce_bytes -= s->bytes;
+    }
+    s.reset();
+  };
+  for (auto& s : d.pool) drop(s);
+  d.pool.clear();
+  d.free_slots.clear();
+  drop(d.dedicated);
+  d.dedicated_busy = false;
+  d.stream.reset();
+}
+
+Status StagedEndpoint::ensure_device(const MemoryLoc& loc) {
+  if (backend_ == loc.backend && ordinal_ == loc.ordinal && out_.stream && in_.stream) return Status::Ok();
+  if (backend_) {
+    // Another device: switch only when nothing of the old one is in flight.
+    auto idle = [](const Dir& d) { return d.free_slots.size() == d.pool.size() && !d.dedicated_busy; };
+    if (!idle(out_) || !idle(in_)) return Status(Code::kTimeout, "busy");  // try again later
+    free_slots(out_);
+    free_slots(in_);
+  }
+  backend_ = loc.backend;
+  ordinal_ = loc.ordinal;
+  auto so = backend_->create_stream(ordinal_);
+  if (!so.ok()) return so.status();
+  auto si = backend_->create_stream(ordinal_);
+  if (!si.ok()) return si.status();
+  out_.stream = so.take();
+  in_.stream = si.take();
+  return Status::Ok();
+}
+
+StagedEndpoint::Slot* StagedEndpoint::acquire(Dir& d, size_t len) {
+  if (chunk_ == 0 || len > chunk_) {  // whole mode: one message-sized slot per direction
+    if (d.dedicated_busy) return nullptr;
+    if (!d.dedicated || d.dedicated->bytes < len) {
+      if (d.dedicated) {
+        backend_->free_pinned(d.dedicated->host);
+        g_bounce_bytes -= d.dedicated->bytes;
+        if (d.dedicated->dev) {
+          backend_->free(d.dedicated->dev);
+          g_bounce_bytes -= d.dedicated->bytes;
+        }
+        d.dedicated.reset();
+      }
+      auto s = std::make_unique<Slot>();
+      auto h = backend_->alloc_pinned(len);
+      auto e = backend_->create_event();
+      if (!h.ok() || !e.ok()) return nullptr;
+      s->host = static_cast<char*>(h.value());
+      s->bytes = len;
+      s->pooled = false;
+      s->ev = e.take();
+      g_bounce_bytes += len;
+      d.dedicated = std::move(s);
+    }
+    d.dedicated_busy = true;
+    return d.dedicated.get();
+  }
+  if (d.free_slots.empty()) {
+    if (d.pool.size() >= slots_per_dir_) return nullptr;
+    auto s = std::make_unique<Slot>();
+    auto h = backend_->alloc_pinned(chunk_);
+    auto e = backend_->create_event();
+    if (!h.ok() || !e.ok()) return nullptr;
+    s->host = static_cast<char*>(h.value());
+    s->bytes = chunk_;
+    s->ev = e.take();
+    g_bounce_bytes += chunk_;
+    d.free_slots.push_back(s.get());
+    d.pool.push_back(std::move(s));
+  }
+  Slot* s = d.free_slots.back();
+  d.free_slots.pop_back();
+  return s;
+}
+
+void StagedEndpoint::release(Dir& d, Slot* s) {
+  if (!s->pooled) d.dedicated_busy = false;
+  else d.free_slots.push_back(s);
+}
+
+void StagedEndpoint::queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes, const void* buf) {
+  if (failed_) {
+    fail(s ? static_cast<Request*>(s) : r, why_failed_);
+    return;
+  }
+  MemoryLoc loc = bytes > 0 && any_device_memory() ? locate_memory(buf) : MemoryLoc{};
+  if (chunk_ == 0 && !loc.is_device() && d.ops.empty()) {
+    // Whole mode, host memory, nothing queued before it: the plain path.
+    if (s) inner_->post_send(s);
+    else inner_->post_recv(r);
+    return;
+  }
+  Op op;
+  op.s = s;
+  op.r = r;
+  op.loc = loc;
+  const size_t unit = chunk_ ? chunk_ : std::max<size_t>(bytes, 1);
+  const size_t n = bytes == 0 ? 1 : (bytes + unit - 1) / unit;
+  op.chunks.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    op.chunks[i].off = i * unit;
+    op.chunks[i].len = std::min(unit, bytes - std::min(bytes, i * unit));
+  }
+  d.ops.push_back(std::move(op));
+  advance(d, s != nullptr);
+}
+
+void StagedEndpoint::post_send(SendRequest* r) { queue(out_, r, nullptr, r->bytes, r->data); }
+void StagedEndpoint::post_recv(RecvRequest* r) { queue(in_, nullptr, r, r->bytes, r->dst); }
+
+void StagedEndpoint::finish(Op& op, bool is_send) {
+  Request* user = is_send ? static_cast<Request*>(op.s) : op.r;
+  if (!user->pending()) return;
+  if (!op.error.ok()) fail(user, op.error);
+  else if (op.finished == op.chunks.size()) complete(user);
+}
+
+bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
+  bool moved = false;
+  const size_t n = op.chunks.size();
+  auto sub_failed = [&](const Request& q) {
+    if (op.error.ok()) op.error = q.error;
+  };
+  if (!op.loc.is_device()) {
+    // Host memory: the chunks go straight from / to the user's buffer.
+    if (may_post && op.posted < n && op.error.ok()) {
+      for (; op.posted < n; ++op.posted) {
+        Chunk& c = op.chunks[op.posted];
+        if (is_send) {
+          c.s.data = static_cast<const char*>(op.s->data) + c.off;
+          c.s.bytes = c.len;
+          c.s.env = op.s->env;
+          c.s.duplex = op.s->duplex;
+          inner_->post_send(&c.s);
+        } else {
+          c.r.dst = static_cast<char*>(op.r->dst) + c.off;
+          c.r.bytes = c.len;
+          c.r.expect = op.r->expect;
+          c.r.reduce = op.r->reduce;
+          c.r.acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : nullptr;
+          c.r.dtype = op.r->dtype;
+          c.r.op = op.r->op;
+          inner_->post_recv(&c.r);
+        }
+        c.stage = Stage::kPosted;
+      }
+      op.started = n;
+      moved = true;
+    }
+    while (op.finished < op.posted) {
+      Chunk& c = op.chunks[op.finished];
+      Request& q = is_send ? static_cast<Request&>(c.s) : c.r;
+      if (q.pending()) break;
+      if (q.state == ReqState::kFailed) sub_failed(q);
+      c.stage = Stage::kDone;
+      ++op.finished;
+      moved = true;
+    }
+    finish(op, is_send);
+    return moved;
+  }
+
+  // Device memory: through the bounce slots.
+  if (may_post && op.error.ok() && op.started < n) {
+    Status s = ensure_device(op.loc);
+    if (!s.ok() && s.code() != Code::kTimeout) op.error = s;
+  }
+  const bool ready = backend_ == op.loc.backend && ordinal_ == op.loc.ordinal && out_.stream;
+  if (is_send) {
+    // 1. device -> host copies into free slots, in order.
+    while (ready && may_post && op.error.ok() && op.started < n) {
+      Chunk& c = op.chunks[op.started];
+      Slot* sl = acquire(d, c.len);
+      if (!sl) break;
+      c.slot = sl;
+      Status s = backend_->copy_async(sl->host, static_cast<const char*>(op.s->data) + c.off, c.len,
+                                      CopyDir::kDeviceToHost, d.stream.get());
+      if (s.ok()) s = backend_->record(sl->ev.get(), d.stream.get());
+      c.stage = Stage::kCopying;
+      ++op.started;
+      moved = true;
+      if (!s.ok()) op.error = s.with_context("staging a send to the host");
+    }
+    // 2. a chunk whose copy finished goes on the wire (events of one stream finish in order).
+    while (op.posted < op.started) {
+      Chunk& c = op.chunks[op.posted];
+      Result<bool> q = backend_->query(c.slot->ev.get());
+      if (!q.ok()) {
+        if (op.error.ok()) op.error = q.status().with_context("staging a send to the host");
+      } else if (!q.value()) {
+        break;
+      }
+      if (op.error.ok()) {
+        c.s.data = c.slot->host;
+        c.s.bytes = c.len;
+        c.s.env = op.s->env;
+        c.s.duplex = op.s->duplex;
+        inner_->post_send(&c.s);
+        c.stage = Stage::kPosted;
+      } else {
+        c.s.state = ReqState::kFailed;  // never posted: treated as a failed sub-request below
+        c.s.error = op.error;
+      }
+      ++op.posted;
+      moved = true;
+    }
+    // 3. sent chunks give their slot back.
+    while (op.finished < op.posted) {
+      Chunk& c = op.chunks[op.finished];
+      if (c.s.pending()) break;
+      if (c.s.state == ReqState::kFailed) sub_failed(c.s);
+      release(d, c.slot);
+      c.stage = Stage::kDone;
+      ++op.finished;
+      moved = true;
+    }
+  } else {
+    // 1. receives into free slots, in order.
+    while (ready && may_post && op.error.ok() && op.started < n) {
+      Chunk& c = op.chunks[op.started];
+      Slot* sl = acquire(d, c.len);
+      if (!sl) break;
+      c.slot = sl;
+      c.r.dst = sl->host;
+      c.r.bytes = c.len;
+      c.r.expect = op.r->expect;
+      c.r.reduce = false;
+      c.r.dtype = op.r->dtype;
+      c.r.op = op.r->op;
+      inner_->post_recv(&c.r);
+      c.stage = Stage::kPosted;
+      ++op.started;
+      ++op.posted;
+      moved = true;
+    }
+    // 2. a landed chunk goes to the device (and is reduced there), in order.
+    for (size_t i = op.finished; i < op.posted; ++i) {
+      Chunk& c = op.chunks[i];
+      if (c.stage != Stage::kPosted) continue;
+      if (c.r.pending()) break;
+      moved = true;
+      if (c.r.state == ReqState::kFailed || !op.error.ok()) {
+        sub_failed(c.r);
+        c.stage = Stage::kLanding;  // nothing queued: its (old) event is complete
+        continue;
+      }
+      char* dst = static_cast<char*>(op.r->dst) + c.off;
+      Status s;
+      if (!op.r->reduce) {
+        s = backend_->copy_async(dst, c.slot->host, c.len, CopyDir::kHostToDevice, d.stream.get());
+      } else {
+        if (!c.slot->dev) {
+          auto dv = backend_->alloc(ordinal_, c.slot->bytes);
+          if (dv.ok()) {
+            c.slot->dev = dv.value();
+            g_bounce_bytes += c.slot->bytes;
+          }
+          s = dv.status();
+        }
+        const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
+        if (s.ok()) s = backend_->copy_async(c.slot->dev, c.slot->host, c.len, CopyDir::kHostToDevice, d.stream.get());
+        if (s.ok())
+          s = backend_->reduce_async(dst, acc, c.slot->dev, c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op,
+                                     d.stream.get());
+      }
+      if (s.ok()) s = backend_->record(c.slot->ev.get(), d.stream.get());
+      if (!s.ok() && op.error.ok()) op.error = s.with_context("staging a receive to the device");
+      c.stage = Stage::kLanding;
+    }
+    // 3. chunks on the device give their slot back.
+    while (op.finished < op.posted && op.chunks[op.finished].stage == Stage::kLanding) {
+      Chunk& c = op.chunks[op.finished];
+      Result<bool> q = backend_->query(c.slot->ev.get());
+      if (!q.ok() && op.error.ok()) op.error = q.status().with_context("staging a receive to the device");
+      if (q.ok() && !q.value()) break;
+      release(d, c.slot);
+      c.stage = Stage::kDone;
+      ++op.finished;
+      moved = true;
+    }
+  }
+  finish(op, is_send);
+  return moved;
+}
+
+bool StagedEndpoint::advance(Dir& d, bool is_send) {
+  bool moved = false, may_post = true;
+  for (Op& op : d.ops) {
+    moved |= advance_op(d, op, is_send, may_post);
+    if (op.posted < op.chunks.size() && op.error.ok()) may_post = false;
+  }
+  // An op leaves when its user request is final and no chunk of it is still in flight.
+  while (!d.ops.empty()) {
+    Op& op = d.ops.front();
+    const bool user_final = !(op.s ? static_cast<Request*>(op.s) : op.r)->pending();
+    if (!user_final || op.finished < op.posted || op.posted < op.started) break;
+    if (op.error.ok() && op.finished < op.chunks.size()) break;
+    d.ops.pop_front();
+    moved = true;
+  }
+  return moved;
+}
+
+bool StagedEndpoint::progress() {
+  bool moved = inner_->progress();
+  moved |= advance(in_, false);
+  moved |= advance(out_, true);
+  counters_ = inner_->counters();
+  return moved;
+}
+
+void StagedEndpoint::arm_wait(WaitSet* ws) {
+  // Device copies signal nothing a driver can sleep on: poll while any is queued.
+  for (Dir* d : {&out_, &in_})
+    if (!d->ops.empty() && d->free_slots.size() != d->pool.size()) ws->poll_only = true;
+  if (out_.dedicated_busy || in_.dedicated_busy) ws->poll_only = true;
+  inner_->arm_wait(ws);
+}
+
+bool StagedEndpoint::has_pending() const {
+  return !out_.ops.empty() || !in_.ops.empty() || inner_->has_pending();
+}
+
+void StagedEndpoint::fail_all(const Status& why) {
+  failed_ = true;
+  why_failed_ = why;
+  inner_->fail_all(why);
+  for (Dir* d : {&out_, &in_}) {
+    for (Op& op : d->ops) {
+      Request* user = op.s ? static_cast<Request*>(op.s) : op.r;
+      if (user->pending()) fail(user, why);
+    }
+    d->ops.clear();
+  }
+  // The copies already queued finish (they are finite), then every bounce buffer goes.
+  free_slots(out_);
+  free_slots(in_);
+}
+
+}  // namespace uccl

@@ -1,0 +1,131 @@
+// The staged endpoint: device memory over any host transport (tcp, shm, verbs), pipelined
+// through pinned bounce buffers.
+//
+// Why a wrapper and not a table entry: staging is not a way to reach a peer but a way to feed
+// one. The pair keeps the transport the table chose (shm on one host, verbs or tcp across), and
+// a StagedEndpoint sits in front of that endpoint:
+//
+//  * Split mode (negotiated at connect time): every message of the pair, host or device, is cut
+//    into sub-messages of exactly `chunk` bytes (the last one shorter; an empty message stays
+//    one empty message), on both sides, by the same rule. So the wire of a rank passing host
+//    buffers and one passing device buffers agrees without either knowing what the other
+//    passes. A host buffer's sub-messages go straight from/to the user's memory (no copy); a
+//    device buffer's go through a pool of pinned bounce slots: while chunk k is on the wire,
+//    chunk k+1 is being copied device->host on the endpoint's "out" stream and chunk k-1
+//    host->device on its "in" stream; a reducing receive copies its chunk into a device slot
+//    and reduces there with the device's kernel (the data is on the device: no round trip).
+//    A pair is split when either rank offered staging in its PeerInfo (UCCL_STAGED: auto offers
+//    it when a device backend may own memory in this process when the communicator is created;
+//    on always, off never); the chunk is the smaller of the two offers. Host-only pairs of
+//    host-only processes are never wrapped: their code path is exactly the plain one.
+//  * Whole mode (no negotiation, chunk 0): a rank that passes device memory on a pair that was
+//    not negotiated stages whole messages (one bounce buffer per message, then one send), the
+//    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
+//
+// Bounded and released: each direction holds at most UCCL_STAGED_BOUNCE_BYTES / 2 of pooled
+// slots (whole mode: one message-sized slot per direction at a time). fail_all() waits for the
+// copies already queued on the device (they are finite), then frees every slot; the process-wide
+// total is staged_bounce_bytes() (tests check it returns to 0 after a peer died).
+//
+// Ordering: requests of one direction are posted to the inner endpoint in the caller's order
+// (a later request waits until the earlier one has posted all its chunks), so the FIFO contract
+// of transport.h holds for the sub-messages. A send completes when all its chunks were sent; a
+// receive when its last chunk landed on the device (its events were queried: never waited on).
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "base/device.h"
+#include "transports/transport.h"
+
+namespace uccl {
+
+extern const TextSetting kStaged;           // UCCL_STAGED: auto | on | off
+extern const BytesSetting kStagedChunk;     // UCCL_STAGED_CHUNK_BYTES
+extern const BytesSetting kStagedBounce;    // UCCL_STAGED_BOUNCE_BYTES
+
+// The chunk this process offers for split mode in its PeerInfo, or 0 for none (UCCL_STAGED).
+size_t staged_offer();
+// Bytes of bounce buffers (pinned host and device slots) held by all staged endpoints now.
+size_t staged_bounce_bytes();
+
+class StagedEndpoint final : public Endpoint {
+ public:
+  // chunk > 0: split mode with that chunk; 0: whole mode.
+  StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes);
+  ~StagedEndpoint() override;
+
+  void post_send(SendRequest* r) override;
+  void post_recv(RecvRequest* r) override;
+  bool progress() override;
+  int wait_fd() const override { return inner_->wait_fd(); }
+  void arm_wait(WaitSet* ws) override;
+  void disarm_wait() override { inner_->disarm_wait(); }
+  void note_waiting_on_cpu(int cpu) override { inner_->note_waiting_on_cpu(cpu); }
+  bool peer_waits_on_cpu(int cpu) const override { return inner_->peer_waits_on_cpu(cpu); }
+  bool has_pending() const override;
+  void fail_all(const Status& why) override;
+  TransportKind kind() const override { return inner_->kind(); }
+  std::string describe() const override;
+
+  size_t chunk() const { return chunk_; }
+  Endpoint* inner() const { return inner_.get(); }
+
+ private:
+  struct Slot {
+    char* host = nullptr;  // pinned
+    void* dev = nullptr;   // device temporary of a reducing receive (made on first use)
+    size_t bytes = 0;
+    bool pooled = true;
+    std::unique_ptr<DeviceEvent> ev;
+  };
+  enum class Stage : uint8_t { kIdle, kCopying, kPosted, kLanding, kDone };
+  struct Chunk {
+    size_t off = 0, len = 0;
+    Stage stage = Stage::kIdle;
+    Slot* slot = nullptr;
+    SendRequest s;
+    RecvRequest r;
+  };
+  struct Op {
+    SendRequest* s = nullptr;  // exactly one of s / r
+    RecvRequest* r = nullptr;
+    MemoryLoc loc;             // where the user's buffer lives
+    std::vector<Chunk> chunks;
+    size_t started = 0, posted = 0, finished = 0;
+    Status error;
+  };
+  struct Dir {
+    std::deque<Op> ops;
+    std::vector<std::unique_ptr<Slot>> pool;
+    std::vector<Slot*> free_slots;
+    std::unique_ptr<Slot> dedicated;  // whole mode: one message-sized slot
+    bool dedicated_busy = false;
+    std::unique_ptr<DeviceStream> stream;
+  };
+
+  void queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes, const void* buf);
+  // Moves one direction's ops along; returns true if anything moved.
+  bool advance(Dir& d, bool is_send);
+  bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
+  Slot* acquire(Dir& d, size_t len);
+  void release(Dir& d, Slot* s);
+  Status ensure_device(const MemoryLoc& loc);
+  void free_slots(Dir& d);
+  void finish(Op& op, bool is_send);
+
+  std::unique_ptr<Endpoint> inner_;
+  size_t chunk_, slots_per_dir_;
+  DeviceBackend* backend_ = nullptr;
+  int ordinal_ = -1;
+  Dir out_, in_;
+  bool failed_ = false;
+  Status why_failed_;
+};
+
+}  // namespace uccl
