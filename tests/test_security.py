@@ -71,8 +71,11 @@ def test_encrypt_all(key):
 
 def test_mixed_job_encrypts_only_inter_cluster_pairs():
     clusters = ["x", "x", "y", "y"]
+    # One host per rank (else the pair is at host level whatever its clusters), two clusters.
     res = run_world(4, "security_scenarios:describe_after_collectives", transport="tcp", timeout=150,
-                    env={"UCCL_ENCRYPT": "inter_cluster"}, rank_env=lambda r: {"UCCL_CLUSTER": clusters[r]})
+                    host_ids=["a", "b", "c", "d"], env={"UCCL_ENCRYPT": "inter_cluster"},
+                    rank_env=lambda r: {"UCCL_CLUSTER": clusters[r]})
+    encrypted = 0
     for r, d in enumerate(res):
         for line in d.splitlines():
             line = line.strip()
@@ -80,6 +83,8 @@ def test_mixed_job_encrypts_only_inter_cluster_pairs():
                 continue
             p = int(line.split()[1].rstrip(":"))
             assert ("TLS" in line) == (clusters[p] != clusters[r]), (r, line)
+            encrypted += "TLS" in line
+    assert encrypted == 8  # 4 pairs across the clusters, seen from both sides
 
 
 def test_torch_backend_with_job_key_and_tls():
