@@ -16,12 +16,12 @@ PYTHON=${PYTHON:-python3}
 export RATE=${RATE:-2gbit} PYTHON
 export UCCL_JOB_KEY=${UCCL_JOB_KEY:-tls-cost-benchmark-key-0123456789}
 summary=$(mktemp)
-(cd / && $PYTHON -c 'import uccl; s = uccl._core.security_info(); print("#", s["encryption"])') | tee "$summary"
+(cd / && $PYTHON -c 'import uccl; s = uccl._core.security_info(); print("#", s["encryption"].split("; ", 1)[1])') | tee "$summary"
 echo "# all_reduce $SIZE, tbf $RATE, $ROUNDS rounds alternating (job key set in both modes)" | tee -a "$summary"
 for r in $(seq 1 "$ROUNDS"); do
   for mode in none all; do
     load=$(cut -d' ' -f1 /proc/loadavg)
-    line=$(UCCL_ENCRYPT=$mode bash "$HERE/two_hosts.sh" -b "$SIZE" -e "$SIZE" -f 2 -n 5 -w 2 | awk '$1 ~ /^[0-9]+$/ && NF >= 6 {print}' | tail -1)
+    line=$(OUT= UCCL_ENCRYPT=$mode bash "$HERE/two_hosts.sh" -b "$SIZE" -e "$SIZE" -f 2 -n 5 -w 2 | awk '$1 ~ /^[0-9]+$/ && NF >= 6 {print}' | tail -1)
     echo "round $r encrypt=$mode load=$load: $line" | tee -a "$summary"
   done
 done
