@@ -53,6 +53,7 @@ print(int(v if m.group(3) == "bit" else v * 8))
 EOF
 )
 echo "# two hosts: netns $NS1 ($A) <-> $NS2 ($B), veth mtu $MTU, tbf $RATE each way ($rate_bps bit/s)"
+echo "# UCCL_ENCRYPT=${UCCL_ENCRYPT:-none}${UCCL_JOB_KEY:+, job key set}; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- what the link gives a plain TCP stream (both directions at once, like a ring) -----------
 ip netns exec "$NS2" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &

@@ -8,7 +8,7 @@ secs=${1:-20}
 build=build/fuzz
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DUCCL_FUZZ=ON -DUCCL_BUILD_TESTS=OFF \
   -DUCCL_WITH_VERBS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build "$build" -j2 --target fuzz_handshake fuzz_tcp_stream fuzz_peer_info
+cmake --build "$build" -j2 --target fuzz_handshake fuzz_tcp_stream fuzz_peer_info fuzz_auth
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # Seeds: a well-formed hello (wrong secret) so mutations start past the magic and version.
 mkdir -p "$build/corpus/fuzz_handshake"
@@ -17,7 +17,20 @@ import struct, sys
 hello = struct.pack("<IHBB16sQiiIII", 0x4C434355, 1, 0, 0, b"\x11" * 16, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4) + b"tcp1"
 open(sys.argv[1], "wb").write(hello)
 PY
-for t in fuzz_peer_info fuzz_handshake fuzz_tcp_stream; do
+# fuzz_auth (job key): a store client's AuthHello and a keyed hello, so mutations start past
+# the magics (first byte: even = store port, odd = rank port).
+mkdir -p "$build/corpus/fuzz_auth"
+python3 - "$build/corpus/fuzz_auth" <<'PY'
+import os, struct, sys
+d = sys.argv[1]
+open(os.path.join(d, "store_auth"), "wb").write(b"\x00" + struct.pack("<II", 0x41534355, 1) + b"\x22" * 32 +
+                                                 struct.pack("<II", 0x50534355, 0) + b"\x33" * 32)
+open(os.path.join(d, "store_get"), "wb").write(b"\x02" + struct.pack("<IB3xqII", 0x54534355, 2, 10, 1, 0) +
+                                                struct.pack("<I", 6) + b"canary")
+hello = struct.pack("<IHBB16sQiiIII", 0x4C434355, 1, 0, 0, b"\x11" * 16, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4)
+open(os.path.join(d, "rank_hello"), "wb").write(b"\x01" + hello + b"\x44" * 32 + b"tcp1")
+PY
+for t in fuzz_peer_info fuzz_handshake fuzz_tcp_stream fuzz_auth; do
   corpus=$build/corpus/$t
   mkdir -p "$corpus"
   echo "== $t for ${secs}s"

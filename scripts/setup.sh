@@ -30,6 +30,7 @@ UCCL_APT_PACKAGES=(
   libibverbs-dev rdma-core                    # verbs headers; libibverbs is dlopen'ed at run time
   iproute2 iperf3                             # netns testbed, two-host benchmark
   pkg-config                                  # tests/test_capi.py: pkg-config uccl
+  libssl-dev                                  # job key HMAC, TLS on tcp links (UCCL_ENCRYPT)
 )
 # Debian packages for libFuzzer (scripts/fuzz.sh), only with UCCL_SETUP_FUZZ=1.
 UCCL_APT_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)

@@ -186,6 +186,10 @@ struct PeerContext {
   std::string peer_address;   // "ip:port" of the peer's listener, for messages
   int peer_pid = 0;
   double timeout_s = 0;       // deadline for any blocking step of the setup
+  int level = -1;             // topology level of the pair (topology.h: 0 host, 1 cluster, 2 inter_cluster)
+  // Key material shared by the two ranks alone (32 bytes; "" if none): from the job key, or in
+  // the keyless mode from the store's job secret. tcp derives its TLS pre-shared key from it.
+  std::string link_key;
   std::string describe() const;  // "rank 3 (host b, 10.0.0.2:41234)"
 };
 

@@ -8,7 +8,7 @@ Also a torch.distributed backend: init_process_group(backend="uccl").
 """
 from . import _core
 from .comm import Communicator
-from .errors import (AbortedError, InvalidArgument, MismatchError, NotSupported, RemoteError, TimeoutError,
+from .errors import (AbortedError, AuthenticationError, InvalidArgument, MismatchError, NotSupported, RemoteError, TimeoutError,
                      UcclError)
 from .launch import init
 from .store import PrefixStore, TcpStore
@@ -44,4 +44,5 @@ def _register_torch_backend():
 _register_torch_backend()
 
 __all__ = ["Communicator", "Work", "TcpStore", "PrefixStore", "init", "build_info", "config", "UcclError", "InvalidArgument",
-           "NotSupported", "TimeoutError", "RemoteError", "MismatchError", "AbortedError"]
+           "NotSupported", "TimeoutError", "RemoteError", "MismatchError", "AbortedError",
+           "AuthenticationError"]

@@ -42,3 +42,8 @@ class MismatchError(UcclError):
 
 class AbortedError(UcclError):
     """The communicator was aborted."""
+
+
+class AuthenticationError(UcclError, PermissionError):
+    """The job key was refused: a store or peer has another key (or none), or we have none
+    and the store requires one (UCCL_JOB_KEY / UCCL_JOB_KEY_FILE)."""

@@ -19,6 +19,10 @@ def main(out=sys.stdout):
     reason = info.get("verbs_unavailable_reason") or ""
     print(f"  verbs usable here: {'yes' if info['verbs_available'] else 'no'}"
           f"{' (' + reason + ')' if reason and not info['verbs_available'] else ''}", file=out)
+    sec = _core.security_info()
+    print("security:", file=out)
+    print(f"  authentication: {sec['authentication']}", file=out)
+    print(f"  encryption: {sec['encryption']}", file=out)
     print("\nsettings (UCCL_*):", file=out)
     section = None
     for v in config():

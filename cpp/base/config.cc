@@ -180,7 +180,8 @@ std::vector<ConfigRow> config_table() {
   for (const ConfigVar* v : sorted_vars()) {
     const char* env = std::getenv(v->name());
     Status s = v->error();
-    out.push_back({v->section(), v->name(), env ? env : v->def(), v->def(), v->meaning(), env != nullptr,
+    const std::string value = env && v->secret() ? std::string("(set, hidden)") : env ? env : v->def();
+    out.push_back({v->section(), v->name(), value, v->def(), v->meaning(), env != nullptr,
                    s.ok() ? std::string() : s.message()});
   }
   return out;

@@ -43,6 +43,8 @@ class ConfigVar {
   const char* name() const { return name_; }
   const char* def() const { return def_; }
   const char* meaning() const { return meaning_; }
+  // A secret (a key): config_table() shows only whether it is set, never its text.
+  virtual bool secret() const { return false; }
   // Why the environment's text was refused (Ok when unset or valid). Loads the variable.
   Status error() const;
 
@@ -98,6 +100,12 @@ using BytesSetting = Setting<size_t>;
 using BoolSetting = Setting<bool>;
 using DoubleSetting = Setting<double>;
 using TextSetting = Setting<std::string>;
+// A text setting whose value is never printed (UCCL_JOB_KEY).
+class SecretSetting : public Setting<std::string> {
+ public:
+  using Setting<std::string>::Setting;
+  bool secret() const override { return true; }
+};
 
 // Parsers. Every one accepts surrounding spaces and refuses anything else it does not know.
 Setting<int>::Parser int_in(int lo, int hi);

@@ -15,6 +15,7 @@ const char* code_name(Code c) {
     case Code::kAborted: return "aborted";
     case Code::kSystemError: return "system error";
     case Code::kInternal: return "internal error";
+    case Code::kUnauthenticated: return "unauthenticated";
   }
   return "unknown";
 }

@@ -6,6 +6,9 @@
 // same timeout plus a grace period, so a server that hangs (or a host that vanished without a
 // FIN) still ends in an error rather than a hang. After any I/O error the stream may be out of
 // step, so the client closes the connection and every later call fails with the first error.
+//
+// With a job key the client authenticates before its first request (tcp_store_wire.h) and
+// checks the server's proof too: a "store" that does not know the key gets nothing from us.
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -14,6 +17,7 @@
 #include <mutex>
 
 #include "uccl/tcp_store.h"
+#include "bootstrap/auth.h"
 #include "bootstrap/tcp_store_wire.h"
 #include "base/config.h"
 #include "base/net.h"
@@ -91,6 +95,8 @@ class TcpStoreClient : public Store {
 
   Status check_error(const Reply& r, const std::string& what) const {
     if (r.status == ReplyStatus::kOk) return Status::Ok();
+    if (r.status == ReplyStatus::kDenied)
+      return Status(Code::kUnauthenticated, "tcp store " + server_ + " refused this client: " + r.payload);
     return Status(Code::kRemoteError, "tcp store " + server_ + ": " + what + " failed: " + r.payload);
   }
 
@@ -120,6 +126,12 @@ class TcpStoreClient : public Store {
       r.value = rh.value;
       r.payload.resize(rh.payload_bytes);
       st = recv_all(fd_, &r.payload[0], r.payload.size(), deadline);
+    }
+    if (st.ok() && r.status == ReplyStatus::kDenied) {  // the server closes after a denial
+      broken_ = check_error(r, "");
+      close(fd_);
+      fd_ = -1;
+      return broken_;
     }
     if (!st.ok()) {
       // The stream is out of step now: close it so that nothing later reads a stale reply.
@@ -151,13 +163,72 @@ class TcpStoreClient : public Store {
   Status broken_;
 };
 
+// The client's half of the challenge-response (tcp_store_wire.h); the server's verdict on our
+// proof arrives as the reply to the first request (kDenied if wrong).
+Status authenticate(int fd, const std::string& server, const std::string& key, double deadline) {
+  AuthHello hello;
+  random_bytes(hello.nonce, kNonceBytes);
+  UCCL_RETURN_IF_ERROR(send_all(fd, &hello, sizeof hello, deadline));
+  uint32_t magic = 0;
+  Status st = recv_all(fd, &magic, 4, deadline);
+  if (!st.ok()) {
+    if (st.code() == Code::kTimeout) return st;
+    return Status(Code::kUnauthenticated, "tcp store " + server + " closed the connection during authentication (" +
+                                              st.message() + "); is it a uccl store with the same job key?");
+  }
+  if (magic == kReplyMagic) {  // a refusal (a keyless store, another version)
+    ReplyHeader rh;
+    rh.magic = magic;
+    st = recv_all(fd, reinterpret_cast<char*>(&rh) + 4, sizeof rh - 4, deadline);
+    std::string why = "no reason given";
+    if (st.ok() && rh.payload_bytes <= 4096) {
+      why.assign(rh.payload_bytes, '\0');
+      if (!recv_all(fd, &why[0], why.size(), deadline).ok()) why = "no reason given";
+    }
+    return Status(Code::kUnauthenticated, "tcp store " + server + " refused this client: " + why);
+  }
+  if (magic != kAuthChallengeMagic)
+    return Status(Code::kUnauthenticated, "tcp store " + server + " answered the authentication with garbage");
+  AuthChallenge ch;
+  st = recv_all(fd, reinterpret_cast<char*>(&ch) + 4, sizeof ch - 4, deadline);
+  if (!st.ok()) return st.with_context("tcp store " + server + ": authentication");
+  const std::string nonces = std::string(reinterpret_cast<const char*>(hello.nonce), kNonceBytes) +
+                             std::string(reinterpret_cast<const char*>(ch.nonce), kNonceBytes);
+  const std::string want = hmac_sha256(key, kStoreServerLabel, nonces);
+  if (!equal_ct(want.data(), ch.mac, kMacBytes))
+    return Status(Code::kUnauthenticated, "tcp store " + server +
+                                              " does not know this job's key (wrong job key: its UCCL_JOB_KEY differs "
+                                              "from ours); nothing was sent to it");
+  AuthProof proof;
+  const std::string mac = hmac_sha256(key, kStoreClientLabel, nonces);
+  std::memcpy(proof.mac, mac.data(), kMacBytes);
+  return send_all(fd, &proof, sizeof proof, deadline);
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Store>> connect_tcp_store(const std::string& host, int port, double timeout_s) {
+  Result<std::string> key = job_key();
+  if (!key.ok()) return key.status().with_context("tcp store");
+  return connect_tcp_store(host, port, timeout_s, key.value());
+}
+
+Result<std::shared_ptr<Store>> connect_tcp_store(const std::string& host, int port, double timeout_s,
+                                                 const std::string& key) {
   Result<SockAddr> addr = parse_address(host, port);
   if (!addr.ok()) return addr.status().with_context("tcp store");
-  Result<int> fd = connect_to(addr.value(), now_s() + timeout_s);
+  const double deadline = now_s() + timeout_s;
+  Result<int> fd = connect_to(addr.value(), deadline);
   if (!fd.ok()) return fd.status().with_context("tcp store");
+  if (!key.empty()) {
+    // The server answers at once; a bounded wait also when the caller's timeout is huge.
+    Status st = authenticate(fd.value(), addr.value().to_string(), key,
+                             std::min(deadline, now_s() + std::max(kTimeoutS.get(), 1.0)));
+    if (!st.ok()) {
+      close(fd.value());
+      return st;
+    }
+  }
   return std::shared_ptr<Store>(new TcpStoreClient(fd.value(), addr.value().to_string(), port));
 }
 

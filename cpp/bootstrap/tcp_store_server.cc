@@ -5,7 +5,9 @@
 // thread serves thousands of clients without locks; a GET or WAIT whose keys are missing parks
 // the client (no reply, no polling by the client) until a SET/ADD makes the keys appear or its
 // timeout passes, which the loop turns into poll()'s timeout. A client that sends garbage is
-// logged and dropped; the others never notice.
+// logged and dropped; the others never notice. With a job key, a client is served only after
+// it proved the key (tcp_store_wire.h); until then nothing it sends is executed and nothing of
+// the store's content is sent to it.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "uccl/tcp_store.h"
+#include "bootstrap/auth.h"
 #include "bootstrap/tcp_store_wire.h"
 #include "base/log.h"
 #include "base/net.h"
@@ -33,8 +36,14 @@ namespace {
 
 using namespace store_wire;
 
+// Where a client stands with authentication (only kOpen clients have requests executed).
+enum class Auth : uint8_t { kOpen, kHello, kProof };
+
 struct Client {
   int fd = -1;
+  Auth auth = Auth::kOpen;
+  uint8_t client_nonce[kNonceBytes] = {};
+  uint8_t server_nonce[kNonceBytes] = {};
   std::string peer;
   std::string in;         // bytes received, not yet parsed
   std::string out;        // reply bytes not yet written
@@ -60,7 +69,8 @@ std::multiset<int> g_served_ports;  // ports served by TcpStoreServers of this p
 
 class TcpStoreServerImpl : public TcpStoreServer {
  public:
-  TcpStoreServerImpl(int listen_fd, int wake_fd, int port) : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port) {
+  TcpStoreServerImpl(int listen_fd, int wake_fd, int port, std::string key)
+      : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port), key_(std::move(key)) {
     {
       std::lock_guard<std::mutex> lock(g_served_mu);
       g_served_ports.insert(port_);
@@ -90,6 +100,10 @@ class TcpStoreServerImpl : public TcpStoreServer {
   bool read_client(Client* c);
   bool flush_client(Client* c);
   bool process_input(Client* c);
+  // Reads the client's AuthHello / AuthProof; Parse::kComplete once it is kOpen. kGarbage
+  // means drop it (a denial, when one is due, is already queued in c->out).
+  Parse authenticate(Client* c, std::string* why);
+  void deny(Client* c, const std::string& why);
   Parse parse(Client* c, Request* req, std::string* why);
   void execute(Client* c, Request& req);
   void reply(Client* c, ReplyStatus st, int64_t value, const std::string& payload);
@@ -99,6 +113,7 @@ class TcpStoreServerImpl : public TcpStoreServer {
   void drop(size_t index, const char* why);
 
   int listen_fd_, wake_fd_, port_;
+  const std::string key_;  // "" = keyless: every client is served
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::vector<std::unique_ptr<Client>> clients_;
@@ -156,6 +171,7 @@ void TcpStoreServerImpl::accept_clients() {
     auto c = std::make_unique<Client>();
     c->fd = fd;
     c->peer = a.to_string();
+    if (!key_.empty()) c->auth = Auth::kHello;
     clients_.push_back(std::move(c));
   }
 }
@@ -250,8 +266,87 @@ Parse TcpStoreServerImpl::parse(Client* c, Request* req, std::string* why) {
   return Parse::kComplete;
 }
 
+void TcpStoreServerImpl::deny(Client* c, const std::string& why) {
+  UCCL_WARN("tcp store server: refusing client %s: %s", c->peer.c_str(), why.c_str());
+  reply(c, ReplyStatus::kDenied, 0, why);
+  flush_client(c);  // best effort: a small write into a fresh socket's buffer
+}
+
+Parse TcpStoreServerImpl::authenticate(Client* c, std::string* why) {
+  std::string& in = c->in;
+  uint32_t magic = 0;
+  if (in.size() < 4) return Parse::kIncomplete;
+  std::memcpy(&magic, in.data(), 4);
+  if (key_.empty()) {
+    if (magic != kAuthHelloMagic) return Parse::kComplete;  // keyless: plain requests
+    deny(c, "this store has no job key, but the client authenticates with one: set the same UCCL_JOB_KEY "
+            "(or UCCL_JOB_KEY_FILE) in every process, the store's included");
+    *why = "";
+    return Parse::kGarbage;
+  }
+  if (c->auth == Auth::kHello) {
+    if (magic == kRequestMagic) {
+      deny(c, "this store requires the job key (UCCL_JOB_KEY or UCCL_JOB_KEY_FILE); the client sent a request "
+              "without authenticating");
+      return Parse::kGarbage;
+    }
+    if (magic != kAuthHelloMagic) {
+      *why = "bad magic (not a uccl store client?)";
+      return Parse::kGarbage;
+    }
+    if (in.size() < sizeof(AuthHello)) return Parse::kIncomplete;
+    AuthHello h;
+    std::memcpy(&h, in.data(), sizeof h);
+    in.erase(0, sizeof h);
+    if (h.version != kAuthVersion) {
+      deny(c, "store authentication version " + std::to_string(h.version) + ", this store speaks " +
+                  std::to_string(kAuthVersion));
+      return Parse::kGarbage;
+    }
+    std::memcpy(c->client_nonce, h.nonce, kNonceBytes);
+    AuthChallenge ch;
+    random_bytes(ch.nonce, kNonceBytes);
+    std::memcpy(c->server_nonce, ch.nonce, kNonceBytes);
+    const std::string nonces = std::string(reinterpret_cast<const char*>(c->client_nonce), kNonceBytes) +
+                               std::string(reinterpret_cast<const char*>(c->server_nonce), kNonceBytes);
+    const std::string mac = hmac_sha256(key_, kStoreServerLabel, nonces);
+    std::memcpy(ch.mac, mac.data(), kMacBytes);
+    c->out.append(reinterpret_cast<const char*>(&ch), sizeof ch);
+    c->auth = Auth::kProof;
+    if (in.size() < 4) return Parse::kIncomplete;
+    std::memcpy(&magic, in.data(), 4);
+  }
+  // Auth::kProof
+  if (magic != kAuthProofMagic) {
+    deny(c, "expected the client's proof of the job key, got something else");
+    return Parse::kGarbage;
+  }
+  if (in.size() < sizeof(AuthProof)) return Parse::kIncomplete;
+  AuthProof p;
+  std::memcpy(&p, in.data(), sizeof p);
+  in.erase(0, sizeof p);
+  const std::string nonces = std::string(reinterpret_cast<const char*>(c->client_nonce), kNonceBytes) +
+                             std::string(reinterpret_cast<const char*>(c->server_nonce), kNonceBytes);
+  const std::string want = hmac_sha256(key_, kStoreClientLabel, nonces);
+  if (!equal_ct(want.data(), p.mac, kMacBytes)) {
+    deny(c, "wrong job key: the client's UCCL_JOB_KEY differs from the store's");
+    return Parse::kGarbage;
+  }
+  c->auth = Auth::kOpen;
+  return Parse::kComplete;
+}
+
 bool TcpStoreServerImpl::process_input(Client* c) {
   Request req;
+  if (c->auth != Auth::kOpen || key_.empty()) {
+    std::string why;
+    Parse p = authenticate(c, &why);
+    if (p == Parse::kGarbage) {
+      if (!why.empty()) UCCL_WARN("tcp store server: closing connection from %s: %s", c->peer.c_str(), why.c_str());
+      return false;
+    }
+    if (p == Parse::kIncomplete) return flush_client(c);
+  }
   while (!c->parked) {
     std::string why;
     Parse p = parse(c, &req, &why);
@@ -345,6 +440,13 @@ bool tcp_store_port_served_here(int port) {
 }
 
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port) {
+  Result<std::string> key = job_key();
+  if (!key.ok()) return key.status().with_context("tcp store server");
+  return start(host, port, key.value());
+}
+
+Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port,
+                                                              const std::string& job_key) {
   Result<SockAddr> addr = parse_address(host, port);
   if (!addr.ok()) return addr.status().with_context("tcp store server");
   Result<int> fd = listen_on(&addr.value(), 1024);
@@ -357,8 +459,9 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string&
     if (wake >= 0) close(wake);
     return nb.ok() ? SystemError("tcp store server: eventfd", err) : nb;
   }
-  UCCL_INFO("tcp store server listening on %s", addr.value().to_string().c_str());
-  return std::unique_ptr<TcpStoreServer>(new TcpStoreServerImpl(fd.value(), wake, addr.value().port()));
+  UCCL_INFO("tcp store server listening on %s%s", addr.value().to_string().c_str(),
+            job_key.empty() ? "" : " (clients must prove the job key)");
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServerImpl(fd.value(), wake, addr.value().port(), job_key));
 }
 
 }  // namespace uccl

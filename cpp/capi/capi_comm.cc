@@ -30,6 +30,7 @@ uccl_result_t to_result(uccl::Code c) {
     case uccl::Code::kMismatch: return UCCL_ERR_MISMATCH;
     case uccl::Code::kAborted: return UCCL_ERR_ABORTED;
     case uccl::Code::kSystemError: return UCCL_ERR_SYSTEM;
+    case uccl::Code::kUnauthenticated: return UCCL_ERR_UNAUTHENTICATED;
     default: return UCCL_ERR_INTERNAL;
   }
 }
@@ -108,6 +109,7 @@ const char* uccl_error_string(uccl_result_t r) {
     case UCCL_ERR_SYSTEM: return "system error";
     case UCCL_ERR_INTERNAL: return "internal error";
     case UCCL_IN_PROGRESS: return "in progress";
+    case UCCL_ERR_UNAUTHENTICATED: return "unauthenticated (job key refused)";
   }
   return "unknown uccl_result_t";
 }

@@ -30,6 +30,11 @@ bool ConnectionManager::accept_new() {
       a.len = len;
       in->peer_addr = a.to_string();
       in->deadline = now_s() + std::min(timeout_s_, 30.0);
+      if (keyed()) {  // the connecting side proves the key over this nonce (handshake.h)
+        const Greeting g = make_greeting();
+        std::memcpy(in->nonce, g.nonce, kNonceBytes);
+        (void)::send(fd, &g, sizeof g, MSG_DONTWAIT | MSG_NOSIGNAL);  // a fresh socket's buffer takes it
+      }
       incoming_.push_back(std::move(in));
       moved = true;
     }
@@ -44,24 +49,37 @@ bool ConnectionManager::progress_incoming() {
     std::string why;
     bool probe = false;
     bool complete = false;
+    const size_t head = sizeof(HelloHeader) + (keyed() ? kMacBytes : 0);
     for (;;) {
       size_t want;
       char* dst;
+      if (in.got == sizeof(HelloHeader) && in.hello.magic == kHelloMagic && (in.hello.flags & kHelloProbe) &&
+          in.hello.comm_id == comm_id_ && (keyed() || std::memcmp(in.hello.secret, secret_, kSecretBytes) == 0)) {
+        probe = true;  // a peer checking that this rank is alive: nothing to log
+        break;
+      }
       if (in.got < sizeof(HelloHeader)) {
         want = sizeof(HelloHeader) - in.got;
         dst = reinterpret_cast<char*>(&in.hello) + in.got;
+      } else if (in.got < head) {  // keyed: the hello's MAC
+        if (in.hello.magic != kHelloMagic) {
+          why = "bad magic (not a uccl peer)";
+          break;
+        }
+        want = head - in.got;
+        dst = reinterpret_cast<char*>(in.mac) + (in.got - sizeof(HelloHeader));
       } else {
-        if (in.got == sizeof(HelloHeader)) {
-          if (in.hello.magic == kHelloMagic && (in.hello.flags & kHelloProbe) && in.hello.comm_id == comm_id_ &&
-              std::memcmp(in.hello.secret, secret_, kSecretBytes) == 0) {
-            probe = true;  // a peer checking that this rank is alive: nothing to log
+        if (in.got == head) {
+          if (keyed() && !equal_ct(hello_mac(key_, in.nonce, in.hello).data(), in.mac, kMacBytes)) {
+            why = "wrong job key (the hello's MAC does not match: a stranger, or a rank with another UCCL_JOB_KEY)";
+            refuse_unauthenticated(in.fd);
             break;
           }
-          why = validate_hello(in.hello, secret_, comm_id_, rank_, size_);
+          why = validate_hello(in.hello, keyed() ? nullptr : secret_, comm_id_, rank_, size_);
           if (!why.empty()) break;
           in.offer.resize(in.hello.offer_bytes);
         }
-        size_t body = in.got - sizeof(HelloHeader);
+        size_t body = in.got - head;
         if (body == in.hello.offer_bytes) {
           complete = true;
           break;
@@ -106,6 +124,12 @@ bool ConnectionManager::progress_incoming() {
         asmb->fds.assign(in.hello.nchannels, -1);
       }
       if (in.hello.channel < asmb->fds.size() && asmb->fds[in.hello.channel] < 0 && !endpoints_[from]) {
+        if (asmb->hellos.empty()) {
+          asmb->hellos.resize(asmb->fds.size());
+          asmb->nonces.resize(asmb->fds.size());
+        }
+        asmb->hellos[in.hello.channel] = in.hello;
+        std::memcpy(asmb->nonces[in.hello.channel].data(), in.nonce, kNonceBytes);
         asmb->fds[in.hello.channel] = in.fd;
         asmb->have++;
         if (in.hello.channel == 0) asmb->offer = in.offer;
@@ -147,6 +171,7 @@ void ConnectionManager::finish_incoming(int from) {
     const std::string& body = !err.ok() ? err.message() : (ch == 0 ? answer : std::string());
     AckHeader h{kAckMagic, err.ok() ? 0u : static_cast<uint32_t>(err.code()), static_cast<uint32_t>(body.size())};
     std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+    if (keyed()) msg += ack_mac(key_, a->nonces[ch].data(), a->hellos[ch], h);
     msg += body;
     Status s = send_all(a->fds[ch], msg.data(), msg.size(), now_s() + 10);
     if (!s.ok() && err.ok()) err = s.with_context("acknowledging " + ctx.describe());

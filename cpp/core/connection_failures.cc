@@ -84,11 +84,18 @@ Status ConnectionManager::send_failure_notice(int peer, const std::string& why, 
   HelloHeader h = hello_to(peer, kHelloFailed);
   h.nchannels = 1;
   h.offer_bytes = len;
-  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
-  msg.append(why, 0, len);
   auto fd = connect_listener(*info.value(), 0.1, deadline);
   if (!fd.ok()) return fd.status();
-  Status s = send_all(fd.value(), msg.data(), msg.size(), std::min(deadline, now_s() + 0.1));
+  std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
+  Status s;
+  if (keyed()) {  // the notice fails a peer: it is authenticated like any hello
+    Greeting g{};
+    s = recv_all(fd.value(), &g, sizeof g, std::min(deadline, now_s() + 0.1));
+    if (s.ok() && !validate_greeting(g).empty()) s = Status(Code::kRemoteError, validate_greeting(g));
+    if (s.ok()) msg += hello_mac(key_, g.nonce, h);
+  }
+  msg.append(why, 0, len);
+  if (s.ok()) s = send_all(fd.value(), msg.data(), msg.size(), std::min(deadline, now_s() + 0.1));
   ::close(fd.value());
   return s;
 }
@@ -98,7 +105,8 @@ HelloHeader ConnectionManager::hello_to(int peer, uint8_t flags) const {
   h.magic = kHelloMagic;
   h.version = kProtocolVersion;
   h.flags = flags;
-  std::memcpy(h.secret, secret_, kSecretBytes);
+  if (keyed()) random_bytes(h.secret, kSecretBytes);  // the hello's nonce (handshake.h)
+  else std::memcpy(h.secret, secret_, kSecretBytes);
   h.comm_id = comm_id_;
   h.from_rank = rank_;
   h.to_rank = peer;

@@ -43,6 +43,9 @@ ConnectionManager::ConnectionManager(int rank, int size, std::shared_ptr<Store> 
 ConnectionManager::~ConnectionManager() { close_all(); }
 
 Status ConnectionManager::init() {
+  Result<std::string> key = job_key();
+  if (!key.ok()) return key.status();
+  key_ = key.value();
   // The job secret and communicator id: rank 0 creates them, everyone else reads them. With
   // them goes whether rank 0's process serves the store (uccl.init(), a TcpStore created with
   // is_server on rank 0): when the store vanishes with that process, errors can then name
@@ -163,13 +166,24 @@ PeerContext ConnectionManager::peer_context(int peer) {
   c.my_rank = rank_;
   c.peer_rank = peer;
   c.timeout_s = timeout_s_;
+  c.link_key = link_key(peer);
   auto it = peer_infos_.find(peer);
   if (it != peer_infos_.end()) {
+    c.level = pair_level(me_, *it->second);
     c.peer_host = it->second->hostname;
     c.peer_pid = it->second->pid;
     if (!it->second->listen.empty()) c.peer_address = it->second->listen[0];
   }
   return c;
+}
+
+std::string ConnectionManager::link_key(int peer) const {
+  const int lo = std::min(rank_, peer), hi = std::max(rank_, peer);
+  std::string data(reinterpret_cast<const char*>(&comm_id_), sizeof comm_id_);
+  data.append(reinterpret_cast<const char*>(&lo), sizeof lo);
+  data.append(reinterpret_cast<const char*>(&hi), sizeof hi);
+  return hmac_sha256(keyed() ? key_ : std::string(reinterpret_cast<const char*>(secret_), kSecretBytes),
+                     "uccl link key", data);
 }
 
 Result<Endpoint*> ConnectionManager::endpoint(int peer) {
@@ -232,6 +246,8 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   out->deadline = now_s() + timeout_s_;
   const std::string offer = out->pending->offer();
   const int n = t->sockets_per_connection();
+  out->offer = offer;
+  out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
   // The peer's addresses, those on a network we share first (the cluster fabric before a
   // routed path): tcp then rides the best common network.
@@ -249,6 +265,7 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
         break;
       }
       fds.push_back(fd.value());
+      if (keyed()) continue;  // the hello follows the peer's greeting (greet_outgoing)
       HelloHeader h = hello_to(peer, 0);
       h.transport = static_cast<uint8_t>(path.kind);
       h.channel = ch;
@@ -268,6 +285,10 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   if (out->fds.empty()) return last;
   out->ack_read.assign(n, 0);
   out->acks.assign(n, AckHeader{});
+  out->greetings.assign(n, Greeting{});
+  out->greeting_read.assign(n, keyed() ? 0 : sizeof(Greeting));
+  out->hellos.assign(n, HelloHeader{});
+  out->ack_macs.assign(n, std::string(keyed() ? kMacBytes : 0, '\0'));
   UCCL_INFO("rank %d -> rank %d: connecting over %s (%d socket%s)", rank_, peer, path.name.c_str(), n, n > 1 ? "s" : "");
   outgoing_[peer] = std::move(out);
   return Status::Ok();
@@ -275,14 +296,17 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
 
 bool ConnectionManager::progress_outgoing() {
   bool moved = false;
+  const size_t mac_len = keyed() ? kMacBytes : 0;
   for (auto it = outgoing_.begin(); it != outgoing_.end();) {
     Outgoing& o = *it->second;
     PeerContext ctx = peer_context(o.peer);
-    Status err;
-    bool all_done = true;
-    for (size_t ch = 0; ch < o.fds.size() && err.ok(); ++ch) {
+    bool greeted = true;
+    Status err = keyed() ? greet_outgoing(o, &greeted, &moved) : Status::Ok();
+    bool all_done = greeted;
+    for (size_t ch = 0; ch < o.fds.size() && err.ok() && greeted; ++ch) {
       size_t& got = o.ack_read[ch];
       AckHeader& a = o.acks[ch];
+      const size_t head = sizeof(AckHeader) + mac_len;
       // Read exactly the ack bytes: what follows on the socket belongs to the transport.
       while (err.ok()) {
         size_t want;
@@ -299,15 +323,20 @@ bool ConnectionManager::progress_outgoing() {
             err = Status(Code::kRemoteError, ctx.describe() + " sent an oversized handshake answer", o.peer);
             break;
           }
-          size_t body = got - sizeof(AckHeader);
-          if (body == a.answer_bytes) break;
-          if (ch == 0 || a.status != 0) {
-            o.answer.resize(a.answer_bytes);
-            want = a.answer_bytes - body;
-            dst = &o.answer[body];
+          if (got < head) {  // keyed: the ack's MAC
+            want = head - got;
+            dst = &o.ack_macs[ch][got - sizeof(AckHeader)];
           } else {
-            err = Status(Code::kRemoteError, ctx.describe() + " sent an answer on a secondary socket", o.peer);
-            break;
+            size_t body = got - head;
+            if (body == a.answer_bytes) break;
+            if (ch == 0 || a.status != 0) {
+              o.answer.resize(a.answer_bytes);
+              want = a.answer_bytes - body;
+              dst = &o.answer[body];
+            } else {
+              err = Status(Code::kRemoteError, ctx.describe() + " sent an answer on a secondary socket", o.peer);
+              break;
+            }
           }
         }
         ssize_t r = ::recv(o.fds[ch], dst, want, MSG_DONTWAIT);
@@ -320,8 +349,17 @@ bool ConnectionManager::progress_outgoing() {
         else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) err = SystemError("handshake recv", errno);
         break;
       }
-      if (got < sizeof(AckHeader) || got - sizeof(AckHeader) < a.answer_bytes) all_done = false;
-      else if (a.status != 0 && err.ok())
+      if (got < head || got - head < a.answer_bytes) {
+        all_done = false;
+        continue;
+      }
+      if (keyed() && err.ok() && a.status != static_cast<uint32_t>(Code::kUnauthenticated) &&
+          !equal_ct(ack_mac(key_, o.greetings[ch].nonce, o.hellos[ch], a).data(), o.ack_macs[ch].data(), kMacBytes))
+        err = Status(Code::kUnauthenticated,
+                     ctx.describe() + " does not know this job's key (wrong MAC on its acknowledgement: another "
+                                      "UCCL_JOB_KEY?); nothing was sent to it",
+                     o.peer);
+      if (a.status != 0 && err.ok())
         err = Status(static_cast<Code>(a.status), ctx.describe() + " refused the connection: " + o.answer, o.peer);
     }
     if (err.code() == Code::kNotSupported) {

@@ -111,12 +111,22 @@ class ConnectionManager {
   Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline);
   // A failed store operation; one that is not a timeout names the rank serving the store.
   Status store_error(const Status& s);
+  // Keyed mode (handshake.h): a job key is set, hellos and acks carry MACs.
+  bool keyed() const { return !key_.empty(); }
+  // Keyed mode, connecting side: the greeting on every socket of `o` read, hellos sent.
+  Status greet_outgoing(Outgoing& o, bool* all_greeted, bool* moved);
+  // Keyed mode, accepting side: an ack of code kUnauthenticated on a socket whose hello had a
+  // wrong MAC (best effort; the socket is closed next).
+  static void refuse_unauthenticated(int fd);
+  // The 32-byte secret of the pair (this rank, peer) for PeerContext::link_key.
+  std::string link_key(int peer) const;
 
   int rank_, size_;
   std::shared_ptr<Store> store_;
   CommOptions opts_;
   double timeout_s_;
   uint8_t secret_[kSecretBytes] = {};
+  std::string key_;  // the job key ("" = keyless)
   uint64_t comm_id_ = 0;
   int store_rank_ = -1;  // 0 when rank 0's process serves the store, else unknown (-1)
   PeerInfo me_;

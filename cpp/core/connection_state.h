@@ -4,6 +4,7 @@
 // connection_failures.cc (failure records, notices and probes).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,8 +19,15 @@ struct ConnectionManager::Outgoing {
   TransportKind kind = TransportKind::kTcp;
   std::unique_ptr<PendingConnect> pending;
   std::vector<int> fds;
-  std::vector<size_t> ack_read;       // bytes of (header + answer) read so far, per socket
+  std::vector<size_t> ack_read;       // bytes of (header [+ MAC] + answer) read so far, per socket
   std::vector<AckHeader> acks;
+  // Keyed mode (handshake.h): the peer's greeting is read first, then the hello is sent.
+  std::vector<Greeting> greetings;
+  std::vector<size_t> greeting_read;  // bytes of the greeting read so far, per socket
+  std::vector<HelloHeader> hellos;    // what each socket sent (its nonce), for the ack's MAC
+  std::vector<std::string> ack_macs;
+  std::string offer;
+  int nchannels = 0;
   std::string answer;                 // channel 0's answer
   double deadline = 0;
 };
@@ -29,7 +37,9 @@ struct ConnectionManager::Incoming {
   int fd = -1;
   std::string peer_addr;
   HelloHeader hello{};
-  size_t got = 0;          // bytes of hello header + offer read so far
+  size_t got = 0;          // bytes of hello header [+ MAC] + offer read so far
+  uint8_t nonce[kNonceBytes] = {};  // keyed mode: the greeting's nonce
+  uint8_t mac[kMacBytes] = {};      // keyed mode: the hello's MAC
   std::string offer;
   double deadline = 0;
 };
@@ -39,6 +49,8 @@ struct ConnectionManager::Assembling {
   TransportKind kind = TransportKind::kTcp;
   std::vector<int> fds;
   std::string offer;
+  std::vector<HelloHeader> hellos;  // per socket, for the ack's MAC (keyed mode)
+  std::vector<std::array<uint8_t, kNonceBytes>> nonces;
   int have = 0;
 };
 

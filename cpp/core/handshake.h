@@ -4,11 +4,25 @@
 // secret (random, published in the store by rank 0 of each communicator, so only processes
 // that can read the job's store can join) and names this communicator and this rank. Anything
 // else (a port scanner, a stray client, random bytes) is logged and closed; the job goes on.
+//
+// With a job key (bootstrap/auth.h) the secret never travels, and nothing is accepted without
+// a proof of the key over fresh nonces from both sides:
+//   accepting side, at accept():  Greeting {magic, version, its nonce}
+//   connecting side:              HelloHeader (its own fresh nonce in `secret`),
+//                                 kMacBytes = hello_mac(key, greeting nonce, header), offer
+//   accepting side:               AckHeader, kMacBytes = ack_mac(key, both nonces, ack), body
+// Each side checks the other's MAC in constant time. A hello with a wrong MAC is answered with
+// an ack of code kUnauthenticated (unauthenticated itself: it only tells an honest rank with
+// another key what happened) and closed. Liveness probes carry no MAC: they only make the
+// receiver close the socket. Failure notices are hellos like the others (they fail a peer, so
+// they must be authenticated).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <string>
+
+#include "bootstrap/auth.h"
 
 namespace uccl {
 
@@ -46,9 +60,24 @@ struct AckHeader {
   uint32_t status;        // 0 = accepted, else a Code value; the text follows
   uint32_t answer_bytes;  // followed by the answer (or the error text)
 };
+constexpr uint32_t kGreetingMagic = 0x47434355;  // "UCCG"
+struct Greeting {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t pad;
+  uint8_t nonce[kNonceBytes];
+};
 #pragma pack(pop)
 
-// Checks a received hello; returns "" if acceptable, else why not (for the log).
+// Keyed mode: a fresh greeting, and the MACs of the hello and of the ack (kMacBytes each).
+Greeting make_greeting();
+std::string hello_mac(const std::string& key, const uint8_t* greeting_nonce, const HelloHeader& h);
+std::string ack_mac(const std::string& key, const uint8_t* greeting_nonce, const HelloHeader& h, const AckHeader& a);
+// "" if a received greeting is acceptable, else why not.
+std::string validate_greeting(const Greeting& g);
+
+// Checks a received hello; returns "" if acceptable, else why not (for the log). secret ==
+// nullptr in the keyed mode (the caller checked the MAC instead; the field is a nonce).
 std::string validate_hello(const HelloHeader& h, const uint8_t* secret, uint64_t comm_id, int my_rank, int size);
 
 }  // namespace uccl

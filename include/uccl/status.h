@@ -22,6 +22,7 @@ enum class Code : int {
   kAborted = 6,          // abort() was called on the communicator
   kSystemError = 7,      // a local syscall failed (errno text in the message)
   kInternal = 8,         // a bug in uccl
+  kUnauthenticated = 9,  // a peer or store refused our job key, or we refused theirs (bootstrap/auth.h)
 };
 
 const char* code_name(Code c);

@@ -57,7 +57,8 @@ typedef enum {
   UCCL_ERR_ABORTED = 6,  /* uccl_comm_abort was called */
   UCCL_ERR_SYSTEM = 7,   /* a local system call failed */
   UCCL_ERR_INTERNAL = 8,
-  UCCL_IN_PROGRESS = 9 /* uccl_test: not finished yet (not an error) */
+  UCCL_IN_PROGRESS = 9, /* uccl_test: not finished yet (not an error) */
+  UCCL_ERR_UNAUTHENTICATED = 10 /* the job key was refused (UCCL_JOB_KEY differs, or is missing) */
 } uccl_result_t;
 
 typedef enum {

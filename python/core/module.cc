@@ -24,6 +24,8 @@
 #include "python/core/py_errors.h"
 #include "python/core/py_store.h"
 #include "transports/registry.h"
+#include "transports/tcp/tcp_tls.h"
+#include "bootstrap/auth.h"
 
 namespace py = pybind11;
 using namespace uccl;
@@ -104,6 +106,17 @@ PYBIND11_MODULE(_core, m) {
     return d;
   });
   register_device(m);
+  // Which security modes are on (python -m uccl.info): the job key and TLS on tcp links.
+  m.def("security_info", [] {
+    py::dict d;
+    d["authentication"] = auth_mode();
+    d["encryption"] = tls_mode();
+    d["keyed"] = job_key().ok() && !job_key().value().empty();
+    std::string why;
+    d["kernel_tls"] = kernel_tls_available(&why);
+    d["kernel_tls_unavailable_reason"] = why;
+    return d;
+  });
   m.def("config_table", [] {
     py::list out;
     for (auto& v : config_table()) {

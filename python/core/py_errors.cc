@@ -13,6 +13,7 @@ const char* class_for(Code c) {
     case Code::kRemoteError: return "RemoteError";
     case Code::kMismatch: return "MismatchError";
     case Code::kAborted: return "AbortedError";
+    case Code::kUnauthenticated: return "AuthenticationError";
     default: return "UcclError";
   }
 }

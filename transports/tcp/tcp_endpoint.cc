@@ -22,7 +22,7 @@ const BytesSetting kTcpStripeMinBytes("tcp", "UCCL_TCP_STRIPE_MIN_BYTES", "256K"
                                       bytes_at_least(0));
 namespace tcp {
 
-Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds) {
+Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds, bool tls, bool server) {
   auto close_all = [&] {
     for (int fd : fds) close(fd);
   };
@@ -42,6 +42,19 @@ Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector
     return SystemError("epoll_create1", err);
   }
   auto* ep = new TcpEndpoint(peer, epfd, fds);
+  if (tls) {
+    for (auto& s : ep->socks_) {
+      auto link = TlsLink::create(s.fd, server, peer.link_key);
+      if (!link.ok()) {
+        delete ep;
+        return link.status().with_context("tcp endpoint to " + peer.describe());
+      }
+      s.tls = std::move(link.value());
+      s.tls_ready = false;
+    }
+    ep->handshaking_ = true;
+    ep->handshake_deadline_ = now_s() + (peer.timeout_s > 0 ? peer.timeout_s : kTimeoutS.get());
+  }
   for (auto& s : ep->socks_) {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -81,7 +94,9 @@ TcpEndpoint::~TcpEndpoint() {
 }
 
 std::string TcpEndpoint::describe() const {
-  return "tcp " + peer_address_ + " (" + std::to_string(socks_.size()) + (socks_.size() == 1 ? " socket)" : " sockets)");
+  std::string s = "tcp " + peer_address_ + " (" + std::to_string(socks_.size()) + (socks_.size() == 1 ? " socket" : " sockets");
+  if (socks_[0].tls) s += socks_[0].tls_ready ? ", " + socks_[0].tls->describe() : ", TLS handshake pending";
+  return s + ")";
 }
 
 void TcpEndpoint::post_send(SendRequest* r) {
@@ -172,6 +187,10 @@ void TcpEndpoint::poll_readiness() {
 bool TcpEndpoint::progress() {
   if (!dead_.ok()) return false;
   bool moved = false;
+  if (handshaking_) {
+    moved = drive_handshakes();
+    if (handshaking_ || !dead_.ok()) return moved;
+  }
   // A receive posted since the last call may un-stall a socket.
   for (auto& s : socks_) {
     if (s.stalled && s.hdr.msg_seq < recv_base_seq_ + recvs_.size()) {
@@ -187,7 +206,8 @@ bool TcpEndpoint::progress() {
   for (auto& s : socks_) {
     if (!dead_.ok()) return true;
     // Work that needs no new bytes: staged data, or a header waiting to be matched/finished.
-    bool buffered = !s.stalled && (s.staged() > 0 || (s.have_hdr && (!s.op || s.part_done == s.hdr.part_bytes)));
+    bool buffered = !s.stalled && (s.staged() > 0 || (s.have_hdr && (!s.op || s.part_done == s.hdr.part_bytes)) ||
+                                   tls_pending(s));
     if (!s.eof && (s.readable || buffered || (s.hup && !s.stalled))) moved |= recv_on(s);
   }
   if (!dead_.ok()) return true;
@@ -206,7 +226,7 @@ void TcpEndpoint::fatal(const Status& why, bool send_abort_frame) {
   if (!dead_.ok()) return;
   dead_ = why;
   UCCL_INFO("tcp endpoint %s to %s failed: %s", describe().c_str(), peer_.describe().c_str(), why.to_string().c_str());
-  if (send_abort_frame) send_abort_frames(why.message());
+  if (send_abort_frame && !handshaking_) send_abort_frames(why.message());
   for (auto& op : sends_) fail(op.req, why);
   for (auto& op : recvs_) fail(op.req, why);
   sends_.clear();
@@ -232,7 +252,8 @@ bool TcpEndpoint::finish_part_in_flight(Socket& s, double deadline) {
     const uint8_t* from = p.done < sizeof(PartHeader) ? reinterpret_cast<const uint8_t*>(&p.hdr) + p.done
                                                       : p.data + (p.done - sizeof(PartHeader));
     const size_t len = p.done < sizeof(PartHeader) ? sizeof(PartHeader) - p.done : part_len - p.done;
-    const ssize_t n = ::send(s.fd, from, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const iovec iov{const_cast<uint8_t*>(from), len};
+    const ssize_t n = io_sendmsg(s, &iov, 1);
     if (n > 0) {
       p.done += static_cast<size_t>(n);
       continue;
@@ -261,7 +282,8 @@ void TcpEndpoint::send_abort_frames(const std::string& why) {
   for (auto& s : socks_) {
     if (!s.txq.empty() && s.txq.front().done > 0 && !finish_part_in_flight(s, deadline)) continue;
     // Best effort: a small write into the socket buffer; a peer that is gone makes it fail.
-    (void)::send(s.fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    const iovec iov{frame.data(), frame.size()};
+    (void)io_sendmsg(s, &iov, 1);
   }
 }
 
@@ -307,7 +329,7 @@ bool TcpEndpoint::find_abort_note(Socket& s, std::string* note) {
     pos = 0;
     const size_t old = buf.size();
     buf.resize(old + kChunk);
-    ssize_t got = recv(s.fd, buf.data() + old, kChunk, MSG_DONTWAIT);
+    ssize_t got = io_recv(s, buf.data() + old, kChunk);
     ++reads;
     if (got < 0 && errno == EINTR) got = 0;
     else if (got <= 0) return false;

@@ -34,7 +34,15 @@
 // read, or is still in the kernel for a stalled socket), and the endpoint fails only once a
 // pending request can no longer complete (check_peer_gone). So an operation that the failing
 // peer had completed (it sent all its part) never fails on this side afterwards.
+//
+// Encrypted links (tcp_tls.h): each socket has a TlsLink whose handshake progress() drives
+// first (requests posted meanwhile wait); then every byte goes through io_*(): plain syscalls
+// where the kernel encrypts (kTLS) or there is no TLS, SSL_read/SSL_write otherwise. Bytes
+// OpenSSL decrypted but we did not read yet are invisible to epoll: progress() reads a socket
+// whose TlsLink has pending bytes as if it were readable.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <deque>
@@ -43,6 +51,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "transports/tcp/tcp_tls.h"
 #include "transports/transport.h"
 
 namespace uccl {
@@ -77,8 +86,10 @@ static_assert(sizeof(PartHeader) == 72, "wire layout");
 
 class TcpEndpoint final : public Endpoint {
  public:
-  // Takes ownership of fds (closes them on failure).
-  static Result<Endpoint*> create(const PeerContext& peer, const std::vector<int>& fds);
+  // Takes ownership of fds (closes them on failure). tls: encrypt every socket (TLS 1.3 with
+  // PSK peer.link_key); server: this side accepted the connection (TLS server role).
+  static Result<Endpoint*> create(const PeerContext& peer, const std::vector<int>& fds, bool tls = false,
+                                  bool server = false);
   ~TcpEndpoint() override;
 
   void post_send(SendRequest* r) override;
@@ -128,6 +139,8 @@ class TcpEndpoint final : public Endpoint {
     uint64_t part_done = 0;
     uint8_t carry[16];     // partial element between reduce chunks
     size_t carry_len = 0;
+    std::unique_ptr<TlsLink> tls;  // encrypted link, or null
+    bool tls_ready = true;         // handshake finished (or no TLS)
     size_t staged() const { return stage_end - stage_begin; }
   };
 
@@ -146,6 +159,13 @@ class TcpEndpoint final : public Endpoint {
   Status garbage(const Socket& s, const std::string& what) const;
   void update_epoll(Socket& s);
   void poll_readiness();
+  // TLS: advances the sockets' handshakes; handshaking_ turns false once all finished.
+  bool drive_handshakes();
+  // Socket I/O through TLS where there is user-space TLS, else plain syscalls (MSG_DONTWAIT).
+  ssize_t io_sendmsg(Socket& s, const iovec* iov, int niov);
+  ssize_t io_recv(Socket& s, void* buf, size_t n);
+  ssize_t io_readv(Socket& s, const iovec* iov, int niov);
+  static bool tls_pending(const Socket& s) { return s.tls && !s.tls->kernel_recv() && s.tls->pending(); }
 
   // tcp_endpoint_send.cc
   bool send_on(Socket& s);
@@ -176,6 +196,8 @@ class TcpEndpoint final : public Endpoint {
   uint64_t next_send_seq_ = 0;
   std::deque<RecvOp> recvs_;
   uint64_t recv_base_seq_ = 0;  // sequence number of recvs_.front()
+  bool handshaking_ = false;     // TLS handshakes in progress
+  double handshake_deadline_ = 0;
 };
 
 }  // namespace tcp

@@ -189,7 +189,7 @@ bool TcpEndpoint::recv_on(Socket& s) {
           s.stage_end -= s.stage_begin;
           s.stage_begin = 0;
         }
-        ssize_t n = recv(s.fd, s.stage.get() + s.stage_end, kStageBytes - s.stage_end, MSG_DONTWAIT);
+        ssize_t n = io_recv(s, s.stage.get() + s.stage_end, kStageBytes - s.stage_end);
         ++reads;
         if (n > 0) {
           s.stage_end += static_cast<size_t>(n);
@@ -253,7 +253,7 @@ bool TcpEndpoint::recv_on(Socket& s) {
       iov[0] = {static_cast<uint8_t*>(r->dst) + s.hdr.part_offset + s.part_done, static_cast<size_t>(remaining)};
     }
     iov[1] = {s.stage.get(), kStageBytes};
-    ssize_t n = readv(s.fd, iov, 2);
+    ssize_t n = io_readv(s, iov, 2);
     ++reads;
     if (n > 0) {
       size_t payload = std::min(static_cast<size_t>(n), iov[0].iov_len);

@@ -39,10 +39,7 @@ bool TcpEndpoint::send_on(Socket& s) {
         want += it->hdr.part_bytes - off;
       }
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(niov);
-    ssize_t n = sendmsg(s.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = io_sendmsg(s, iov, niov);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {

@@ -1,6 +1,7 @@
 // The tcp transport's entry in the transport table (transports/registry.h).
 #include "transports/registry.h"
 #include "transports/tcp/tcp_endpoint.h"
+#include "transports/tcp/tcp_tls.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace uccl {
@@ -33,7 +34,7 @@ TransportEntry tcp_entry() {
   e.priority = 10;  // works everywhere: the last resort
   e.can_connect = tcp_can_connect;
   e.make = [] { return make_tcp_transport(kNsocksPerPeer.get()); };
-  e.config = {&kNsocksPerPeer, &kTcpStripeMinBytes};
+  e.config = {&kNsocksPerPeer, &kTcpStripeMinBytes, &kEncrypt, &kTlsKernel};
   return e;
 }
 

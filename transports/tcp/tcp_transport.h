@@ -9,8 +9,9 @@
 //   active : auto c = t->start_connect(peer); send c->offer(); ep = c->finish(answer, fds)
 //   passive: ep = t->accept(peer, offer, &answer, fds)
 //
-// The offer/answer only carry a protocol version ("tcp1"); the sockets themselves are the
-// connection. accept()/finish() do not block.
+// The offer/answer carry a protocol version and whether the link is encrypted ("tcp1",
+// "tcp1+tls": UCCL_ENCRYPT, tcp_tls.h); the sockets themselves are the connection.
+// accept()/finish() do not block.
 #pragma once
 
 #include <memory>
