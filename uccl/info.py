@@ -19,6 +19,10 @@ def main(out=sys.stdout):
     reason = info.get("verbs_unavailable_reason") or ""
     print(f"  verbs usable here: {'yes' if info['verbs_available'] else 'no'}"
           f"{' (' + reason + ')' if reason and not info['verbs_available'] else ''}", file=out)
+    print("device backends:", file=out)
+    for b in info.get("device_backends", []):
+        state = f"available, {b['devices']} device(s)" if b["available"] else f"not available ({b['why_not']})"
+        print(f"  {b['name']:6s} {b['kind']:6s} {state}", file=out)
     print("\nsettings (UCCL_*):", file=out)
     section = None
     for v in config():
