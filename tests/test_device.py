@@ -191,3 +191,48 @@ def test_staged_pipeline_overlaps_copies_and_wire():
         if ratio < 0.85:
             return
     pytest.fail("; ".join(seen))
+
+
+# ---- arrays of a device without a uccl backend: staged through their library's copy ------------------
+
+class _FakeVendorArray:
+    """An array on a device uccl has no backend for (DLPack device type 10, ROCm): reachable only
+    through DLPack host copies and its own namespace, like a vendor library's arrays."""
+
+    def __init__(self, host):
+        self._host = np.array(host)
+        self.device = "vendor:0"
+
+    def __dlpack_device__(self):
+        return (10, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if dl_device is None or tuple(dl_device)[0] != 1 or copy is False:
+            raise BufferError("device memory: ask for a host copy")
+        return self._host.copy().__dlpack__()
+
+    def __array_namespace__(self):
+        return _FakeVendorNamespace
+
+    def __setitem__(self, key, value):
+        self._host[key] = value._host if isinstance(value, _FakeVendorArray) else value
+
+
+class _FakeVendorNamespace:
+    @staticmethod
+    def asarray(x, device=None):
+        return _FakeVendorArray(np.asarray(x))
+
+
+def body_foreign(ctx):
+    x = _FakeVendorArray(np.arange(5, dtype=np.float32) * (ctx.rank + 1))
+    res = ctx.comm.all_reduce(x)
+    g = ctx.comm.all_gather(_FakeVendorArray(np.full(2, ctx.rank, np.int32)))
+    return {"same": res is x, "value": x._host.tolist(), "gathered": g._host.tolist(), "type": type(g).__name__}
+
+
+def test_arrays_of_a_device_without_backend_are_staged_through_their_library():
+    results = run_world(2, "test_device:body_foreign", transport="tcp", timeout=60)
+    for r in results:
+        assert r["same"] and r["value"] == [0.0, 3.0, 6.0, 9.0, 12.0], r
+        assert r["type"] == "_FakeVendorArray" and r["gathered"] == [0, 0, 1, 1], r
