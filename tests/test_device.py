@@ -179,9 +179,10 @@ def body_overlap(ctx, mib):
 def test_staged_pipeline_overlaps_copies_and_wire():
     # Serial staging would take wire + copy (ratio ~1); a pipeline about max(wire, copy) (~0.5;
     # measured 0.73 on the shared 2-core VM at load 7). Each attempt is one run's own ratio; a
-    # second attempt absorbs a burst of load from other processes.
+    # later attempt absorbs a burst of load from other processes (at load 20-29 on the VM one
+    # run of two attempts failed).
     seen = []
-    for attempt in range(2):
+    for attempt in range(3):
         results = run_world(2, "test_device:body_overlap", (32,), env={"UCCL_STAGED": "on"}, transport="tcp",
                             timeout=120)
         r = max(results, key=lambda x: x["staged"])
