@@ -67,19 +67,35 @@ def _handle(stream):
 class SimArray:
     """A 1-D (or shaped) contiguous array in simulated device memory."""
 
-    def __init__(self, shape, dtype="float32", device=0):
+    def __init__(self, shape, dtype="float32", device=0, _base=None, _offset=0):
         self.shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.device = int(device)
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.nbytes = self.size * self.dtype.itemsize
+        self._base = _base  # a view keeps its allocation alive
         self.ptr = 0
-        self.ptr = _core.sim_alloc(max(self.nbytes, 1), self.device)
+        if _base is not None:
+            self.ptr = _base.ptr + _offset
+        else:
+            self.ptr = _core.sim_alloc(max(self.nbytes, 1), self.device)
 
     def __del__(self):
-        if getattr(self, "ptr", 0):
+        if getattr(self, "ptr", 0) and getattr(self, "_base", None) is None:
             _core.sim_free(self.ptr)
-            self.ptr = 0
+        self.ptr = 0
+
+    def __getitem__(self, key):
+        """x[a:b] of a 1-D array: a view of the same device memory (in-place collectives)."""
+        if not isinstance(key, slice) or len(self.shape) != 1:
+            raise InvalidArgument("SimArray supports 1-D slices x[a:b] only")
+        start, stop, step = key.indices(self.size)
+        if step != 1:
+            raise InvalidArgument("SimArray slices must be contiguous (step 1)")
+        stop = max(stop, start)
+        base = self._base if self._base is not None else self
+        return SimArray(stop - start, self.dtype, self.device, _base=base,
+                        _offset=self.ptr - base.ptr + start * self.dtype.itemsize)
 
     def __len__(self):
         return self.shape[0] if self.shape else 1

@@ -78,6 +78,10 @@ Result<MemoryLoc> CommunicatorImpl::where(const char* what, std::initializer_lis
 
 Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops,
                                         const MemoryLoc& mem, uintptr_t stream) {
+  if (mem.is_device()) {  // a bad stream is the caller's error, refused before anything is queued
+    auto us = mem.backend->wrap_stream(mem.ordinal, stream);
+    if (!us.ok()) return Status(Code::kInvalidArgument, std::string(collective_name(c.coll)) + ": stream: " + us.status().message());
+  }
   auto w = std::make_shared<OpWork>(engine_, c.coll);
   OpEnv env;
   env.mem = mem;

@@ -1,0 +1,84 @@
+"""Staged all_reduce of simulated-device buffers against host all_reduce, measured in the same run.
+
+    python benchmarks/staged_bench.py [--world 2] [--transport tcp|shm|auto] [--sizes 1M,4M,16M,64M]
+        [--iters 20] [--copy-gbps 0]
+
+Each size: the host all_reduce (numpy arrays) and the staged one (uccl.sim.SimArray, the
+simulated device unthrottled unless --copy-gbps: the cost measured is the staging itself:
+bounce-buffer copies, chunking, events), interleaved in one process per rank, the median over
+--iters of each. Prints time, algorithm bandwidth and the ratio staged / host (goal: <= 1.25 from
+1 MiB up, issue 14). UCCL_STAGED=on so every pair is split into staging chunks.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import time
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _parse_size(t):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(t[:-1]) * mult[t[-1].upper()] if t[-1].upper() in mult else int(t)
+
+
+def _rank(rank, world, port, args, q):
+    os.environ["UCCL_STAGED"] = "on"
+    import numpy as np
+    import uccl
+    from uccl.sim import SimArray
+    store = uccl.TcpStore("127.0.0.1", port, is_server=rank == 0)
+    comm = uccl.Communicator(rank, world, store, transport=None if args.transport == "auto" else args.transport)
+    uccl.sim.set_copy_speed(args.copy_gbps, 0)
+    rows = []
+    for size in [_parse_size(s) for s in args.sizes.split(",")]:
+        n = size // 4
+        h = np.ones(n, np.float32)
+        d = SimArray.from_numpy(h)
+        th, td = [], []
+        for i in range(args.iters + 2):
+            for buf, out in ((h, th), (d, td)):
+                comm.barrier()
+                t0 = time.perf_counter()
+                comm.all_reduce(buf)
+                if i >= 2:
+                    out.append(time.perf_counter() - t0)
+        rows.append((size, statistics.median(th), statistics.median(td)))
+    q.put((rank, rows))
+    comm.barrier()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--transport", default="tcp")
+    p.add_argument("--sizes", default="1M,4M,16M,64M")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--copy-gbps", type=float, default=0.0)
+    args = p.parse_args()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, args.world, port, args, q)) for r in range(args.world)]
+    for pr in procs:
+        pr.start()
+    res = dict(q.get(timeout=600) for _ in procs)
+    for pr in procs:
+        pr.join(30)
+    print(f"staged all_reduce (sim device, copy {args.copy_gbps or 'unthrottled'} GB/s) vs host, world {args.world}, "
+          f"{args.transport}, median of {args.iters}; load: {os.getloadavg()[0]:.2f}")
+    print(f"{'bytes':>10} {'host ms':>9} {'staged ms':>10} {'host GB/s':>10} {'staged GB/s':>12} {'ratio':>6}")
+    for i, (size, th, td) in enumerate(res[0]):
+        th = max(r[i][1] for r in res.values())
+        td = max(r[i][2] for r in res.values())
+        print(f"{size:>10} {th*1e3:>9.3f} {td*1e3:>10.3f} {size/th/1e9:>10.2f} {size/td/1e9:>12.2f} {td/th:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Device buffers end to end on the simulated device (cpp/base/sim_device.h): every collective x
+dtype x op in and out of place against numpy, worlds 1-5, staged connections in split mode
+(UCCL_STAGED=on: chunks pipelined through bounce buffers) and whole mode (no negotiation), mixed
+communicators (host ranks, sim ranks, a second "vendor" with slower copies; the all_reduce
+results must be bitwise equal on every rank), the stream argument, typed errors, a peer killed
+during a staged transfer, and a measured overlap of copies with the wire."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import uccl
+from harness import mixed_hosts, run_world
+
+PARTS = ["reduce", "broadcast", "all_gather", "gather_scatter", "reduce_scatter", "all_to_all", "p2p"]
+
+# (id, world, transport, host groups, rank modes (device_sweeps.setup), environment, big)
+SCENARIOS = [
+    ("w1-sim-whole", 1, "auto", None, ["sim0"], {}, 1),
+    ("w2-tcp-sim-split", 2, "tcp", None, ["sim0", "sim1"], {"UCCL_STAGED": "on"}, 2),
+    ("w2-shm-host+sim", 2, "shm", None, ["host", "sim0"], {"UCCL_STAGED": "on"}, 1),
+    ("w3-shm-sim-whole", 3, "shm", None, ["sim0", "sim1", "sim0"], {"UCCL_STAGED": "off"}, 1),
+    ("w3-tcp-vendors-ring", 3, "tcp", None, ["host", "sim0", "sim1-slow"],
+     {"UCCL_STAGED": "on", "UCCL_ALGO": "ring", "UCCL_STAGED_CHUNK_BYTES": "64K"}, 1),
+    ("w4-mixed-hosts", 4, "auto", 2, ["sim0", "host", "sim1-slow", "sim0"], {"UCCL_STAGED": "on"}, 0),
+    ("w5-shm-direct-vendors", 5, "shm", None, ["sim0", "sim1-slow", "host", "sim1", "sim0"],
+     {"UCCL_STAGED": "on", "UCCL_ALGO": "direct"}, 1),
+]
+
+
+@pytest.mark.parametrize("sid,world,transport,groups,modes,env,big", SCENARIOS, ids=[s[0] for s in SCENARIOS])
+def test_device_collectives(sid, world, transport, groups, modes, env, big):
+    hosts = mixed_hosts(world, groups) if groups else None
+    results = run_world(world, "device_sweeps:scenario", (modes, PARTS, big), env=env, host_ids=hosts,
+                        transport=transport, timeout=300)
+    hashes = {r["hash"] for r in results}
+    assert len(hashes) == 1, f"all_reduce results differ between ranks: {[(r['mode'], r['hash'][:12]) for r in results]}"
+    assert all(r["checks"] > 100 for r in results)
+    staged = "on" if env.get("UCCL_STAGED") == "on" else None
+    if staged and world > 1:
+        assert "staged (chunks of" in results[0]["describe"], results[0]["describe"]
+
+
+# ---- the stream argument, errors, memory ---------------------------------------------------------
+
+def body_stream(ctx):
+    """The op starts only after the user's stream ran what was queued on it: a slow copy into x
+    queued on a stream, then all_reduce(x, stream=s) must see the copied values."""
+    from uccl.sim import SimArray, Stream
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    uccl.sim.set_copy_speed(0.05, 0)  # 4 MiB takes ~80 ms
+    s = Stream(0)
+    count = 1 << 20
+    x = SimArray(count, np.float32)
+    src = np.full(count, me + 1, np.float32)
+    x.copy_from(src, stream=s, sync=False)  # queued, not finished
+    comm.all_reduce(x, stream=s)
+    uccl.sim.set_copy_speed(0, 0)
+    got = x.numpy()
+    errors = []
+    try:
+        comm.all_reduce(x, out=np.zeros(count, np.float32))
+    except uccl.InvalidArgument as e:
+        errors.append(("mixed", str(e)))
+    try:
+        comm.all_reduce(x, stream=12345)
+    except uccl.InvalidArgument as e:
+        errors.append(("stream", str(e)))
+    comm.barrier()
+    return {"ok": bool(np.all(got == n * (n + 1) / 2)), "first": float(got[0]), "errors": errors}
+
+
+def test_stream_argument_orders_the_operation_and_bad_input_is_refused():
+    results = run_world(2, "test_device:body_stream", env={"UCCL_STAGED": "on"}, transport="tcp", timeout=60)
+    for r in results:
+        assert r["ok"], r
+        kinds = [k for k, _ in r["errors"]]
+        assert kinds == ["mixed", "stream"], r["errors"]
+        assert "different places" in r["errors"][0][1]
+
+
+def test_sim_array_basics():
+    from uccl.sim import SimArray
+    before = uccl.sim.allocated_bytes()
+    a = SimArray.from_numpy(np.arange(10, dtype=np.int32))
+    assert np.array_equal(a.numpy(), np.arange(10, dtype=np.int32))
+    v = a[2:5]
+    assert np.array_equal(v.numpy(), [2, 3, 4])
+    assert a.__dlpack_device__() == (uccl.sim.KDL_EXT_DEV, 0)
+    assert np.array_equal(np.from_dlpack(a, device="cpu", copy=True), np.arange(10))
+    with pytest.raises(BufferError):
+        a.__dlpack__()
+    assert uccl._core.memory_location(a.ptr) == ("sim", 0)
+    del a, v
+    assert uccl.sim.allocated_bytes() == before
+    names = [b["name"] for b in uccl.build_info()["device_backends"]]
+    assert "sim" in names
+
+
+# ---- a peer killed during a staged transfer --------------------------------------------------------
+
+def body_killed_during_staged(ctx, victim):
+    from uccl.sim import SimArray
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    ctx.linger = False
+    uccl.sim.set_copy_speed(2.0, 0)  # 16 MiB messages take a while: the kill lands mid-transfer
+    x = SimArray.from_numpy(np.ones(1 << 22, np.float32))
+
+    def die():
+        ctx.store.set("killed-at", repr(time.time()).encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if me == victim:
+        threading.Timer(0.6, die).start()
+    for i in range(100000):
+        try:
+            comm.all_reduce(x)
+        except uccl.UcclError as e:
+            failed_at = time.time()
+            killed_at = float(ctx.store.get("killed-at", 10))
+            held = uccl._core.staged_bounce_bytes()
+            ctx.store.add("survivors-done", 1)
+            while me == 0 and ctx.store.add("survivors-done", 0) < n - 1:
+                time.sleep(0.01)
+            return {"kind": type(e).__name__, "msg": str(e), "after_s": failed_at - killed_at, "iteration": i,
+                    "bounce_bytes_after": held}
+    return {"kind": "no error"}
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_peer_killed_during_staged_transfer(transport):
+    results = run_world(3, "test_device:body_killed_during_staged", (2,), env={"UCCL_STAGED": "on"},
+                        transport=transport, expect_exit={2}, timeout=90, grace=15)
+    for r in (0, 1):
+        res = results[r]
+        assert res["kind"] == "RemoteError", res
+        assert "rank 2" in res["msg"], res["msg"]
+        assert res["after_s"] < 5, res
+        assert res["bounce_bytes_after"] == 0, res
+
+
+# ---- the pipeline overlaps copies with the wire -----------------------------------------------------
+
+def body_overlap(ctx, mib):
+    """Measured in one run: host all_reduce time (the wire), a sim copy of the same size at a
+    copy speed set so that it takes about as long (the copies), and the staged all_reduce of
+    device memory with that copy speed. Pipelined, the staged one takes about the slower of
+    the two, not their sum."""
+    from uccl.sim import SimArray
+    comm = ctx.comm
+    count = mib << 18
+    h = np.ones(count, np.float32)
+
+    def best(fn, reps=3):
+        t = []
+        for _ in range(reps):
+            comm.barrier()
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+        return min(t)
+
+    comm.all_reduce(h)
+    t_wire = best(lambda: comm.all_reduce(h))
+    # copy bytes per stream in a 2-rank ring all_reduce: half the buffer out and in, twice
+    gbps = count * 4 / t_wire / 1e9
+    d = SimArray.from_numpy(h)
+    uccl.sim.set_copy_speed(gbps, 0)
+    t_copy = best(lambda: d.copy_from(h))
+    comm.all_reduce(d)
+    t_staged = best(lambda: comm.all_reduce(d))
+    uccl.sim.set_copy_speed(0, 0)
+    return {"wire": t_wire, "copy": t_copy, "staged": t_staged, "gbps": gbps}
+
+
+def test_staged_pipeline_overlaps_copies_and_wire():
+    # Serial staging would take wire + copy (ratio ~1); a pipeline about max(wire, copy) (~0.5;
+    # measured 0.73 on the shared 2-core VM at load 7). Each attempt is one run's own ratio; a
+    # later attempt absorbs a burst of load from other processes (at load 20-29 on the VM one
+    # run of two attempts failed).
+    seen = []
+    for attempt in range(3):
+        results = run_world(2, "test_device:body_overlap", (32,), env={"UCCL_STAGED": "on"}, transport="tcp",
+                            timeout=120)
+        r = max(results, key=lambda x: x["staged"])
+        ratio = r["staged"] / (r["wire"] + r["copy"])
+        seen.append(f"staged {r['staged']*1e3:.1f} ms vs wire {r['wire']*1e3:.1f} + copy {r['copy']*1e3:.1f} ms "
+                    f"(ratio {ratio:.2f})")
+        if ratio < 0.85:
+            return
+    pytest.fail("; ".join(seen))
+
+
+# ---- arrays of a device without a uccl backend: staged through their library's copy ------------------
+
+class _FakeVendorArray:
+    """An array on a device uccl has no backend for (DLPack device type 10, ROCm): reachable only
+    through DLPack host copies and its own namespace, like a vendor library's arrays."""
+
+    def __init__(self, host):
+        self._host = np.array(host)
+        self.device = "vendor:0"
+
+    def __dlpack_device__(self):
+        return (10, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if dl_device is None or tuple(dl_device)[0] != 1 or copy is False:
+            raise BufferError("device memory: ask for a host copy")
+        return self._host.copy().__dlpack__()
+
+    def __array_namespace__(self):
+        return _FakeVendorNamespace
+
+    def __setitem__(self, key, value):
+        self._host[key] = value._host if isinstance(value, _FakeVendorArray) else value
+
+
+class _FakeVendorNamespace:
+    @staticmethod
+    def asarray(x, device=None):
+        return _FakeVendorArray(np.asarray(x))
+
+
+def body_foreign(ctx):
+    x = _FakeVendorArray(np.arange(5, dtype=np.float32) * (ctx.rank + 1))
+    res = ctx.comm.all_reduce(x)
+    g = ctx.comm.all_gather(_FakeVendorArray(np.full(2, ctx.rank, np.int32)))
+    return {"same": res is x, "value": x._host.tolist(), "gathered": g._host.tolist(), "type": type(g).__name__}
+
+
+def test_arrays_of_a_device_without_backend_are_staged_through_their_library():
+    results = run_world(2, "test_device:body_foreign", transport="tcp", timeout=60)
+    for r in results:
+        assert r["same"] and r["value"] == [0.0, 3.0, 6.0, 9.0, 12.0], r
+        assert r["type"] == "_FakeVendorArray" and r["gathered"] == [0, 0, 1, 1], r
