@@ -100,7 +100,17 @@ Status ConnectionManager::init() {
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());
 }
 
+namespace {
+// A transport that moves device memory itself (cuda_ipc) is never put behind a staged endpoint:
+// both sides of a pair use the same transport, so both skip the wrapper alike.
+bool native_device_memory(const Endpoint* ep) {
+  const TransportEntry* e = find_transport(ep->kind());
+  return e && e->native_device_memory;
+}
+}  // namespace
+
 Endpoint* ConnectionManager::wrap_staged(int peer, Endpoint* ep) {
+  if (native_device_memory(ep)) return ep;
   size_t chunk = me_.staging_chunk;
   auto info = peer_info(peer, timeout_s_);
   const size_t theirs = info.ok() ? info.value()->staging_chunk : 0;
@@ -112,7 +122,7 @@ Endpoint* ConnectionManager::wrap_staged(int peer, Endpoint* ep) {
 
 Result<Endpoint*> ConnectionManager::staged_endpoint(int peer) {
   auto ep = endpoint(peer);
-  if (!ep.ok() || !ep.value() || staged_[peer]) return ep;
+  if (!ep.ok() || !ep.value() || staged_[peer] || native_device_memory(ep.value())) return ep;
   staged_[peer] = 1;
   endpoints_[peer] = std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, kStagedBounce.get());
   return endpoints_[peer].get();
