@@ -74,6 +74,7 @@ def _create_process_group(dist_backend_opts: Any, pg_options: Any) -> Any:
             "without torch support or against a different torch version (rebuild uccl with this "
             f"torch installed): {e}"
         ) from e
+    _patch_ddp_logging_name()
     timeout = pg_options.timeout if pg_options.timeout is not None else dist_backend_opts.timeout
     return ext.ProcessGroupUCCL(
         dist_backend_opts.store,
@@ -85,6 +86,49 @@ def _create_process_group(dist_backend_opts: Any, pg_options: Any) -> Any:
         socket_ifname=pg_options.socket_ifname or "",
         name=str(dist_backend_opts.group_id or ""),
     )
+
+
+_ddp_patched = False
+
+
+def _patch_ddp_logging_name() -> None:
+    """Makes DDP's logging data name the backend "uccl", as ``dist.get_backend()`` does.
+
+    DDP records ``ProcessGroup::getBackendName()``, and for every out-of-tree backend torch's
+    ProcessGroup answers "custom": c10d's BackendType enum has no entry for it, and the
+    ProcessGroup object is torch's own, built before our creator runs, so the backend cannot
+    override it. ``DistributedDataParallel._get_ddp_logging_data()`` (what tools and PyTorch's
+    own tests read) is corrected instead, only for groups whose backend is uccl. What DDP's C++
+    logger sends to c10d's usage log still says "custom".
+    """
+    global _ddp_patched
+    with _lock:
+        if _ddp_patched:
+            return
+        _ddp_patched = True
+        try:
+            from torch.nn.parallel import distributed as ddp_module
+        except Exception:  # torch without nn.parallel: nothing to fix
+            return
+        cls = ddp_module.DistributedDataParallel
+        original = cls._get_ddp_logging_data
+
+        def _get_ddp_logging_data(self: Any) -> Any:
+            data = original(self)
+            if isinstance(data, dict) and data.get("backend_name") == "custom":
+                try:
+                    import torch.distributed as dist
+
+                    name = dist.get_backend(self.process_group)
+                except Exception:
+                    return data
+                if name == BACKEND_NAME:
+                    data["backend_name"] = name
+            return data
+
+        _get_ddp_logging_data.__doc__ = original.__doc__
+        _get_ddp_logging_data.__wrapped__ = original  # type: ignore[attr-defined]
+        cls._get_ddp_logging_data = _get_ddp_logging_data
 
 
 def _extension_built() -> bool:

@@ -268,13 +268,18 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::broadcast(std::vector<at::Tensor>& t
 
 // all_gather into a list: one flat receive buffer, copied out per rank. Uneven sizes (allowed
 // by NCCL, refused by gloo) use uccl's all_gather_v.
-static void issue_allgather_list(UcclBackend& b, UcclWork& w, std::vector<at::Tensor>& outs, const at::Tensor& in,
+static void check_allgather_list(const UcclBackend& b, const std::vector<at::Tensor>& outs, const at::Tensor& in,
                                  const char* op) {
   const int rank = b.getRank();
   check_tensor(in, op, "input");
   check_list(outs, b.getSize(), in.scalar_type(), op, "output_tensor_list", "the input");
   TORCH_CHECK_VALUE(outs[rank].numel() == in.numel(), "uccl ", op, ": output_tensor_list[", rank, "] has ",
                     outs[rank].numel(), " elements but the input has ", in.numel());
+}
+
+// Checked by check_allgather_list first (so that nothing is issued for a bad call).
+static void issue_allgather_list(UcclBackend& b, UcclWork& w, std::vector<at::Tensor>& outs, const at::Tensor& in,
+                                 const char* op) {
   Wire wire = move_wire(in.scalar_type());
   at::Tensor send = in_buf(w, in);
   at::Tensor flat = pack(w, outs, in, false);
@@ -302,6 +307,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allgather(std::vector<std::vector<at
                                                       const c10d::AllgatherOptions& opts) {
   check_single(inputs.size(), "all_gather", "input tensor");
   check_single(outputs.size(), "all_gather", "output list");
+  check_allgather_list(*this, outputs[0], inputs[0], "all_gather");
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
   auto w = make_work(OpType::ALLGATHER, "all_gather", outputs[0], opts.timeout);
   issue_allgather_list(*this, *w, outputs[0], inputs[0], "all_gather");
@@ -311,13 +317,26 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allgather(std::vector<std::vector<at
 c10::intrusive_ptr<c10d::Work> UcclBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                 std::vector<at::Tensor>& inputs,
                                                                 const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "uccl all_gather_coalesced: ", outputs.size(),
-                    " output lists but ", inputs.size(), " inputs");
+  // torch's layout (gloo's too): outputs[r][i] receives input i of rank r, so there is one
+  // output list per rank, each as long as the inputs. Each input is gathered on its own into
+  // the column outputs[*][i].
+  const char* op = "all_gather_coalesced";
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == size_, "uccl ", op, ": ", outputs.size(),
+                    " output lists but the group has ", size_, " ranks (output_tensor_lists[r] receives rank r's inputs)");
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    TORCH_CHECK_VALUE(outputs[r].size() == inputs.size(), "uccl ", op, ": output_tensor_lists[", r, "] has ",
+                      outputs[r].size(), " tensors but there are ", inputs.size(), " inputs");
+  }
+  std::vector<std::vector<at::Tensor>> columns(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (auto& l : outputs) columns[i].push_back(l[i]);
+    check_allgather_list(*this, columns[i], inputs[i], op);
+  }
   std::vector<at::Tensor> flat_outputs;
   for (auto& l : outputs) flat_outputs.insert(flat_outputs.end(), l.begin(), l.end());
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
-  auto w = make_work(OpType::ALLGATHER_COALESCED, "all_gather_coalesced", flat_outputs, opts.timeout);
-  for (size_t i = 0; i < inputs.size(); ++i) issue_allgather_list(*this, *w, outputs[i], inputs[i], "all_gather_coalesced");
+  auto w = make_work(OpType::ALLGATHER_COALESCED, op, flat_outputs, opts.timeout);
+  for (size_t i = 0; i < inputs.size(); ++i) issue_allgather_list(*this, *w, columns[i], inputs[i], op);
   return launch(w);
 }
 
