@@ -165,6 +165,10 @@ TEST_CASE("any-source receive: nobody sends -> the deadline names what it waited
   o.transport = "tcp";
   run_ranks(2, o, [](Communicator& c) {
     int32_t v = 0;
+    // Connected first: an idle communicator does not answer a connection handshake (nothing
+    // drives it), so a dial to a peer that stays out of uccl ends at the same deadline with
+    // "did not answer the connection handshake" instead.
+    REQUIRE_OK(c.barrier().value()->wait(60));
     if (c.rank() == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // connected, silent
       return;
