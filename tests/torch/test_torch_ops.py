@@ -128,13 +128,14 @@ def check_all_gather(rank, world, u, g):
     dist.all_gather(outs, U.make_input(rank, 12, torch.float32).reshape(3, 4), group=u)
     for r in range(world):
         U.assert_same(outs[r], U.make_input(r, 12, torch.float32).reshape(3, 4), f"all_gather non-contig rank={rank}")
-    # Deprecated list-of-lists form (still reachable): each input gathered into its own list.
+    # Deprecated list-of-lists form (still reachable): outs[r][i] receives input i of rank r
+    # (torch's layout; test_torch_conformance.py checks it against gloo).
     ins = [U.make_input(rank, n, torch.float32, salt=n) for n in (2, 5)]
-    outs = [[torch.empty(n) for _ in range(world)] for n in (2, 5)]
+    outs = [[torch.empty(n) for n in (2, 5)] for _ in range(world)]
     dist.all_gather_coalesced(outs, ins, group=u)
-    for lst, n in zip(outs, (2, 5)):
-        for r in range(world):
-            U.assert_same(lst[r], U.make_input(r, n, torch.float32, salt=n), f"all_gather_coalesced n={n} from {r}")
+    for r in range(world):
+        for i, n in enumerate((2, 5)):
+            U.assert_same(outs[r][i], U.make_input(r, n, torch.float32, salt=n), f"all_gather_coalesced n={n} from {r}")
     # all_gather_object rides on uccl all_gather with uneven pickles.
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank, "pad": "x" * rank}, group=u)
