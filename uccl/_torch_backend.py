@@ -138,6 +138,41 @@ def _extension_built() -> bool:
         return False
 
 
+class _DeviceTypes(list):
+    """The device types "uccl" serves: cpu, cuda, and whatever ``torch.accelerator`` reports at
+    the moment a group is made (xpu, mps, a PrivateUse1 device registered after ``import
+    torch``...). Their tensors are staged through host memory with torch's own copies.
+
+    torch reads ``Backend.backend_capability["uccl"]`` when it builds a group's device map, so a
+    list that adds the current accelerator when read registers the backend for device types
+    that did not exist yet when uccl registered itself (torch's entry-point autoload runs during
+    ``import torch``, before any out-of-tree device can be set up)."""
+
+    def _types(self) -> list:
+        types = list(super().__iter__())
+        try:
+            import torch
+
+            acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        except Exception:  # no torch.accelerator in this torch, or its device module is broken
+            acc = None
+        if acc is not None and acc.type not in types:
+            types.append(acc.type)
+        return types
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self._types())
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._types()
+
+    def __len__(self) -> int:
+        return len(self._types())
+
+    def __repr__(self) -> str:
+        return repr(self._types())
+
+
 def _register_with(c10d: Any) -> bool:
     global _registered
     with _lock:
@@ -147,6 +182,10 @@ def _register_with(c10d: Any) -> bool:
         if BACKEND_NAME.upper() not in backend._plugins:
             backend.register_backend(
                 BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu", "cuda"]
+            )
+            # Read when a group is made: the accelerator torch reports then joins the list.
+            backend.backend_capability[BACKEND_NAME] = _DeviceTypes(
+                backend.backend_capability[BACKEND_NAME]
             )
         _registered = True
         return True

@@ -92,9 +92,12 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   TORCH_CHECK_VALUE(any_source || (peer >= 0 && peer < size_), "uccl ", name, ": peer rank ", peer,
                     " is outside the group of size ", size_);
   // A non-contiguous tensor travels through a contiguous copy (and a recv copies back).
-  at::Tensor buf = t.is_contiguous() ? t : (is_send ? t.contiguous() : at::empty(t.sizes(), t.options()));
+  // A device tensor (staged_device) travels through a host copy the same way.
+  at::Tensor buf = t.is_cpu() && t.is_contiguous()
+                       ? t
+                       : (is_send ? host_contiguous(t) : at::empty(t.sizes(), t.options().device(at::kCPU)));
   std::function<void()> copy_back;
-  if (!is_send && !buf.is_same(t)) copy_back = [t, buf]() mutable { t.copy_(buf); };
+  if (!is_send && !buf.is_same(t)) copy_back = [t, buf]() mutable { uccl_torch::copy_back(t, buf); };
   Wire wire = move_wire(t.scalar_type());
   uccl::P2POp op;
   op.is_send = is_send;

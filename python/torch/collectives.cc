@@ -13,30 +13,31 @@ namespace {
 
 using c10d::OpType;
 
-// A buffer uccl may read: the tensor itself when contiguous, else a contiguous copy.
+// A buffer uccl may read: the tensor itself when a contiguous host tensor, else a contiguous
+// host copy (a device tensor is staged by torch's own device-to-host copy).
 at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
-  at::Tensor b = t.is_contiguous() ? t : t.contiguous();
+  at::Tensor b = t.is_cpu() && t.is_contiguous() ? t : host_contiguous(t);
   w.keep_alive(b);
   return b;
 }
 
 // A buffer uccl may write into t through. copy_in: the op also reads t (in-place ops).
 at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
-  if (t.is_contiguous()) {
+  if (t.is_cpu() && t.is_contiguous()) {
     w.keep_alive(t);
     return t;
   }
-  at::Tensor b = copy_in ? t.contiguous() : at::empty(t.sizes(), t.options());
+  at::Tensor b = copy_in ? host_contiguous(t) : at::empty(t.sizes(), t.options().device(at::kCPU));
   w.keep_alive(b);
-  w.add_epilogue([t, b]() mutable { t.copy_(b); });
+  w.add_epilogue([t, b]() mutable { copy_back(t, b); });
   return b;
 }
 
-// One flat buffer holding `parts` back to back; with copy_in their contents are copied in.
+// One flat host buffer holding `parts` back to back; with copy_in their contents are copied in.
 at::Tensor pack(UcclWork& w, const std::vector<at::Tensor>& parts, const at::Tensor& like, bool copy_in) {
   int64_t total = 0;
   for (auto& p : parts) total += p.numel();
-  at::Tensor flat = at::empty({total}, like.options());
+  at::Tensor flat = at::empty({total}, like.options().device(at::kCPU));
   if (copy_in) {
     int64_t off = 0;
     for (auto& p : parts) {
@@ -53,7 +54,7 @@ void unpack_after(UcclWork& w, const at::Tensor& flat, const std::vector<at::Ten
   w.add_epilogue([flat, parts]() mutable {
     int64_t off = 0;
     for (auto& p : parts) {
-      p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+      copy_back(p, flat.narrow(0, off, p.numel()).view(p.sizes()));
       off += p.numel();
     }
   });
@@ -98,7 +99,7 @@ void check_root(int64_t root, int size, const char* op) {
 // True when `part` is exactly slot `index` (of part.numel() elements) of contiguous `whole`:
 // torch's in-place all_gather_into_tensor / reduce_scatter_tensor pass such views.
 bool is_slot_of(const at::Tensor& part, const at::Tensor& whole, int index) {
-  return part.is_contiguous() && whole.is_contiguous() && part.numel() > 0 &&
+  return part.is_cpu() && whole.is_cpu() && part.is_contiguous() && whole.is_contiguous() && part.numel() > 0 &&
          static_cast<const char*>(part.data_ptr()) ==
              static_cast<const char*>(whole.data_ptr()) + index * part.numel() * part.element_size();
 }
