@@ -3,6 +3,7 @@
 // Staging rule: uccl wants one contiguous buffer per side. A contiguous caller tensor is used
 // as is; otherwise (or for lists of tensors) a contiguous buffer is used and outputs are copied
 // back by an epilogue that runs only on success.
+#include <algorithm>
 #include <numeric>
 
 #include "backend.h"
@@ -104,6 +105,48 @@ bool is_slot_of(const at::Tensor& part, const at::Tensor& whole, int index) {
              static_cast<const char*>(whole.data_ptr()) + index * part.numel() * part.element_size();
 }
 
+// Staged all_reduce of a large device tensor, pipelined: the tensor is copied to the host in
+// chunks (torch's device-to-host copy, which returns once the chunk is there) and each chunk's
+// all_reduce is issued as soon as it landed, so copying chunk k+1 overlaps the network work on
+// chunk k. The result goes back in one copy after every chunk succeeded (an epilogue), so a
+// failure leaves the caller's tensor as it was. Returns false (nothing done) for tensors that
+// take the plain path: host tensors, non-contiguous ones, and those of at most one chunk.
+constexpr int64_t kStageChunkBytes = 4 << 20;
+
+bool issue_staged_chunks(UcclBackend& b, UcclWork& w, const at::Tensor& t, const ReduceWire& rw, const char* op) {
+  const int64_t esize = t.element_size();
+  if (t.is_cpu() || !t.is_contiguous() || t.numel() * esize <= kStageChunkBytes) return false;
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+  w.keep_alive(host);
+  at::Tensor tf = t.view({-1}), hf = host.view({-1});
+  const int64_t chunk = kStageChunkBytes / esize;
+  for (int64_t off = 0; off < t.numel(); off += chunk) {
+    const int64_t n = std::min(chunk, t.numel() - off);
+    at::Tensor h = hf.narrow(0, off, n);
+    try {
+      h.copy_(tf.narrow(0, off, n));
+    } catch (const std::exception& e) {
+      if (!w.has_ops()) throw;  // nothing issued yet: the group stays usable
+      // The peers run every chunk; this rank cannot any more. Abort, so that they fail now
+      // (naming this rank) instead of at their timeout, and nothing lines up wrongly later.
+      w.start();
+      b.abort();
+      C10_THROW_ERROR(DistBackendError, c10::str("uccl ", op, ": copying chunk ", off / chunk,
+                                                 " of the device tensor to the host failed after earlier chunks were "
+                                                 "issued; the process group was aborted: ", e.what()));
+    }
+    uccl::AllReduceArgs a;
+    a.send = a.recv = h.data_ptr();
+    a.count = rw.wire.count(n);
+    a.dtype = rw.wire.dtype;
+    a.op = rw.op;
+    a.scalar = rw.scalar;
+    b.add_op(w, b.comm(op).all_reduce(a));
+  }
+  w.add_epilogue([t, host] { copy_back(t, host); });
+  return true;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -129,6 +172,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce_coalesced(std::vector<at::
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
   auto w = make_work(tensors.size() == 1 ? OpType::ALLREDUCE : OpType::ALLREDUCE_COALESCED, op, tensors, opts.timeout);
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (issue_staged_chunks(*this, *w, tensors[i], rws[i], op)) continue;
     at::Tensor buf = out_buf(*w, tensors[i], true);
     uccl::AllReduceArgs a;
     a.send = a.recv = buf.data_ptr();

@@ -18,6 +18,7 @@ if not uccl.build_info().get("torch"):  # the build says so; never guess from im
 import os
 import shutil
 import tempfile
+import time
 import types
 
 import torch
@@ -82,6 +83,18 @@ def check_ops(rank, world, ext):
                 nbytes = n * x.element_size()
                 # staged: out of the device before, back in after (the .cpu() above is one more d2h)
                 assert st["d2h_bytes"] >= 2 * nbytes and st["h2d_bytes"] >= nbytes, (st, nbytes)
+    # Larger than one staging chunk (4 MiB): copied out chunk by chunk, each chunk's all_reduce
+    # issued as soon as it is on the host; the result goes back in one copy.
+    for dtype in (torch.float32, torch.complex64):
+        x = U.make_input(rank, (5 << 20) // 4 + 3, dtype)
+        a, b = dev(x), x.clone()
+        ext.reset_copy_stats()
+        dist.all_reduce(a)
+        st = ext.copy_stats()
+        dist.all_reduce(b)
+        U.assert_same(a.cpu(), b, f"chunked all_reduce {dtype}")
+        chunks = -(-x.numel() * x.element_size() // (4 << 20))
+        assert st["d2h_calls"] == chunks and st["h2d_calls"] == 1, (st, chunks)
     x = U.make_input(rank, 7, torch.float32)
     a = dev(x)
     dist.all_reduce(a, op=dist.ReduceOp.AVG)
@@ -192,6 +205,25 @@ def check_copy_errors(rank, world, ext):
     b = dev(torch.ones(4))
     dist.all_reduce(b)
     assert b.cpu().tolist() == [float(world)] * 4
+    # A chunked all_reduce whose second chunk cannot be copied out on rank 0, after the first
+    # chunk's all_reduce was issued: rank 0 aborts that group, its peers fail at once naming it.
+    u = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(timeout=60))
+    big = dev(torch.ones((6 << 20) // 4))
+    if rank == 0:
+        ext.fail_next_copies(1, skip=1)
+    start = time.monotonic()
+    with pytest.raises(dist.DistBackendError) as e:
+        dist.all_reduce(big, group=u)
+    ext.fail_next_copies(0)
+    assert time.monotonic() - start < 20, time.monotonic() - start
+    if rank == 0:
+        assert "the process group was aborted" in str(e.value) and "injected copy failure" in str(e.value), str(e.value)
+    else:
+        assert "rank 0" in str(e.value), str(e.value)
+    assert big.cpu().eq(1).all(), "a failed op must leave the caller's tensor as it was"
+    c = dev(torch.ones(2))
+    dist.all_reduce(c)  # the default group was not touched
+    assert c.cpu().tolist() == [float(world)] * 2
 
 
 def device_worker(rank, world, port):

@@ -12,6 +12,8 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -27,6 +29,7 @@ std::atomic<int64_t> g_d2h_calls{0}, g_h2d_calls{0}, g_d2d_calls{0};
 std::atomic<int64_t> g_d2h_bytes{0}, g_h2d_bytes{0};
 std::atomic<int64_t> g_fail_copies{0};  // the next N copies throw (error-path tests)
 std::atomic<bool> g_fail_h2d_only{false};  // ... counting only host-to-device ones
+std::atomic<int64_t> g_skip_copies{0};     // ... after letting this many (counted) pass
 // Host memory, freed by its own deleter: torch sees it only as this device's memory.
 struct PlainAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
@@ -108,9 +111,13 @@ at::Tensor host_alias(const at::Tensor& t) {
 
 // The device's copy function: host->device, device->host and device->device.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  if (g_fail_copies.load() > 0 && (!g_fail_h2d_only.load() || (self.is_cpu() && !dst.is_cpu())) &&
-      g_fail_copies.fetch_sub(1) > 0)
-    throw std::runtime_error("uccltest: injected copy failure");
+  if (g_fail_copies.load() > 0 && (!g_fail_h2d_only.load() || (self.is_cpu() && !dst.is_cpu()))) {
+    if (g_skip_copies.load() > 0) {
+      --g_skip_copies;
+    } else if (g_fail_copies.fetch_sub(1) > 0) {
+      throw std::runtime_error("uccltest: injected copy failure");
+    }
+  }
   const int64_t bytes = static_cast<int64_t>(self.numel() * self.element_size());
   if (!self.is_cpu() && dst.is_cpu()) {
     ++g_d2h_calls;
@@ -157,6 +164,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", resize_);
   m.impl("as_strided", as_strided);
   m.impl("view", view);
+  // Views must stay views (the CPU fallback would return copies): torch.distributed passes
+  // complex tensors as view_as_real.
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
@@ -176,9 +187,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def(
       "fail_next_copies",
-      [](int64_t n, bool h2d_only) {
+      [](int64_t n, bool h2d_only, int64_t skip) {
         g_fail_h2d_only = h2d_only;
+        g_skip_copies = skip;
         g_fail_copies = n;
       },
-      pybind11::arg("n"), pybind11::arg("h2d_only") = false);
+      pybind11::arg("n"), pybind11::arg("h2d_only") = false, pybind11::arg("skip") = 0);
 }
