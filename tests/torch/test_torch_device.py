@@ -17,6 +17,8 @@ if not uccl.build_info().get("torch"):  # the build says so; never guess from im
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -36,13 +38,18 @@ def build_dir():
     return os.path.join(tempfile.gettempdir(), f"uccl_test_device_{tag}_{os.getuid()}")
 
 
-def load_device():
-    """Builds (once; later calls only load) and registers the test device; returns its module."""
+def build_extension():
+    """Builds the extension (once; later calls only load it) and loads it into this process."""
     from torch.utils import cpp_extension
 
     d = build_dir()
     os.makedirs(d, exist_ok=True)
-    ext = cpp_extension.load(name="uccl_test_device", sources=[SRC], build_directory=d, extra_cflags=["-O1"])
+    return cpp_extension.load(name="uccl_test_device", sources=[SRC], build_directory=d, extra_cflags=["-O1"])
+
+
+def load_device():
+    """Loads and registers the test device in this process; returns its module."""
+    ext = build_extension()
     torch.utils.rename_privateuse1_backend(DEV)
     mod = types.ModuleType(DEV)  # torch's device module for it (what torch.xpu is for xpu)
     mod.is_available = lambda: True
@@ -60,7 +67,11 @@ def load_device():
 def device_built():
     if shutil.which("ninja") is None or shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.fail("building the test device needs ninja and a C++ compiler (scripts/setup.sh installs them)")
-    load_device()  # build here once, so that the ranks only load it
+    # Built once here, so that the ranks only load it; in a child process, because loading it
+    # makes PrivateUse1 this process's accelerator, which must not leak into other tests.
+    r = subprocess.run([sys.executable, "-c", "import test_torch_device as t; t.build_extension()"], cwd=HERE,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"building the test device failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
 
 def dev(t):
