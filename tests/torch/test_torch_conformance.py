@@ -159,6 +159,11 @@ def any_source_failures_worker(rank, world, port):
     g = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=60))
     # Nobody sends: the group's timeout (3 s) ends the receive and says what it waited for.
     u3 = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(timeout=3))
+    # Connected first: an idle rank does not answer a connection handshake (nothing drives its
+    # communicator), so a dial to a rank that stays out of uccl ends at the same deadline with
+    # "did not answer the connection handshake" instead.
+    dist.all_reduce(torch.ones(1), group=u3)
+    dist.barrier(group=u3)
     if rank == 0:
         start = time.monotonic()
         with pytest.raises(dist.DistBackendError, match=r"any rank \(tag 6"):
