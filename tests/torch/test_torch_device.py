@@ -219,6 +219,9 @@ def check_copy_errors(rank, world, ext):
     # A chunked all_reduce whose second chunk cannot be copied out on rank 0, after the first
     # chunk's all_reduce was issued: rank 0 aborts that group, its peers fail at once naming it.
     u = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(timeout=60))
+    warm = torch.ones(1)
+    dist.all_reduce(warm, group=u)  # connected, so that the failure travels with its root cause
+    dist.barrier(group=u)
     big = dev(torch.ones((6 << 20) // 4))
     if rank == 0:
         ext.fail_next_copies(1, skip=1)
@@ -229,7 +232,7 @@ def check_copy_errors(rank, world, ext):
     assert time.monotonic() - start < 20, time.monotonic() - start
     if rank == 0:
         assert "the process group was aborted" in str(e.value) and "injected copy failure" in str(e.value), str(e.value)
-    else:
+    else:  # directly from rank 0, or from a rank that failed because of it (its root cause)
         assert "rank 0" in str(e.value), str(e.value)
     assert big.cpu().eq(1).all(), "a failed op must leave the caller's tensor as it was"
     c = dev(torch.ones(2))
