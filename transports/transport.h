@@ -143,6 +143,19 @@ class Endpoint {
   // Whether post_send() makes SendRequest::tee copies itself (else the caller copies first).
   virtual bool takes_tee() const { return false; }
   virtual bool has_pending() const = 0;
+  // Any-source receives (P2POp::peer == kAnySource) choose their peer by the header of each
+  // peer's next message. peek() makes progress and returns true with that message's envelope
+  // and size once its header has arrived, consuming nothing: a receive posted afterwards gets
+  // it as usual. False while nothing has arrived; the endpoint's error once it failed or its
+  // peer is gone (with nothing left to deliver). Called only while no receive is pending on
+  // the endpoint (the executor runs one operation at a time). Never blocks.
+  // Transports that cannot look ahead answer kNotSupported.
+  virtual Result<bool> peek(Envelope* /*env*/, size_t* /*bytes*/) {
+    return NotSupported("this transport cannot receive from any source (no look-ahead at incoming messages)");
+  }
+  // Set by the executor while an any-source receive waits on this endpoint's next message: the
+  // engine then arms it for sleeping like an endpoint with pending requests.
+  bool watched = false;
   // Fails all pending requests with `why` and refuses new ones (abort, or a sibling failure).
   virtual void fail_all(const Status& why) = 0;
   virtual TransportKind kind() const = 0;

@@ -74,6 +74,7 @@ def _create_process_group(dist_backend_opts: Any, pg_options: Any) -> Any:
             "without torch support or against a different torch version (rebuild uccl with this "
             f"torch installed): {e}"
         ) from e
+    _patch_ddp_logging_name()
     timeout = pg_options.timeout if pg_options.timeout is not None else dist_backend_opts.timeout
     return ext.ProcessGroupUCCL(
         dist_backend_opts.store,
@@ -87,11 +88,89 @@ def _create_process_group(dist_backend_opts: Any, pg_options: Any) -> Any:
     )
 
 
+_ddp_patched = False
+
+
+def _patch_ddp_logging_name() -> None:
+    """Makes DDP's logging data name the backend "uccl", as ``dist.get_backend()`` does.
+
+    DDP records ``ProcessGroup::getBackendName()``, and for every out-of-tree backend torch's
+    ProcessGroup answers "custom": c10d's BackendType enum has no entry for it, and the
+    ProcessGroup object is torch's own, built before our creator runs, so the backend cannot
+    override it. ``DistributedDataParallel._get_ddp_logging_data()`` (what tools and PyTorch's
+    own tests read) is corrected instead, only for groups whose backend is uccl. What DDP's C++
+    logger sends to c10d's usage log still says "custom".
+    """
+    global _ddp_patched
+    with _lock:
+        if _ddp_patched:
+            return
+        _ddp_patched = True
+        try:
+            from torch.nn.parallel import distributed as ddp_module
+        except Exception:  # torch without nn.parallel: nothing to fix
+            return
+        cls = ddp_module.DistributedDataParallel
+        original = cls._get_ddp_logging_data
+
+        def _get_ddp_logging_data(self: Any) -> Any:
+            data = original(self)
+            if isinstance(data, dict) and data.get("backend_name") == "custom":
+                try:
+                    import torch.distributed as dist
+
+                    name = dist.get_backend(self.process_group)
+                except Exception:
+                    return data
+                if name == BACKEND_NAME:
+                    data["backend_name"] = name
+            return data
+
+        _get_ddp_logging_data.__doc__ = original.__doc__
+        _get_ddp_logging_data.__wrapped__ = original  # type: ignore[attr-defined]
+        cls._get_ddp_logging_data = _get_ddp_logging_data
+
+
 def _extension_built() -> bool:
     try:
         return importlib.util.find_spec("uccl._torch") is not None
     except (ImportError, ValueError):
         return False
+
+
+class _DeviceTypes(list):
+    """The device types "uccl" serves: cpu, cuda, and whatever ``torch.accelerator`` reports at
+    the moment a group is made (xpu, mps, a PrivateUse1 device registered after ``import
+    torch``...). Their tensors are staged through host memory with torch's own copies.
+
+    torch reads ``Backend.backend_capability["uccl"]`` when it builds a group's device map, so a
+    list that adds the current accelerator when read registers the backend for device types
+    that did not exist yet when uccl registered itself (torch's entry-point autoload runs during
+    ``import torch``, before any out-of-tree device can be set up)."""
+
+    def _types(self) -> list:
+        types = list(super().__iter__())
+        try:
+            import torch
+
+            acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        except Exception:  # no torch.accelerator in this torch, or its device module is broken
+            acc = None
+        if acc is not None and acc.type not in types:
+            types.append(acc.type)
+        return types
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self._types())
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._types()
+
+    def __len__(self) -> int:
+        return len(self._types())
+
+    def __repr__(self) -> str:
+        return repr(self._types())
 
 
 def _register_with(c10d: Any) -> bool:
@@ -103,6 +182,10 @@ def _register_with(c10d: Any) -> bool:
         if BACKEND_NAME.upper() not in backend._plugins:
             backend.register_backend(
                 BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu", "cuda"]
+            )
+            # Read when a group is made: the accelerator torch reports then joins the list.
+            backend.backend_capability[BACKEND_NAME] = _DeviceTypes(
+                backend.backend_capability[BACKEND_NAME]
             )
         _registered = True
         return True

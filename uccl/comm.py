@@ -309,15 +309,25 @@ class Communicator:
         submit = lambda: self._c.scatter(s.addr if s else 0, r.addr, r.count, r.dtype, int(root), _stream_handle(stream))
         return self._finish(submit, (s, r), r.owner, async_op)
 
+    def _peer(self, peer, what):
+        # The core reads a negative peer of a receive as "any source" (torch's recv without
+        # src); this API has no way to report the sender, so a negative rank is refused here.
+        p = int(peer)
+        if p < 0:
+            raise InvalidArgument(f"{what}: peer {p} out of range for {self.size} ranks")
+        return p
+
     @accepts_arrays
     def send(self, x, peer, tag=0, async_op=False, stream=None):
         b = as_buffer(x, "send buffer")
-        return self._finish(lambda: self._c.p2p([(True, b.addr, b.count, b.dtype, int(peer), int(tag))], _stream_handle(stream)), (b,), None, async_op)
+        p = self._peer(peer, "send")
+        return self._finish(lambda: self._c.p2p([(True, b.addr, b.count, b.dtype, p, int(tag))], _stream_handle(stream)), (b,), None, async_op)
 
     @accepts_arrays
     def recv(self, x, peer, tag=0, async_op=False, stream=None):
         b = as_buffer(x, "recv buffer", writable=True)
-        return self._finish(lambda: self._c.p2p([(False, b.addr, b.count, b.dtype, int(peer), int(tag))], _stream_handle(stream)), (b,), b.owner,
+        p = self._peer(peer, "recv")
+        return self._finish(lambda: self._c.p2p([(False, b.addr, b.count, b.dtype, p, int(tag))], _stream_handle(stream)), (b,), b.owner,
                             async_op)
 
     def batch_isend_irecv(self, ops, stream=None):
@@ -330,7 +340,7 @@ class Communicator:
                 raise InvalidArgument(f"batch_isend_irecv: unknown op {kind!r} (expected 'send' or 'recv')")
             b = as_buffer(buf, f"{kind} buffer", writable=kind == "recv")
             bufs.append(b)
-            plan.append((kind == "send", b.addr, b.count, b.dtype, int(peer), int(tag)))
+            plan.append((kind == "send", b.addr, b.count, b.dtype, self._peer(peer, kind), int(tag)))
         return Work(self._c.p2p(plan, _stream_handle(stream)), bufs, None)
 
     def barrier(self, async_op=False, timeout=None):

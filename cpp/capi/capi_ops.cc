@@ -213,6 +213,9 @@ uccl_result_t uccl_p2p(const uccl_p2p_op_t* ops, int n, uccl_comm_t comm, uccl_r
     std::vector<uccl::P2POp> plan(n);
     for (int i = 0; i < n; ++i) {
       if (bad_dtype(ops[i].datatype)) return invalid(fn, "op " + std::to_string(i) + ": bad datatype");
+      // The C API has no any-source receive (uccl::kAnySource): a negative peer is a bad rank.
+      if (ops[i].peer < 0)
+        return invalid(fn, "op " + std::to_string(i) + ": peer " + std::to_string(ops[i].peer) + " out of range");
       plan[i].is_send = ops[i].is_send != 0, plan[i].buf = ops[i].buf, plan[i].count = ops[i].count;
       plan[i].dtype = dt(ops[i].datatype), plan[i].peer = ops[i].peer, plan[i].tag = ops[i].tag;
     }

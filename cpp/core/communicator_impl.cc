@@ -49,8 +49,8 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> st
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)),
       algo_(parse_algorithm(algorithm_name(opts)).value()),
       small_msg_bytes_(kSmallMsgBytes.get()) {
-  p2p_sent_.assign(size, 0);
-  p2p_recvd_.assign(size, 0);
+  exec_.p2p_sent.assign(size, 0);
+  exec_.p2p_recvd.assign(size, 0);
 }
 
 CommunicatorImpl::~CommunicatorImpl() { engine_->shutdown(); }
@@ -107,7 +107,9 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   std::lock_guard<std::mutex> lock(issue_mu_);
   if (p2p_ops) {
     // Point-to-point messages are numbered per peer pair, not per communicator: the other
-    // ranks never see them, so only the two ends can agree on a count.
+    // ranks never see them, so only the two ends can agree on a count. The executor numbers
+    // them as it posts them (ExecState::p2p_sent/p2p_recvd), because an any-source receive
+    // learns its peer only then.
     w->seq_ = 0;
     std::vector<std::pair<P2POp, Envelope>> plan;
     for (const P2POp& op : *p2p_ops) {
@@ -116,7 +118,6 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
       env2.count = op.count;
       env2.dtype = static_cast<uint8_t>(op.dtype);
       env2.root = static_cast<int32_t>(op.tag);
-      env2.op_seq = op.is_send ? p2p_sent_[op.peer]++ : p2p_recvd_[op.peer]++;
       plan.emplace_back(op, env2);
     }
     build = [plan](const OpEnv& e, Schedule* s) {
@@ -299,6 +300,14 @@ Result<WorkPtr> CommunicatorImpl::scatter(const ScatterArgs& a) {
 
 Result<WorkPtr> CommunicatorImpl::p2p(const std::vector<P2POp>& ops) {
   for (const P2POp& op : ops) {
+    if (op.peer == kAnySource && !op.is_send) {
+      if (ops.size() != 1)
+        return InvalidArgument("recv from any source: it must be alone in its p2p batch (got " +
+                               std::to_string(ops.size()) + " ops)");
+      if (size_ == 1) return InvalidArgument("recv from any source: the communicator has no other rank");
+      UCCL_RETURN_IF_ERROR(check_common("recv", op.dtype, op.count, op.buf, op.buf));
+      continue;
+    }
     if (op.peer < 0 || op.peer >= size_)
       return InvalidArgument(std::string(op.is_send ? "send" : "recv") + ": peer " + std::to_string(op.peer) +
                              " out of range for " + std::to_string(size_) + " ranks");

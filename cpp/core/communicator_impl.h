@@ -75,7 +75,6 @@ class CommunicatorImpl : public Communicator {
   ExecState exec_;  // reused by each executing operation in turn (see ExecState)
   std::mutex issue_mu_;          // sequence numbers are assigned in issue order
   uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)
-  std::vector<uint64_t> p2p_sent_, p2p_recvd_;  // p2p messages per peer (pairs count the same)
   uint64_t subcomm_seq_ = 0;     // split/new_group calls, for unique store prefixes
   TopologyCache topo_;
   std::atomic<bool> topo_warned_{false};

@@ -184,7 +184,7 @@ bool Engine::sleep_until_signalled(double idle, Callbacks* done) {
     ws.clear();
     conns_->collect_wait_fds(&ws.fds);
     for (auto& ep : conns_->endpoints())
-      if (ep && ep->has_pending()) ep->arm_wait(&ws);
+      if (ep && (ep->has_pending() || ep->watched)) ep->arm_wait(&ws);
     armed_ = true;
     // Whatever a peer did before it could see the arming is seen by this pass; whatever it does
     // after, it signals.

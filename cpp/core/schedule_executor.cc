@@ -18,9 +18,57 @@ Endpoint* ScheduleTask::comm_endpoint(int peer) {
   return (device_ ? conns_->staged_endpoint(peer) : conns_->endpoint(peer)).value();
 }
 
+Status ScheduleTask::match_any_source(Action& a, bool* matched) {
+  *matched = false;
+  const int n = env_.size;
+  Status failed;
+  for (int i = 0; i < n; ++i) {
+    const int p = (x_->any_source_next + i) % n;
+    if (p == env_.rank) continue;  // a rank does not receive from itself here
+    // Connects on demand: a peer's message can only be there once a connection is.
+    auto ep = device_ ? conns_->staged_endpoint(p) : conns_->endpoint(p);
+    if (!ep.ok()) {
+      if (failed.ok()) failed = ep.status();
+      continue;
+    }
+    if (!ep.value()) continue;
+    Endpoint* e = ep.value();
+    e->watched = true;
+    Envelope got;
+    size_t bytes = 0;
+    auto r = e->peek(&got, &bytes);
+    if (!r.ok()) {
+      if (failed.ok()) failed = r.status();
+      continue;
+    }
+    // Another peer's next message may be a collective's or carry another tag: it waits for
+    // a later receive. A message with the tag but another size or dtype is posted anyway:
+    // the transport then reports the mismatch naming both sides, as for any receive.
+    if (!r.value() || got.coll != static_cast<uint8_t>(Collective::kSendRecv) || got.root != a.env.root) continue;
+    a.peer = p;
+    x_->any_source_next = (p + 1) % n;
+    if (env_.stats) env_.stats->source = p;
+    for (auto& other : conns_->endpoints())
+      if (other) other->watched = false;
+    *matched = true;
+    return Status::Ok();
+  }
+  // A member that died or closed cannot be told apart from the one that would have sent: the
+  // receive fails with its error instead of waiting for the deadline.
+  if (!failed.ok()) return failed.with_context("receive from any source");
+  return Status::Ok();
+}
+
 Status ScheduleTask::start_phase(bool* ready) {
   Phase& ph = x_->sched.phase(phase_);
   *ready = false;
+  for (Action& a : ph.actions) {
+    if (a.is_comm() && a.peer == kAnySource) {
+      bool matched = false;
+      UCCL_RETURN_IF_ERROR(match_any_source(a, &matched));
+      if (!matched) return Status::Ok();
+    }
+  }
   // Every peer of the phase must be connected before anything is posted, so that a phase's
   // messages are posted together and in schedule order.
   size_t nsend = 0, nrecv = 0, recv_bytes = 0;
@@ -79,6 +127,7 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     r.dst = a.dst;
     r.bytes = a.bytes;
     r.expect = a.own_envelope ? a.env : env_.envelope;
+    if (a.own_envelope) r.expect.op_seq = x_->p2p_recvd[a.peer]++;
     r.expect.step = x_->recv_steps[a.peer]++;
     r.reduce = a.kind == Action::Kind::kRecvReduce;
     r.acc = a.src2;
@@ -95,8 +144,12 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     s.data = a.src;
     s.bytes = a.bytes;
     s.env = a.own_envelope ? a.env : env_.envelope;
+    if (a.own_envelope) s.env.op_seq = x_->p2p_sent[a.peer]++;
     s.env.step = x_->send_steps[a.peer]++;
-    s.duplex = 2 * recv_bytes >= a.bytes;  // a ring step, not a root's one-way send
+    // A ring step, not a root's one-way send. Never for p2p: a duplex send may wait for the
+    // receive to be posted (shm push), and an any-source receiver posts only once it has seen
+    // the message's header.
+    s.duplex = !a.own_envelope && 2 * recv_bytes >= a.bytes;
     if (a.tee && ep->takes_tee()) {
       s.tee = a.tee;
     } else if (a.tee && !device_) {
@@ -212,9 +265,15 @@ std::string ScheduleTask::waiting_for() const {
   if (!built_) return "not started";
   if (!user_ready_) return "waiting for the work queued on the user's device stream";
   if (!posted_ && locals_queued_) return "phase " + std::to_string(phase_) + ": local actions on the device";
-  if (!posted_) return "phase " + std::to_string(phase_) + ": connecting to its peers";
-  std::string s;
   const Phase& ph = x_->sched.phase(phase_);
+  if (!posted_) {
+    for (const Action& a : ph.actions)
+      if (a.is_comm() && a.peer == kAnySource)
+        return "a message from any rank (tag " + std::to_string(static_cast<uint32_t>(a.env.root)) + ", " +
+               std::to_string(a.bytes) + " bytes)";
+    return "phase " + std::to_string(phase_) + ": connecting to its peers";
+  }
+  std::string s;
   size_t si = 0, ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm()) continue;

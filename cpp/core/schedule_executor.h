@@ -40,6 +40,10 @@ struct ExecState {
   ~ExecState() {
     if (dev && stream) dev->synchronize(stream.get());
   }
+  // p2p messages per peer (Envelope.op_seq of kSendRecv), numbered when posted: execution
+  // follows issue order, and an any-source receive learns its peer only when it matches.
+  std::vector<uint64_t> p2p_sent, p2p_recvd;
+  int any_source_next = 0;  // where the next any-source receive starts looking (fairness)
 };
 
 class ScheduleTask {
@@ -66,6 +70,10 @@ class ScheduleTask {
   Status run_locals_on_device(const Phase& ph);
   Endpoint* comm_endpoint(int peer);
   void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes);
+  // Chooses the peer of an any-source receive (a.peer == kAnySource): the first peer, in turn,
+  // whose next message is a p2p message with the receive's tag. *matched stays false while
+  // none has arrived; a failed peer (or connection) fails the receive.
+  Status match_any_source(Action& a, bool* matched);
   // Adds a posted message's bytes to the operation's statistics (by transport and by level).
   void count_traffic(const Endpoint& ep, const Action& a, uint64_t* by_transport, uint64_t* by_level);
   OpEnv env_;

@@ -103,13 +103,19 @@ struct ScatterArgs {
   int root = 0;
   uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
+// P2POp::peer of a receive that takes the first message sent to this rank, by any peer, with
+// its tag (MPI_ANY_SOURCE, gloo's recvAnysource). It must be alone in its p2p() batch; the
+// sender is reported by the Work's OpStats::source. Messages from one peer still arrive in
+// the order they were sent: the candidates are each peer's next unreceived message.
+constexpr int kAnySource = -1;
+
 // One point-to-point operation of a batch (torch's batch_isend_irecv, or a single send/recv).
 struct P2POp {
   bool is_send = true;
   void* buf = nullptr;
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
-  int peer = 0;
+  int peer = 0;      // a rank, or kAnySource for a receive
   uint32_t tag = 0;  // p2p ops to one peer match in order; the tag must then be equal too
   uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };

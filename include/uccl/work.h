@@ -27,6 +27,9 @@ struct OpStats {
   uint64_t bytes_sent_by_level[3] = {0, 0, 0};
   uint64_t bytes_received_by_level[3] = {0, 0, 0};
   std::string algorithm;
+  // An any-source receive (P2POp::peer == kAnySource): the rank it took its message from,
+  // once the work is done; -1 for every other operation.
+  int source = -1;
 };
 
 class Work {

@@ -88,12 +88,16 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   check_single(tensors.size(), name, "tensor");
   at::Tensor& t = tensors[0];
   check_tensor(t, name, "tensor");
-  TORCH_CHECK_VALUE(peer >= 0 && peer < size_, "uccl ", name, ": peer rank ", peer, " is outside the group of size ",
-                    size_);
+  const bool any_source = !is_send && peer == uccl::kAnySource;
+  TORCH_CHECK_VALUE(any_source || (peer >= 0 && peer < size_), "uccl ", name, ": peer rank ", peer,
+                    " is outside the group of size ", size_);
   // A non-contiguous tensor travels through a contiguous copy (and a recv copies back).
-  at::Tensor buf = t.is_contiguous() ? t : (is_send ? t.contiguous() : at::empty(t.sizes(), t.options()));
+  // A device tensor (staged_device) travels through a host copy the same way.
+  at::Tensor buf = t.is_cpu() && t.is_contiguous()
+                       ? t
+                       : (is_send ? host_contiguous(t) : at::empty(t.sizes(), t.options().device(at::kCPU)));
   std::function<void()> copy_back;
-  if (!is_send && !buf.is_same(t)) copy_back = [t, buf]() mutable { t.copy_(buf); };
+  if (!is_send && !buf.is_same(t)) copy_back = [t, buf]() mutable { uccl_torch::copy_back(t, buf); };
   Wire wire = move_wire(t.scalar_type());
   uccl::P2POp op;
   op.is_send = is_send;
@@ -104,7 +108,12 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   op.tag = static_cast<uint32_t>(tag);
 
   std::lock_guard<std::recursive_mutex> lk(mu_);
-  auto w = make_work(is_send ? c10d::OpType::SEND : c10d::OpType::RECV, name, {t}, c10d::kUnsetTimeout);
+  // uccl takes an any-source receive only on its own (it picks its peer when it runs).
+  TORCH_CHECK_NOT_IMPLEMENTED(!(any_source && coalescing_), "uccl recv: a receive from any source cannot be part of "
+                                                            "a batch_isend_irecv / coalescing block; pass the source rank");
+  auto w = make_work(is_send ? c10d::OpType::SEND : (any_source ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV),
+                     name, {t}, c10d::kUnsetTimeout);
+  if (any_source) w->set_any_source();
   if (coalescing_) {
     // batch_isend_irecv: collected here, issued as one uccl p2p batch by endCoalescing().
     comm(name);  // fail now, not at the end of the block, if the group is closed
@@ -128,10 +137,11 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::recv(std::vector<at::Tensor>& tensor
   return p2p(tensors, src, tag, false);
 }
 
-c10::intrusive_ptr<c10d::Work> UcclBackend::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false,
-                              "uccl recv: receiving from any source is not supported (uccl matches messages per "
-                              "peer); pass src=");
+// The first message sent to this rank by any member with this tag (gloo's recvAnysource);
+// work.sourceRank() names the sender. uccl's executor picks the peer from each peer's next
+// message header (Endpoint::peek), so a receive with a source keeps its per-peer matching.
+c10::intrusive_ptr<c10d::Work> UcclBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return p2p(tensors, uccl::kAnySource, tag, false);
 }
 
 // ---------------------------------------------------------------------------------------------

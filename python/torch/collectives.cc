@@ -3,61 +3,17 @@
 // Staging rule: uccl wants one contiguous buffer per side. A contiguous caller tensor is used
 // as is; otherwise (or for lists of tensors) a contiguous buffer is used and outputs are copied
 // back by an epilogue that runs only on success.
+#include <algorithm>
 #include <numeric>
 
 #include "backend.h"
 #include "convert.h"
+#include "staging.h"
 
 namespace uccl_torch {
 namespace {
 
 using c10d::OpType;
-
-// A buffer uccl may read: the tensor itself when contiguous, else a contiguous copy.
-at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
-  at::Tensor b = t.is_contiguous() ? t : t.contiguous();
-  w.keep_alive(b);
-  return b;
-}
-
-// A buffer uccl may write into t through. copy_in: the op also reads t (in-place ops).
-at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
-  if (t.is_contiguous()) {
-    w.keep_alive(t);
-    return t;
-  }
-  at::Tensor b = copy_in ? t.contiguous() : at::empty(t.sizes(), t.options());
-  w.keep_alive(b);
-  w.add_epilogue([t, b]() mutable { t.copy_(b); });
-  return b;
-}
-
-// One flat buffer holding `parts` back to back; with copy_in their contents are copied in.
-at::Tensor pack(UcclWork& w, const std::vector<at::Tensor>& parts, const at::Tensor& like, bool copy_in) {
-  int64_t total = 0;
-  for (auto& p : parts) total += p.numel();
-  at::Tensor flat = at::empty({total}, like.options());
-  if (copy_in) {
-    int64_t off = 0;
-    for (auto& p : parts) {
-      flat.narrow(0, off, p.numel()).copy_(p.reshape({-1}));
-      off += p.numel();
-    }
-  }
-  w.keep_alive(flat);
-  return flat;
-}
-
-// Epilogue: copy consecutive slices of flat back into parts.
-void unpack_after(UcclWork& w, const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
-  w.add_epilogue([flat, parts]() mutable {
-    int64_t off = 0;
-    for (auto& p : parts) {
-      p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
-      off += p.numel();
-    }
-  });
-}
 
 bool same_numel(const std::vector<at::Tensor>& ts) {
   for (auto& t : ts) {
@@ -98,7 +54,7 @@ void check_root(int64_t root, int size, const char* op) {
 // True when `part` is exactly slot `index` (of part.numel() elements) of contiguous `whole`:
 // torch's in-place all_gather_into_tensor / reduce_scatter_tensor pass such views.
 bool is_slot_of(const at::Tensor& part, const at::Tensor& whole, int index) {
-  return part.is_contiguous() && whole.is_contiguous() && part.numel() > 0 &&
+  return part.is_cpu() && whole.is_cpu() && part.is_contiguous() && whole.is_contiguous() && part.numel() > 0 &&
          static_cast<const char*>(part.data_ptr()) ==
              static_cast<const char*>(whole.data_ptr()) + index * part.numel() * part.element_size();
 }
@@ -128,6 +84,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce_coalesced(std::vector<at::
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
   auto w = make_work(tensors.size() == 1 ? OpType::ALLREDUCE : OpType::ALLREDUCE_COALESCED, op, tensors, opts.timeout);
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (issue_staged_chunks(*this, *w, tensors[i], rws[i], op)) continue;
     at::Tensor buf = out_buf(*w, tensors[i], true);
     uccl::AllReduceArgs a;
     a.send = a.recv = buf.data_ptr();
@@ -268,13 +225,18 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::broadcast(std::vector<at::Tensor>& t
 
 // all_gather into a list: one flat receive buffer, copied out per rank. Uneven sizes (allowed
 // by NCCL, refused by gloo) use uccl's all_gather_v.
-static void issue_allgather_list(UcclBackend& b, UcclWork& w, std::vector<at::Tensor>& outs, const at::Tensor& in,
+static void check_allgather_list(const UcclBackend& b, const std::vector<at::Tensor>& outs, const at::Tensor& in,
                                  const char* op) {
   const int rank = b.getRank();
   check_tensor(in, op, "input");
   check_list(outs, b.getSize(), in.scalar_type(), op, "output_tensor_list", "the input");
   TORCH_CHECK_VALUE(outs[rank].numel() == in.numel(), "uccl ", op, ": output_tensor_list[", rank, "] has ",
                     outs[rank].numel(), " elements but the input has ", in.numel());
+}
+
+// Checked by check_allgather_list first (so that nothing is issued for a bad call).
+static void issue_allgather_list(UcclBackend& b, UcclWork& w, std::vector<at::Tensor>& outs, const at::Tensor& in,
+                                 const char* op) {
   Wire wire = move_wire(in.scalar_type());
   at::Tensor send = in_buf(w, in);
   at::Tensor flat = pack(w, outs, in, false);
@@ -302,6 +264,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allgather(std::vector<std::vector<at
                                                       const c10d::AllgatherOptions& opts) {
   check_single(inputs.size(), "all_gather", "input tensor");
   check_single(outputs.size(), "all_gather", "output list");
+  check_allgather_list(*this, outputs[0], inputs[0], "all_gather");
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
   auto w = make_work(OpType::ALLGATHER, "all_gather", outputs[0], opts.timeout);
   issue_allgather_list(*this, *w, outputs[0], inputs[0], "all_gather");
@@ -311,13 +274,26 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allgather(std::vector<std::vector<at
 c10::intrusive_ptr<c10d::Work> UcclBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                 std::vector<at::Tensor>& inputs,
                                                                 const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "uccl all_gather_coalesced: ", outputs.size(),
-                    " output lists but ", inputs.size(), " inputs");
+  // torch's layout (gloo's too): outputs[r][i] receives input i of rank r, so there is one
+  // output list per rank, each as long as the inputs. Each input is gathered on its own into
+  // the column outputs[*][i].
+  const char* op = "all_gather_coalesced";
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == size_, "uccl ", op, ": ", outputs.size(),
+                    " output lists but the group has ", size_, " ranks (output_tensor_lists[r] receives rank r's inputs)");
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    TORCH_CHECK_VALUE(outputs[r].size() == inputs.size(), "uccl ", op, ": output_tensor_lists[", r, "] has ",
+                      outputs[r].size(), " tensors but there are ", inputs.size(), " inputs");
+  }
+  std::vector<std::vector<at::Tensor>> columns(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (auto& l : outputs) columns[i].push_back(l[i]);
+    check_allgather_list(*this, columns[i], inputs[i], op);
+  }
   std::vector<at::Tensor> flat_outputs;
   for (auto& l : outputs) flat_outputs.insert(flat_outputs.end(), l.begin(), l.end());
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
-  auto w = make_work(OpType::ALLGATHER_COALESCED, "all_gather_coalesced", flat_outputs, opts.timeout);
-  for (size_t i = 0; i < inputs.size(); ++i) issue_allgather_list(*this, *w, outputs[i], inputs[i], "all_gather_coalesced");
+  auto w = make_work(OpType::ALLGATHER_COALESCED, op, flat_outputs, opts.timeout);
+  for (size_t i = 0; i < inputs.size(); ++i) issue_allgather_list(*this, *w, columns[i], inputs[i], op);
   return launch(w);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -135,10 +136,41 @@ inline std::exception_ptr to_exception(const uccl::Status& s, const std::string&
 
 // Every tensor an op touches: CPU only for now. CUDA is refused here, in one place, so that the
 // CUDA path (device buffers + stream-ordered Work) can be added without touching the ops.
+// Tensors of accelerators uccl has no native path for (what torch.accelerator reports: xpu,
+// mps, hpu, mtia, a PrivateUse1 device) travel through host memory: torch's own copies (the
+// device's copy functions, on its current stream) bring them to host buffers before the op and
+// back after it. CUDA is not among them: it gets its own path (issue 15, item 1).
+inline bool staged_device(const at::Device& d) {
+  switch (d.type()) {
+    case at::kXPU:
+    case at::kMPS:
+    case at::kHPU:
+    case at::kMTIA:
+    case at::kPrivateUse1: return true;
+    default: return false;
+  }
+}
+
+// A contiguous host tensor with t's contents: t itself when it already is one, else a copy
+// (for a device tensor, torch's device-to-host copy; it returns once the bytes are there).
+inline at::Tensor host_contiguous(const at::Tensor& t) {
+  if (t.is_cpu()) return t.contiguous();
+  at::Tensor h = at::empty(t.sizes(), t.options().device(at::kCPU));
+  h.copy_(t);
+  return h;
+}
+
+// Copies a host result back into the caller's tensor (on the tensor's device, by torch).
+inline void copy_back(const at::Tensor& t, const at::Tensor& host) {
+  c10::OptionalDeviceGuard guard(t.is_cpu() ? std::nullopt : std::optional<at::Device>(t.device()));
+  t.copy_(host);
+}
+
 inline void check_tensor(const at::Tensor& t, const char* op, const std::string& what) {
   TORCH_CHECK_VALUE(t.defined(), "uccl ", op, ": ", what, " is an undefined tensor");
-  TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu(), "uccl ", op, ": ", what, " is on ", t.device(),
-                              "; the uccl torch backend supports CPU tensors only for now");
+  TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu() || staged_device(t.device()), "uccl ", op, ": ", what, " is on ",
+                              t.device(), "; the uccl torch backend supports CPU tensors, and tensors of accelerators "
+                              "staged through host memory (xpu, mps, hpu, mtia, PrivateUse1); not this device yet");
   TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, "uccl ", op, ": ", what, " has layout ", t.layout(),
                               "; only dense (strided) tensors are supported");
 }

@@ -167,6 +167,12 @@ void UcclWork::finish_once(uccl::Status s) {
         eptr = std::current_exception();
       }
     }
+    if (any_source_ && !eptr) {
+      for (auto& w : works_) {
+        const int src = w->stats().source;
+        if (src >= 0) source_.store(src);
+      }
+    }
     if (traffic_ && !eptr) {
       for (auto& w : works_) traffic_->add(w->stats());
     }
@@ -180,6 +186,13 @@ void UcclWork::finish_once(uccl::Status s) {
     }
     for (auto& fn : listeners) fn();
   });
+}
+
+int UcclWork::sourceRank() const {
+  TORCH_CHECK(any_source_, "uccl: sourceRank() is only defined for a recv without a source rank (recvAnysource)");
+  const int src = source_.load();
+  TORCH_CHECK(src >= 0, "uccl: sourceRank() of ", what_, ": the receive has not completed (wait() for it first)");
+  return src;
 }
 
 void UcclWork::on_done(std::function<void()> fn) {

@@ -92,6 +92,9 @@ class UcclWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   uint64_t getSequencenumber() const override { return seq_; }
+  // recv without a source (recvAnysource): the group rank the message came from, once done.
+  int sourceRank() const override;
+  void set_any_source() { any_source_ = true; }
   float getDuration() const override;
 
   const std::string& what() const { return what_; }
@@ -115,6 +118,8 @@ class UcclWork : public c10d::Work {
   std::vector<at::Tensor> keep_;
   std::shared_ptr<TrafficTotals> traffic_;
 
+  bool any_source_ = false;
+  std::atomic<int> source_{-1};
   std::atomic<bool> started_{false};
   std::atomic<int> pending_{0};
   std::mutex status_mu_;

@@ -105,9 +105,14 @@ def misuse_worker(rank, world, port):
     # Wrong pg_options type is refused with the expected class named.
     with pytest.raises(TypeError, match="ProcessGroupOptions"):
         dist.new_group(backend="uccl", pg_options={"transport": "tcp"})
-    # Receive from any source is not supported.
-    with pytest.raises(NotImplementedError, match="any source"):
-        dist.recv(torch.empty(2))
+    # Receive from any source works now (test_torch_conformance.py); inside a batch it is refused.
+    cpu = torch.device("cpu")
+    dist.group.WORLD._start_coalescing(cpu)
+    try:
+        with pytest.raises(NotImplementedError, match="any source cannot be part of a batch"):
+            dist.group.WORLD.recv_anysource([torch.empty(2)], 0)
+    finally:
+        dist.group.WORLD._end_coalescing(cpu)
     # Ranks disagreeing on the size of one all_reduce: a mismatch error, not corrupt data.
     u = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(timeout=20))
     with pytest.raises(dist.DistBackendError, match="(?i)mismatch|count|size"):

@@ -128,13 +128,14 @@ def check_all_gather(rank, world, u, g):
     dist.all_gather(outs, U.make_input(rank, 12, torch.float32).reshape(3, 4), group=u)
     for r in range(world):
         U.assert_same(outs[r], U.make_input(r, 12, torch.float32).reshape(3, 4), f"all_gather non-contig rank={rank}")
-    # Deprecated list-of-lists form (still reachable): each input gathered into its own list.
+    # Deprecated list-of-lists form (still reachable): outs[r][i] receives input i of rank r
+    # (torch's layout; test_torch_conformance.py checks it against gloo).
     ins = [U.make_input(rank, n, torch.float32, salt=n) for n in (2, 5)]
-    outs = [[torch.empty(n) for _ in range(world)] for n in (2, 5)]
+    outs = [[torch.empty(n) for n in (2, 5)] for _ in range(world)]
     dist.all_gather_coalesced(outs, ins, group=u)
-    for lst, n in zip(outs, (2, 5)):
-        for r in range(world):
-            U.assert_same(lst[r], U.make_input(r, n, torch.float32, salt=n), f"all_gather_coalesced n={n} from {r}")
+    for r in range(world):
+        for i, n in enumerate((2, 5)):
+            U.assert_same(outs[r][i], U.make_input(r, n, torch.float32, salt=n), f"all_gather_coalesced n={n} from {r}")
     # all_gather_object rides on uccl all_gather with uneven pickles.
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank, "pad": "x" * rank}, group=u)
@@ -316,9 +317,9 @@ def check_barrier_and_errors(rank, world, u, g):
             raise ValueError("has 1 tensors but the group has")
     with pytest.raises(ValueError, match="expected input numel"):
         dist.all_gather_into_tensor(torch.empty(world * 2 + 1), torch.ones(2), group=u)
-    # Only CPU tensors for now: the device check, reached directly (the dispatcher keeps meta
-    # tensors away from backends, and this torch build has no CUDA).
-    with pytest.raises(NotImplementedError, match="is on meta; the uccl torch backend supports CPU tensors only"):
+    # CPU tensors and staged accelerators only (test_torch_device.py): the device check, reached
+    # directly (the dispatcher keeps meta tensors away from backends, and this torch has no CUDA).
+    with pytest.raises(NotImplementedError, match="is on meta; the uccl torch backend supports CPU tensors, and"):
         pg._get_backend(torch.device("cpu")).allreduce([torch.empty(3, device="meta")])
     # Bitwise reductions on integers (what gloo offers): rank r contributes 1 << r and 3.
     for op, want in ((dist.ReduceOp.BOR, (1 << world) - 1), (dist.ReduceOp.BAND, 1 if world == 1 else 0),

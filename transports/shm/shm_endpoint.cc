@@ -118,6 +118,28 @@ bool ShmEndpoint::progress() {
   return any;
 }
 
+Result<bool> ShmEndpoint::peek(Envelope* env, size_t* bytes) {
+  if (!dead_) progress();
+  if (dead_) return dead_status_;
+  // Whole messages a peer published before it went away are still delivered, so look first.
+  if (recvq_.empty() && !rx_in_message_ && rx_available(kLine) >= kLine) {
+    MsgHeader h;
+    std::memcpy(&h, rx_data_ + (rx_tail_ & ring_mask_), kLine);
+    if (h.magic != kMsgMagic) {
+      fatal(Status(Code::kRemoteError, peer_.describe() + ": corrupt shared memory ring (bad message header)",
+                   peer_.peer_rank),
+            "found a corrupt message header in the shared memory ring");
+      return dead_status_;
+    }
+    *env = h.env;
+    *bytes = static_cast<size_t>(h.bytes);
+    return true;
+  }
+  if (!peer_gone_) check_liveness();  // progress() checks only while requests are pending
+  if (peer_gone_) return gone_status_;
+  return false;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sleeping (Doorbell in shm_segment.h).
 

@@ -114,6 +114,8 @@ class ShmEndpoint final : public Endpoint {
   void post_recv(RecvRequest* r) override;
   bool progress() override;
   bool has_pending() const override { return !sendq_.empty() || !unacked_.empty() || !recvq_.empty(); }
+  // The header at the ring's tail, when no receive is in progress (see Endpoint::peek).
+  Result<bool> peek(Envelope* env, size_t* bytes) override;
   void fail_all(const Status& why) override;
   TransportKind kind() const override { return TransportKind::kShm; }
   bool takes_tee() const override { return true; }

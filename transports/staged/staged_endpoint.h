@@ -64,6 +64,10 @@ class StagedEndpoint final : public Endpoint {
   void post_recv(RecvRequest* r) override;
   bool progress() override;
   int wait_fd() const override { return inner_->wait_fd(); }
+  // Any-source look-ahead (torch's recv without src): every chunk carries its message's
+  // envelope, so the inner endpoint's next header names the message; in split mode the size is
+  // a chunk's, and the matcher reads only the envelope (the receive then checks the size).
+  Result<bool> peek(Envelope* env, size_t* bytes) override { return inner_->peek(env, bytes); }
   void arm_wait(WaitSet* ws) override;
   void disarm_wait() override { inner_->disarm_wait(); }
   void note_waiting_on_cpu(int cpu) override { inner_->note_waiting_on_cpu(cpu); }

@@ -97,6 +97,9 @@ class TcpEndpoint final : public Endpoint {
   bool progress() override;
   int wait_fd() const override { return epfd_; }
   bool has_pending() const override { return !sends_.empty() || !recvs_.empty(); }
+  // The first part of the next unclaimed message to arrive stalls its socket (no receive is
+  // posted for it): its header names the message.
+  Result<bool> peek(Envelope* env, size_t* bytes) override;
   void fail_all(const Status& why) override { fatal(why); }
   TransportKind kind() const override { return TransportKind::kTcp; }
   std::string describe() const override;

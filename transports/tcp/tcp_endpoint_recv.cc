@@ -270,6 +270,23 @@ bool TcpEndpoint::recv_on(Socket& s) {
   return moved;
 }
 
+Result<bool> TcpEndpoint::peek(Envelope* env, size_t* bytes) {
+  if (dead_.ok()) progress();
+  if (!dead_.ok()) return dead_;
+  // A peer that sent and then exited: the message's socket stalled before its end of stream,
+  // so the message is still found here (check_peer_gone fails the endpoint only once every
+  // socket ended).
+  const uint64_t next = recv_base_seq_ + recvs_.size();
+  for (const Socket& s : socks_) {
+    if (s.have_hdr && s.stalled && s.hdr.msg_seq == next) {
+      *env = s.hdr.env;
+      *bytes = static_cast<size_t>(s.hdr.total_bytes);
+      return true;
+    }
+  }
+  return false;
+}
+
 bool TcpEndpoint::complete_recvs() {
   bool moved = false;
   while (!recvs_.empty() && recvs_.front().part_count != 0 && recvs_.front().parts_done == recvs_.front().part_count) {

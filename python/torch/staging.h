@@ -1,0 +1,37 @@
+// Staging between the caller's tensors and the contiguous host buffers uccl works on.
+//
+// Why: uccl wants one contiguous host buffer per side. A contiguous CPU tensor is used as is;
+// a non-contiguous one, a list of tensors, or a tensor of a staged accelerator (xpu, mps, hpu,
+// mtia, PrivateUse1: convert.h) goes through a host buffer, filled by torch's own copies (for a
+// device, its copy function on its current stream, which returns once the bytes are on the
+// host). Outputs are copied back by the work's epilogues, which run only when the op succeeded,
+// so a failed op leaves the caller's tensors as they were. Every buffer is kept alive by the work.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "convert.h"
+#include "work.h"
+
+namespace uccl_torch {
+
+class UcclBackend;
+
+// A buffer uccl may read with t's contents.
+at::Tensor in_buf(UcclWork& w, const at::Tensor& t);
+// A buffer uccl may write t's result into; copy_in: the op also reads t (in-place ops).
+at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in);
+// One flat host buffer holding `parts` back to back (with copy_in, their contents).
+at::Tensor pack(UcclWork& w, const std::vector<at::Tensor>& parts, const at::Tensor& like, bool copy_in);
+// Epilogue: copies consecutive slices of flat back into parts.
+void unpack_after(UcclWork& w, const at::Tensor& flat, const std::vector<at::Tensor>& parts);
+
+// Chunk size of the pipelined staging of large device tensors (issue_staged_chunks).
+constexpr int64_t kStageChunkBytes = 4 << 20;
+// all_reduce of a large contiguous device tensor, copied out and issued chunk by chunk so that
+// copying overlaps the network; false (nothing done) when t takes the plain path.
+bool issue_staged_chunks(UcclBackend& b, UcclWork& w, const at::Tensor& t, const ReduceWire& rw, const char* op);
+
+}  // namespace uccl_torch

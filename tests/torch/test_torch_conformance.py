@@ -1,0 +1,192 @@
+"""Conformance fixes found by PyTorch's own distributed tests (issue 15, item 6):
+
+* all_gather_coalesced takes torch's layout: output_tensor_lists[r][i] receives input i of
+  rank r (one list per rank, each as long as the inputs), checked against gloo at world 3;
+* DDP's logging data names the backend "uccl", as dist.get_backend() does;
+* dist.recv / dist.irecv without a source: the first message from any rank with the tag wins,
+  recv returns the sender, per-peer order holds, a receive with a source keeps working, a
+  rank that dies fails the receive at once and a silent group ends at the group's timeout.
+Each scenario runs on the default group and on uccl groups pinned to tcp and to shm."""
+import pytest
+import uccl
+
+if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
+    pytest.skip("uccl built without the torch backend", allow_module_level=True)
+
+import datetime
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import torch_dist_util as U
+
+
+def check_all_gather_coalesced(rank, world, u, g):
+    shapes = [(2, 2), (1,), (3,), (0,)]
+    for dtype in (torch.float32, torch.int64, torch.complex64, torch.bool):
+        ins = [U.make_input(rank, math.prod(s), dtype, salt=i).reshape(s) for i, s in enumerate(shapes)]
+        outs = [[torch.zeros(s, dtype=dtype) for s in shapes] for _ in range(world)]
+        ref = [[torch.zeros(s, dtype=dtype) for s in shapes] for _ in range(world)]
+        dist.all_gather_coalesced(outs, ins, group=u)
+        if dtype != torch.bool:  # gloo has no bool all_gather_coalesced
+            dist.all_gather_coalesced(ref, ins, group=g)
+        for r in range(world):
+            for i, s in enumerate(shapes):
+                want = U.make_input(r, math.prod(s), dtype, salt=i).reshape(s)
+                U.assert_same(outs[r][i], want, f"all_gather_coalesced {dtype} input {i} from rank {r} (rank {rank})")
+                if dtype != torch.bool:
+                    U.assert_same(outs[r][i], ref[r][i], f"all_gather_coalesced vs gloo {dtype} [{r}][{i}]")
+    # Non-contiguous outputs, async with a future.
+    ins = [U.make_input(rank, 12, torch.float32).reshape(3, 4), U.make_input(rank, 2, torch.float32, salt=1)]
+    outs = [[torch.empty(4, 3).t(), torch.empty(2)] for _ in range(world)]
+    fut = dist.all_gather_coalesced(outs, ins, group=u, async_op=True)
+    fut.wait()
+    for r in range(world):
+        U.assert_same(outs[r][0], U.make_input(r, 12, torch.float32).reshape(3, 4), f"non-contiguous from {r}")
+        U.assert_same(outs[r][1], U.make_input(r, 2, torch.float32, salt=1), f"second input from {r}")
+    # The old misreading (one list per input) is refused with a message that says the layout.
+    if world != 2:
+        with pytest.raises(ValueError, match=r"2 output lists but the group has \d+ ranks"):
+            dist.all_gather_coalesced([[torch.empty(2) for _ in range(world)] for _ in range(2)],
+                                      [torch.ones(2), torch.ones(2)], group=u)
+    with pytest.raises(ValueError, match=r"output_tensor_lists\[0\] has 1 tensors but there are 2 inputs"):
+        dist.all_gather_coalesced([[torch.empty(2)] for _ in range(world)], [torch.ones(2), torch.ones(2)], group=u)
+    t = torch.ones(1)
+    dist.all_reduce(t, group=u)  # the group is still usable after the refusals
+    assert t.item() == world
+
+
+def check_recv_any_source(rank, world, u, g):
+    if world < 3:
+        return
+    me = dist.get_rank(u)
+    glob = [dist.get_global_rank(u, r) for r in range(world)]
+    # 1. Every other rank sends to rank 0; rank 0 takes them in whatever order they come.
+    if me == 0:
+        seen = []
+        for _ in range(world - 1):
+            t = torch.empty(5, dtype=torch.float64)
+            src = dist.recv(t, group=u)  # no src: any rank; returns the sender's global rank
+            assert src in glob[1:], (src, glob)
+            gsrc = glob.index(src)
+            U.assert_same(t, U.make_input(gsrc, 5, torch.float64), f"recv any from {gsrc}")
+            seen.append(gsrc)
+        assert sorted(seen) == list(range(1, world)), seen
+    else:
+        dist.send(U.make_input(me, 5, torch.float64), group_dst=0, group=u)
+    # 2. Tags select, per-peer order holds: rank 1's two tag-7 messages are sent first (gloo
+    # barrier), yet the tag-3 receive takes rank 2's; then the tag-7 ones in order, an async
+    # any-source irecv (non-contiguous, tag 9), and a receive with a source.
+    if me == 1:
+        dist.send(torch.full((4,), 71.0), group_dst=0, group=u, tag=7)
+        dist.send(torch.full((4,), 72.0), group_dst=0, group=u, tag=7)
+    dist.barrier(group=g)
+    if me == 2:
+        dist.send(torch.full((4,), 31.0), group_dst=0, group=u, tag=3)
+        dist.send(torch.arange(12.0).reshape(3, 4), group_dst=0, group=u, tag=9)
+    if me == 1:
+        dist.send(torch.full((2,), 5.0), group_dst=0, group=u, tag=0)
+    if me == 0:
+        t = torch.empty(4)
+        assert dist.recv(t, group=u, tag=3) == glob[2]
+        assert t.tolist() == [31.0] * 4
+        assert dist.recv(t, group=u, tag=7) == glob[1]
+        assert t.tolist() == [71.0] * 4
+        assert dist.recv(t, group=u, tag=7) == glob[1]
+        assert t.tolist() == [72.0] * 4
+        nc = torch.empty(4, 3).t()
+        work = dist.irecv(nc, group=u, tag=9)  # no src
+        work.wait()
+        assert work._source_rank() == 2, work._source_rank()  # the group rank, as with gloo
+        U.assert_same(nc, torch.arange(12.0).reshape(3, 4), "irecv any non-contiguous")
+        t2 = torch.empty(2)
+        dist.recv(t2, group_src=1, group=u)  # a receive with a source after any-source ones
+        assert t2.tolist() == [5.0, 5.0]
+    # 3. Collectives still line up afterwards.
+    t = torch.ones(3)
+    dist.all_reduce(t, group=u)
+    assert t.tolist() == [world] * 3
+    # An any-source receive cannot join a batch (uccl picks its peer when it runs).
+    if me == 0:
+        cpu = torch.device("cpu")
+        u._start_coalescing(cpu)
+        try:
+            with pytest.raises(NotImplementedError, match="any source cannot be part of a batch"):
+                u.recv_anysource([torch.empty(1)], 0)
+        finally:
+            u._end_coalescing(cpu)
+
+
+def check_ddp_backend_name(rank, world, g):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(torch.nn.Linear(4, 2))
+    data = model._get_ddp_logging_data()
+    assert data["backend_name"] == dist.get_backend() == "uccl", data.get("backend_name")
+    model(torch.ones(3, 4)).sum().backward()  # and it trains
+    other = DDP(torch.nn.Linear(4, 2), process_group=g)  # a gloo group keeps its own name
+    assert other._get_ddp_logging_data()["backend_name"] == "gloo"
+
+
+def conformance_worker(rank, world, port):
+    U.init_uccl(rank, world, port)
+    g = dist.new_group(backend="gloo")
+    groups = [(dist.group.WORLD, "default group")]
+    for transport in ("tcp", "shm"):
+        u = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(transport=transport))
+        groups.append((u, f"transport {transport}"))
+    for u, label in groups:
+        for check in (check_all_gather_coalesced, check_recv_any_source):
+            try:
+                check(rank, world, u, g)
+            except Exception as e:
+                raise AssertionError(f"{check.__name__} on {label} (rank {rank} of {world}) failed: {e}") from e
+        dist.barrier(group=g)
+    check_ddp_backend_name(rank, world, g)
+    dist.barrier(group=g)
+    dist.destroy_process_group()
+
+
+def test_conformance_world_3():
+    U.spawn(conformance_worker, 3, deadline_s=240)
+
+
+def any_source_failures_worker(rank, world, port):
+    U.init_uccl(rank, world, port, timeout_s=60)
+    g = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=60))
+    # Nobody sends: the group's timeout (3 s) ends the receive and says what it waited for.
+    u3 = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(timeout=3))
+    # Connected first: an idle rank does not answer a connection handshake (nothing drives its
+    # communicator), so a dial to a rank that stays out of uccl ends at the same deadline with
+    # "did not answer the connection handshake" instead.
+    dist.all_reduce(torch.ones(1), group=u3)
+    dist.barrier(group=u3)
+    if rank == 0:
+        start = time.monotonic()
+        with pytest.raises(dist.DistBackendError, match=r"any rank \(tag 6"):
+            dist.recv(torch.empty(2), group=u3, tag=6)
+        assert time.monotonic() - start < 20
+    dist.barrier(group=g)
+    # A rank that dies fails a pending any-source receive at once, naming it; the rank that
+    # would never send stays alive meanwhile.
+    dist.barrier()  # uccl connections up
+    if rank == 2:
+        dist.barrier(group=g)
+        os._exit(0)
+    if rank == 1:
+        dist.barrier(group=g)
+        time.sleep(8)
+        os._exit(0)
+    dist.barrier(group=g)
+    start = time.monotonic()
+    with pytest.raises(dist.DistBackendError, match="rank 2"):
+        dist.recv(torch.empty(2))
+    assert time.monotonic() - start < 6, time.monotonic() - start
+    os._exit(0)
+
+
+def test_any_source_timeout_and_dead_peer():
+    U.spawn(any_source_failures_worker, 3, deadline_s=120)

@@ -1,0 +1,258 @@
+"""Any torch accelerator through the staged path (issue 15, item 3), on a test device of our own.
+
+tests/torch/uccl_test_device.cpp is a PrivateUse1 device ("uccltest"): host memory that torch
+reaches only through the device's own kernels (empty, _copy_from, ...; everything else runs
+through torch's CPU fallback), with counters on its copy function. It is built here with
+torch.utils.cpp_extension (ninja and a C++ compiler, nothing downloaded). The checks:
+torch.accelerator reports it and "uccl" serves it without being told; every op gives the same
+results on uccltest tensors as on CPU tensors, the results stay on the device, and the bytes
+went through the device's copies; a job where one rank holds CPU tensors and the others device
+tensors works; a failing device copy is a clear error (before the op, or on the work after it)
+and leaves the group usable."""
+import pytest
+import uccl
+
+if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
+    pytest.skip("uccl built without the torch backend", allow_module_level=True)
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import torch
+import torch.distributed as dist
+
+import torch_dist_util as U
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "uccl_test_device.cpp")
+DEV = "uccltest"
+
+
+def build_dir():
+    tag = torch.__version__.replace("+", "_")
+    return os.path.join(tempfile.gettempdir(), f"uccl_test_device_{tag}_{os.getuid()}")
+
+
+def build_extension():
+    """Builds the extension (once; later calls only load it) and loads it into this process."""
+    from torch.utils import cpp_extension
+
+    d = build_dir()
+    os.makedirs(d, exist_ok=True)
+    return cpp_extension.load(name="uccl_test_device", sources=[SRC], build_directory=d, extra_cflags=["-O1"])
+
+
+def load_device():
+    """Loads and registers the test device in this process; returns its module."""
+    ext = build_extension()
+    torch.utils.rename_privateuse1_backend(DEV)
+    mod = types.ModuleType(DEV)  # torch's device module for it (what torch.xpu is for xpu)
+    mod.is_available = lambda: True
+    mod.device_count = lambda: 1
+    mod.current_device = lambda: 0
+    mod.is_initialized = lambda: True
+    mod._is_in_bad_fork = lambda: False
+    mod.manual_seed_all = lambda seed: None
+    torch._register_device_module(DEV, mod)
+    torch.utils.generate_methods_for_privateuse1_backend()
+    return ext
+
+
+@pytest.fixture(scope="module")
+def device_built():
+    if shutil.which("ninja") is None or shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.fail("building the test device needs ninja and a C++ compiler (scripts/setup.sh installs them)")
+    # Built once here, so that the ranks only load it; in a child process, because loading it
+    # makes PrivateUse1 this process's accelerator, which must not leak into other tests.
+    r = subprocess.run([sys.executable, "-c", "import test_torch_device as t; t.build_extension()"], cwd=HERE,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"building the test device failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+
+
+def dev(t):
+    return t.to(DEV)
+
+
+def check_ops(rank, world, ext):
+    """Every op on uccltest tensors against the same op on CPU tensors (both over uccl)."""
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        for n in (0, 1, 13, 4099):
+            x = U.make_input(rank, n, dtype)
+            for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+                a, b = dev(x), x.clone()
+                ext.reset_copy_stats()
+                dist.all_reduce(a, op=op)
+                dist.all_reduce(b, op=op)
+                assert a.device.type == DEV
+                U.assert_same(a.cpu(), b, f"all_reduce {op} {dtype} n={n}")
+                st = ext.copy_stats()
+                nbytes = n * x.element_size()
+                # staged: out of the device before, back in after (the .cpu() above is one more d2h)
+                assert st["d2h_bytes"] >= 2 * nbytes and st["h2d_bytes"] >= nbytes, (st, nbytes)
+    # Larger than one staging chunk (4 MiB): copied out chunk by chunk, each chunk's all_reduce
+    # issued as soon as it is on the host; the result goes back in one copy.
+    for dtype in (torch.float32, torch.complex64):
+        x = U.make_input(rank, (5 << 20) // 4 + 3, dtype)
+        a, b = dev(x), x.clone()
+        ext.reset_copy_stats()
+        dist.all_reduce(a)
+        st = ext.copy_stats()
+        dist.all_reduce(b)
+        U.assert_same(a.cpu(), b, f"chunked all_reduce {dtype}")
+        chunks = -(-x.numel() * x.element_size() // (4 << 20))
+        assert st["d2h_calls"] == chunks and st["h2d_calls"] == 1, (st, chunks)
+    x = U.make_input(rank, 7, torch.float32)
+    a = dev(x)
+    dist.all_reduce(a, op=dist.ReduceOp.AVG)
+    b = x.clone()
+    dist.all_reduce(b, op=dist.ReduceOp.AVG)
+    U.assert_same(a.cpu(), b, "all_reduce AVG")
+    # broadcast, reduce
+    a = dev(U.make_input(rank, 9, torch.float64))
+    dist.broadcast(a, src=1)
+    U.assert_same(a.cpu(), U.make_input(1, 9, torch.float64), "broadcast")
+    a, b = dev(U.make_input(rank, 9, torch.int32)), U.make_input(rank, 9, torch.int32)
+    dist.reduce(a, dst=2)
+    dist.reduce(b, dst=2)
+    if rank == 2:
+        U.assert_same(a.cpu(), b, "reduce")
+    # all_gather (list and into a tensor), reduce_scatter_tensor, all_to_all_single (uneven)
+    x = U.make_input(rank, 5, torch.float32)
+    outs = [dev(torch.zeros(5)) for _ in range(world)]
+    dist.all_gather(outs, dev(x))
+    for r in range(world):
+        assert outs[r].device.type == DEV
+        U.assert_same(outs[r].cpu(), U.make_input(r, 5, torch.float32), f"all_gather from {r}")
+    big = dev(torch.zeros(5 * world))
+    dist.all_gather_into_tensor(big, dev(x))
+    U.assert_same(big.cpu(), torch.cat([U.make_input(r, 5, torch.float32) for r in range(world)]), "all_gather_into_tensor")
+    inp = U.make_input(rank, 4 * world, torch.float32)
+    a, b = dev(torch.zeros(4)), torch.zeros(4)
+    dist.reduce_scatter_tensor(a, dev(inp))
+    dist.reduce_scatter_tensor(b, inp)
+    U.assert_same(a.cpu(), b, "reduce_scatter_tensor")
+    in_splits = [r + 1 for r in range(world)]  # rank sends r+1 rows to rank r
+    out_splits = [rank + 1] * world
+    inp = U.make_input(rank, sum(in_splits) * 2, torch.float32).reshape(-1, 2)
+    a = dev(torch.zeros(sum(out_splits), 2))
+    b = torch.zeros(sum(out_splits), 2)
+    dist.all_to_all_single(a, dev(inp), out_splits, in_splits)
+    dist.all_to_all_single(b, inp, out_splits, in_splits)
+    U.assert_same(a.cpu(), b, "all_to_all_single uneven")
+    # gather / scatter
+    x = U.make_input(rank, 3, torch.int64)
+    gl = [dev(torch.zeros(3, dtype=torch.int64)) for _ in range(world)] if rank == 0 else None
+    dist.gather(dev(x), gl, dst=0)
+    if rank == 0:
+        for r in range(world):
+            U.assert_same(gl[r].cpu(), U.make_input(r, 3, torch.int64), f"gather from {r}")
+    sl = [dev(U.make_input(r, 3, torch.int64, salt=9)) for r in range(world)] if rank == 1 else None
+    got = dev(torch.zeros(3, dtype=torch.int64))
+    dist.scatter(got, sl, src=1)
+    U.assert_same(got.cpu(), U.make_input(rank, 3, torch.int64, salt=9), "scatter")
+    # p2p ring (even/odd order), batch_isend_irecv, recv from any source into a device tensor
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    y = dev(torch.zeros(6))
+    if rank % 2 == 0:
+        dist.send(dev(U.make_input(rank, 6, torch.float32)), nxt)
+        dist.recv(y, prv)
+    else:
+        dist.recv(y, prv)
+        dist.send(dev(U.make_input(rank, 6, torch.float32)), nxt)
+    U.assert_same(y.cpu(), U.make_input(prv, 6, torch.float32), "send/recv")
+    r1 = dev(torch.zeros(4))
+    ops = [dist.P2POp(dist.isend, dev(U.make_input(rank, 4, torch.float32, salt=3)), nxt),
+           dist.P2POp(dist.irecv, r1, prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    U.assert_same(r1.cpu(), U.make_input(prv, 4, torch.float32, salt=3), "batch_isend_irecv")
+    if rank == 0:
+        z = dev(torch.zeros(2))
+        src = dist.recv(z, tag=4)
+        assert src in (1, 2) and z.cpu().tolist() == [float(src)] * 2
+        src2 = dist.recv(z, tag=4)
+        assert {src, src2} == {1, 2}
+    else:
+        dist.send(dev(torch.full((2,), float(rank))), 0, tag=4)
+    dist.barrier()
+    # async: the future's value is the device tensor itself
+    a = dev(torch.ones(3))
+    fut = dist.all_reduce(a, async_op=True).get_future()
+    val = fut.wait()[0]
+    assert val.device.type == DEV and val.cpu().tolist() == [float(world)] * 3
+
+
+def check_mixed(rank, world):
+    """One rank on CPU tensors, the others on the device: one job, one group."""
+    x = U.make_input(rank, 11, torch.float32)
+    a = x.clone() if rank == 0 else dev(x)
+    dist.all_reduce(a)
+    want = sum(U.make_input(r, 11, torch.float32) for r in range(world))
+    U.assert_same(a.cpu(), want, f"mixed all_reduce (rank {rank} on {a.device})")
+    outs = [torch.zeros(11) if rank == 0 else dev(torch.zeros(11)) for _ in range(world)]
+    dist.all_gather(outs, a)
+    for o in outs:
+        U.assert_same(o.cpu(), want, "mixed all_gather")
+
+
+def check_copy_errors(rank, world, ext):
+    # A device-to-host copy that fails: raised at the call, before anything is issued (on
+    # every rank alike here), and the group goes on.
+    a = dev(torch.ones(4))
+    ext.fail_next_copies(1)
+    with pytest.raises(RuntimeError, match="injected copy failure"):
+        dist.all_reduce(a)
+    ext.fail_next_copies(0)
+    # The copy back to the device fails: the op itself completed, the work reports the error.
+    ext.fail_next_copies(1, h2d_only=True)
+    with pytest.raises(RuntimeError, match="injected copy failure"):
+        dist.all_reduce(a)
+    ext.fail_next_copies(0)
+    b = dev(torch.ones(4))
+    dist.all_reduce(b)
+    assert b.cpu().tolist() == [float(world)] * 4
+    # A chunked all_reduce whose second chunk cannot be copied out on rank 0, after the first
+    # chunk's all_reduce was issued: rank 0 aborts that group, its peers fail at once naming it.
+    u = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(timeout=60))
+    warm = torch.ones(1)
+    dist.all_reduce(warm, group=u)  # connected, so that the failure travels with its root cause
+    dist.barrier(group=u)
+    big = dev(torch.ones((6 << 20) // 4))
+    if rank == 0:
+        ext.fail_next_copies(1, skip=1)
+    start = time.monotonic()
+    with pytest.raises(dist.DistBackendError) as e:
+        dist.all_reduce(big, group=u)
+    ext.fail_next_copies(0)
+    assert time.monotonic() - start < 20, time.monotonic() - start
+    if rank == 0:
+        assert "the process group was aborted" in str(e.value) and "injected copy failure" in str(e.value), str(e.value)
+    else:  # directly from rank 0, or from a rank that failed because of it (its root cause)
+        assert "rank 0" in str(e.value), str(e.value)
+    assert big.cpu().eq(1).all(), "a failed op must leave the caller's tensor as it was"
+    c = dev(torch.ones(2))
+    dist.all_reduce(c)  # the default group was not touched
+    assert c.cpu().tolist() == [float(world)] * 2
+
+
+def device_worker(rank, world, port):
+    ext = load_device()
+    assert torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == DEV
+    assert DEV in dist.Backend.backend_capability["uccl"], dist.Backend.backend_capability["uccl"]
+    U.init_uccl(rank, world, port)
+    pg = dist.group.WORLD
+    assert pg._get_backend(torch.device(DEV)) is not None  # registered for the device type
+    check_ops(rank, world, ext)
+    check_mixed(rank, world)
+    check_copy_errors(rank, world, ext)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_staged_device_world_3(device_built):
+    U.spawn(device_worker, 3, deadline_s=240)

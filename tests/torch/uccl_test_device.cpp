@@ -1,0 +1,196 @@
+// A PrivateUse1 test device for the uccl torch backend's staged path (issue 15, item 3).
+//
+// Host memory behind its own allocator, reachable by torch only through this device's kernels:
+// tensors are created by empty / empty_strided, moved by _copy_from (the device's copy
+// function: every host<->device transfer torch makes goes through it, and is counted), and
+// every other op runs through torch's CPU fallback (which itself copies through _copy_from).
+// A device guard with one device and numbered streams stands in for a real runtime. Built by
+// tests/torch/test_torch_device.py with torch.utils.cpp_extension (no network), renamed
+// "uccltest" there.
+#include <torch/extension.h>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <stdexcept>
+
+namespace {
+
+constexpr c10::DeviceType kDev = c10::DeviceType::PrivateUse1;
+
+std::atomic<int64_t> g_d2h_calls{0}, g_h2d_calls{0}, g_d2d_calls{0};
+std::atomic<int64_t> g_d2h_bytes{0}, g_h2d_bytes{0};
+std::atomic<int64_t> g_fail_copies{0};  // the next N copies throw (error-path tests)
+std::atomic<bool> g_fail_h2d_only{false};  // ... counting only host-to-device ones
+std::atomic<int64_t> g_skip_copies{0};     // ... after letting this many (counted) pass
+// Host memory, freed by its own deleter: torch sees it only as this device's memory.
+struct PlainAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    return {p, p, &release, c10::Device(kDev, 0)};
+  }
+  static void release(void* p) {
+    if (p) c10::free_cpu(p);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final { default_copy_data(dest, src, count); }
+};
+PlainAllocator g_alloc;
+
+// One device, streams numbered per (device, id); the "current" stream is thread local.
+thread_local c10::StreamId t_stream = 0;
+struct TestGuard final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kDev; }
+  c10::Device exchangeDevice(c10::Device) const override { return c10::Device(kDev, 0); }
+  c10::Device getDevice() const override { return c10::Device(kDev, 0); }
+  void setDevice(c10::Device d) const override { TORCH_CHECK(d.index() <= 0, "uccltest has one device"); }
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDev, 0), t_stream);
+  }
+  c10::Stream getDefaultStream(c10::Device) const override { return c10::Stream(c10::Stream::DEFAULT, c10::Device(kDev, 0)); }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
+    c10::Stream old(c10::Stream::UNSAFE, c10::Device(kDev, 0), t_stream);
+    t_stream = s.id();
+    return old;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  // Work on this device is synchronous (host memory): events are always complete.
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, TestGuard);
+
+struct TestHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  at::Device getDeviceFromPtr(void*) const override { return at::Device(kDev, 0); }
+  bool isPinnedPtr(const void*) const override { return false; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    static at::Generator g = at::detail::getDefaultCPUGenerator();
+    return g;
+  }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    TORCH_CHECK(false, "uccltest: resizing storage is not supported");
+  }
+};
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                               std::optional<at::Device>, std::optional<bool>,
+                               std::optional<at::MemoryFormat> memory_format) {
+  return at::detail::empty_generic(size, &g_alloc, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>) {
+  return at::detail::empty_strided_generic(size, stride, &g_alloc, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+// A CPU tensor over the same memory (the device's memory is host memory).
+at::Tensor host_alias(const at::Tensor& t) {
+  if (t.is_cpu()) return t;
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
+// The device's copy function: host->device, device->host and device->device.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  if (g_fail_copies.load() > 0 && (!g_fail_h2d_only.load() || (self.is_cpu() && !dst.is_cpu()))) {
+    if (g_skip_copies.load() > 0) {
+      --g_skip_copies;
+    } else if (g_fail_copies.fetch_sub(1) > 0) {
+      throw std::runtime_error("uccltest: injected copy failure");
+    }
+  }
+  const int64_t bytes = static_cast<int64_t>(self.numel() * self.element_size());
+  if (!self.is_cpu() && dst.is_cpu()) {
+    ++g_d2h_calls;
+    g_d2h_bytes += bytes;
+  } else if (self.is_cpu() && !dst.is_cpu()) {
+    ++g_h2d_calls;
+    g_h2d_bytes += bytes;
+  } else {
+    ++g_d2d_calls;
+  }
+  host_alias(dst).copy_(host_alias(self));
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::Tensor d = dst;
+  if (d.sizes() != self.sizes()) d.resize_(self.sizes());
+  return copy_from(self, d, false);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size, std::optional<at::MemoryFormat> fmt) {
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  TORCH_CHECK(c10::multiply_integers(sizes) == self.numel(), "uccltest: resize_ may not change the element count");
+  self.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  return self;
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { at::native::cpu_fallback(op, stack); }
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("resize_", resize_);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  // Views must stay views (the CPU fallback would return copies): torch.distributed passes
+  // complex tensors as view_as_real.
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  static TestHooks hooks;
+  at::RegisterPrivateUse1HooksInterface(&hooks);
+  c10::SetAllocator(kDev, &g_alloc);
+  m.def("copy_stats", [] {
+    return std::map<std::string, int64_t>{{"d2h_calls", g_d2h_calls.load()}, {"h2d_calls", g_h2d_calls.load()},
+                                          {"d2d_calls", g_d2d_calls.load()}, {"d2h_bytes", g_d2h_bytes.load()},
+                                          {"h2d_bytes", g_h2d_bytes.load()}};
+  });
+  m.def("reset_copy_stats", [] {
+    g_d2h_calls = g_h2d_calls = g_d2d_calls = 0;
+    g_d2h_bytes = g_h2d_bytes = 0;
+  });
+  m.def(
+      "fail_next_copies",
+      [](int64_t n, bool h2d_only, int64_t skip) {
+        g_fail_h2d_only = h2d_only;
+        g_skip_copies = skip;
+        g_fail_copies = n;
+      },
+      pybind11::arg("n"), pybind11::arg("h2d_only") = false, pybind11::arg("skip") = 0);
+}
