@@ -50,21 +50,34 @@ Status run(const P2PIssuer& p2p, std::vector<P2POp> ops, double timeout_s) {
 }
 
 // Sender side of one pair: S/4 then S bytes, each acknowledged; returns the two durations.
-Result<std::pair<double, double>> send_side(const P2PIssuer& p2p, int peer, std::vector<uint8_t>& buf,
-                                            double timeout_s) {
+struct Timing {
+  double small = 0, large = 0;        // best durations (steady clock)
+  double from[kRounds] = {}, to[kRounds] = {};  // each round's large send, wall clock (concurrent pairs)
+};
+
+double wall_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Result<Timing> send_side(const P2PIssuer& p2p, int peer, std::vector<uint8_t>& buf, double timeout_s) {
   uint8_t ack = 0;
   // A first exchange sets the connection up (not timed).
   UCCL_RETURN_IF_ERROR(run(p2p, {op(true, buf.data(), 1, peer), op(false, &ack, 1, peer)}, timeout_s));
   // Two rounds, the faster of each size: the first round also pays one-time costs (buffers
   // growing, a segment mapped) that are not the link's.
   double t[2] = {1e30, 1e30};
+  Timing out;
   const size_t sizes[2] = {buf.size() / 4, buf.size()};
   for (int i = 0; i < 2 * kRounds; ++i) {
-    const double t0 = now_s();
+    const double w0 = wall_s(), t0 = now_s();
     UCCL_RETURN_IF_ERROR(run(p2p, {op(true, buf.data(), sizes[i % 2], peer), op(false, &ack, 1, peer)}, timeout_s));
-    t[i % 2] = std::min(t[i % 2], now_s() - t0);
+    const double d = now_s() - t0;
+    if (i % 2 == 1) out.from[i / 2] = w0, out.to[i / 2] = w0 + d;
+    t[i % 2] = std::min(t[i % 2], d);
   }
-  return std::make_pair(t[0], t[1]);
+  out.small = t[0];
+  out.large = t[1];
+  return out;
 }
 
 Status recv_side(const P2PIssuer& p2p, int peer, std::vector<uint8_t>& buf, double timeout_s) {
@@ -77,6 +90,19 @@ Status recv_side(const P2PIssuer& p2p, int peer, std::vector<uint8_t>& buf, doub
   return Status::Ok();
 }
 
+// The store with its failures mapped (see StoreErrorMapper).
+struct MappedStore {
+  Store& s;
+  const StoreErrorMapper& map;
+  Status fix(const Status& st) const { return st.ok() || !map ? st : map(st); }
+  Status set(const std::string& k, const std::string& v) { return fix(s.set(k, v)); }
+  Result<std::string> get(const std::string& k, double timeout_s) {
+    auto r = s.get(k, timeout_s);
+    if (!r.ok()) return fix(r.status());
+    return r;
+  }
+};
+
 }  // namespace
 
 ProbeMode probe_mode() {
@@ -85,8 +111,9 @@ ProbeMode probe_mode() {
 }
 
 Result<std::shared_ptr<const Topology>> probe_links(const Topology& base, const std::vector<ProbeItem>& plan,
-                                                    int rank, Store& store, const P2PIssuer& p2p,
-                                                    double timeout_s) {
+                                                    int rank, Store& store_in, const P2PIssuer& p2p,
+                                                    const StoreErrorMapper& store_error, double timeout_s) {
+  MappedStore store{store_in, store_error};
   const size_t bytes = kProbeBytes.get();
   std::vector<uint8_t> buf;
   const double t_start = now_s();
@@ -126,12 +153,15 @@ Result<std::shared_ptr<const Topology>> probe_links(const Topology& base, const 
     }
     auto t = send_side(p2p, pr.second, buf, timeout_s);
     if (!t.ok()) return t.status().with_context("link probe (" + std::string(level_name(it.level)) + " level)");
-    char text[64];
-    snprintf(text, sizeof text, "%.9g %.9g", t.value().first, t.value().second);
+    char text[160];
+    const Timing& tm = t.value();
+    snprintf(text, sizeof text, "%.9g %.9g %.17g %.17g %.17g %.17g", tm.small, tm.large, tm.from[0], tm.to[0], tm.from[1],
+             tm.to[1]);
     UCCL_RETURN_IF_ERROR(store.set(key(k, "t/" + std::to_string(my_pair)), text));
     if (rank != leader) continue;
     // The aggregate over the item's concurrent pairs: all bytes over the slowest pair's time.
-    double small = 0, large = 0;
+    double small = 0, large = 0, from[kRounds], to[kRounds];
+    for (int r = 0; r < kRounds; ++r) from[r] = 1e300, to[r] = 0;
     for (size_t i = 0; i < it.pairs.size(); ++i) {
       auto v = store.get(key(k, "t/" + std::to_string(i)), timeout_s);
       if (!v.ok()) return v.status().with_context("link probe: timings of rank " + std::to_string(it.pairs[i].first));
@@ -140,12 +170,29 @@ Result<std::shared_ptr<const Topology>> probe_links(const Topology& base, const 
       is >> a >> b;
       small = std::max(small, a);
       large = std::max(large, b);
+      for (int r = 0; r < kRounds; ++r) {
+        double f = 0, e = 0;
+        is >> f >> e;
+        from[r] = std::min(from[r], f);
+        to[r] = std::max(to[r], e);
+      }
     }
     const double n = static_cast<double>(it.pairs.size());
     // The slope cancels latency and burst; when noise makes it meaningless (the large send took
     // hardly longer than the small one: a fast link on a busy machine), the plain quotient.
     const double slope_s = large - small;
-    const double rate = slope_s > 0.25 * large ? n * (bytes - bytes / 4) / slope_s : n * bytes / large;
+    double rate = slope_s > 0.25 * large ? n * (bytes - bytes / 4) / slope_s : n * bytes / large;
+    // Concurrent pairs that did not quite overlap (a sender descheduled on a busy host) would
+    // each see the link alone: the aggregate is then all their bytes over the span from the
+    // first start to the last end of their large sends in one round (wall clock: the hosts' clocks agree
+    // to far better than a few MiB take on a shared uplink).
+    // The round whose large sends overlapped best counts.
+    if (it.pairs.size() > 1) {
+      double span = 1e300;
+      for (int r = 0; r < kRounds; ++r)
+        if (to[r] > from[r]) span = std::min(span, to[r] - from[r]);
+      if (span < 1e300) rate = std::min(rate, n * bytes / span);
+    }
     probe_cache_store(kCachePath, it.key, rate);
     UCCL_RETURN_IF_ERROR(store.set(key(k, "rate"), std::to_string(rate)));
   }

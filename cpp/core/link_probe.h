@@ -33,11 +33,14 @@ ProbeMode probe_mode();
 
 // Issues point-to-point operations on the communicator being probed (its p2p()).
 using P2PIssuer = std::function<Result<WorkPtr>(const std::vector<P2POp>&)>;
+// Turns a failed store operation into the error to report (the connection manager's
+// store_error(): a vanished store names the rank that served it).
+using StoreErrorMapper = std::function<Status(const Status&)>;
 
 // Runs `plan` (non-empty) and returns `base` rebuilt with the measured rates. Every rank of the
 // communicator must call it with the same plan (the same base Topology).
 Result<std::shared_ptr<const Topology>> probe_links(const Topology& base, const std::vector<ProbeItem>& plan,
                                                     int rank, Store& store, const P2PIssuer& p2p,
-                                                    double timeout_s);
+                                                    const StoreErrorMapper& store_error, double timeout_s);
 
 }  // namespace uccl

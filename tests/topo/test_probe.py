@@ -93,7 +93,7 @@ def test_choice_follows_shaped_uplink_on_testbed():
     slow = probe_flip.run_case(0.5, 0.15, 16, "auto", False)
     fast = probe_flip.run_case(0.5, 0.5, 16, "auto", False)
     up_slow, src = _gbit(slow[0]["links"], "cluster uplink")
-    assert src == "measured" and 0.08 < up_slow < 0.25, slow[0]["links"]
+    assert src == "measured" and 0.08 < up_slow < 0.3, slow[0]["links"]
     up_fast, _ = _gbit(fast[0]["links"], "cluster uplink")
     assert 0.3 < up_fast < 0.8, fast[0]["links"]
     assert slow[0]["chosen"] == "hier" and fast[0]["chosen"] == "ring", (slow[0], fast[0])
