@@ -11,10 +11,10 @@ def test_two_rails_double_one_nic():
     if not netbed.netns_available():
         pytest.skip("needs root and `ip netns add` (network namespaces)")
     import rails_bench
-    rows = rails_bench.run(0.5, 8, 2, cases=rails_bench.CASES[1:])
+    rows = rails_bench.run(0.5, 16, 2, cases=rails_bench.CASES[1:])
     shared, rails = rows
     assert "rail NIC" not in " ".join(shared["listen"])
     assert "rail NIC eth1: UCCL_SOCKET_IFNAME entry 1 of 2 for local rank 1" in rails["listen"][1]
     assert "10.211.1.1" in rails["listen"][1] and "10.210.1.1" in rails["listen"][0]
     assert shared["gbit"] < 0.6, shared  # both pairs through one 0.5 Gbit/s NIC
-    assert rails["gbit"] > 1.6 * shared["gbit"], (shared, rails)
+    assert rails["gbit"] > 1.5 * shared["gbit"], (shared, rails)
