@@ -3,6 +3,11 @@
 python -m uccl.info --cmakedir | --pkgconfigdir | --includedir prints where the installed package
 keeps ucclConfig.cmake, uccl.pc and the headers (like pybind11 --cmakedir), for C and C++ builds:
 cmake -Duccl_DIR=$(python -m uccl.info --cmakedir), PKG_CONFIG_PATH=$(python -m uccl.info --pkgconfigdir).
+
+python -m uccl.info --probe, started on every rank by a launcher (torchrun, mpirun, or RANK /
+WORLD_SIZE / MASTER_ADDR / MASTER_PORT), creates the world communicator, measures the link rates
+of every topology level (UCCL_PROBE=on unless set) and prints, on rank 0, the topology with the
+rates the cost model uses, where each came from, and the probe's own figures.
 """
 import os
 import sys
@@ -46,6 +51,22 @@ def main(out=sys.stdout):
               f"{' loopback' if i['loopback'] else ''} {speed}", file=out)
 
 
+def probe(out=sys.stdout):
+    os.environ.setdefault("UCCL_PROBE", "on")  # read when the first communicator is created
+    import numpy as np
+
+    from .launch import init
+    comm = init()
+    if comm.size < 2:
+        print("one rank: no link to probe (start this on every rank with a launcher)", file=out)
+        return
+    comm.all_reduce(np.zeros(1, np.float32))  # the first collective that chooses by topology probes
+    text = comm.describe()
+    if comm.rank == 0:
+        print("\n".join(l for l in text.splitlines() if not l.lstrip().startswith("path to rank")), file=out)
+    comm.barrier()
+
+
 _DIRS = {"--cmakedir": ("lib", "cmake", "uccl"), "--pkgconfigdir": ("lib", "pkgconfig"), "--includedir": ("include",)}
 
 
@@ -59,9 +80,11 @@ def package_dir(flag):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1] in _DIRS:
+    if len(sys.argv) == 2 and sys.argv[1] == "--probe":
+        probe()
+    elif len(sys.argv) == 2 and sys.argv[1] in _DIRS:
         print(package_dir(sys.argv[1]))
     elif len(sys.argv) > 1:
-        sys.exit(f"usage: python -m uccl.info [{' | '.join(_DIRS)}]")
+        sys.exit(f"usage: python -m uccl.info [--probe | {' | '.join(_DIRS)}]")
     else:
         main()

@@ -73,7 +73,11 @@ def _tbf(ns, dev, gbit, queue_ms=20):
 
 
 class Testbed:
-    def __init__(self, clusters=2, hosts=2, intra_gbit=4.0, inter_gbit=0.5, prefix=None, queue_ms=200):
+    def __init__(self, clusters=2, hosts=2, intra_gbit=4.0, inter_gbit=0.5, prefix=None, queue_ms=200, rails=1):
+        # rails > 1: every host gets eth1.. as well, rail r on its own bridge per cluster
+        # (rb<c>r<r>) and subnet 10.(210+r).<c+1>.<h+1>/24, shaped like eth0, not routed between
+        # clusters: separate network planes, one per rail.
+        self.rails = rails
         self.clusters, self.hosts = clusters, hosts
         self.intra_gbit, self.inter_gbit = intra_gbit, inter_gbit
         self.queue_ms = queue_ms  # tbf queue bound: a deeper queue drops less under bursts
@@ -88,8 +92,9 @@ class Testbed:
         return f"{self.prefix}-c{c}h{h}"
 
     @staticmethod
-    def host_addr(c, h):
-        return f"{NET}.{c + 1}.{h + 1}"
+    def host_addr(c, h, rail=0):
+        net = NET if rail == 0 else f"10.{210 + rail}"
+        return f"{net}.{c + 1}.{h + 1}"
 
     def all_hosts(self):
         return [(c, h) for c in range(self.clusters) for h in range(self.hosts)]
@@ -131,6 +136,19 @@ class Testbed:
             sh("ip", "-n", r, "link", "set", port, "up")
             _tbf(ns, "eth0", self.intra_gbit, self.queue_ms)
             _tbf(r, port, self.intra_gbit, self.queue_ms)
+        for rail in range(1, self.rails):
+            for c in range(self.clusters):
+                sh("ip", "-n", r, "link", "add", f"rb{c}r{rail}", "type", "bridge")
+                sh("ip", "-n", r, "link", "set", f"rb{c}r{rail}", "up")
+            for c, h in self.all_hosts():
+                ns, port, dev = self.host_ns(c, h), f"c{c}h{h}r{rail}", f"eth{rail}"
+                sh("ip", "-n", ns, "link", "add", dev, "type", "veth", "peer", "name", port, "netns", r)
+                sh("ip", "-n", ns, "addr", "add", f"{self.host_addr(c, h, rail)}/24", "dev", dev)
+                sh("ip", "-n", ns, "link", "set", dev, "up")
+                sh("ip", "-n", r, "link", "set", port, "master", f"rb{c}r{rail}")
+                sh("ip", "-n", r, "link", "set", port, "up")
+                _tbf(ns, dev, self.intra_gbit, self.queue_ms)
+                _tbf(r, port, self.intra_gbit, self.queue_ms)
 
     def close(self):
         for p in self.procs:

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -29,9 +30,48 @@
 namespace uccl {
 
 const TextSetting kSocketIfname("network", "UCCL_SOCKET_IFNAME", "",
-                                "interfaces to use (NCCL syntax: prefixes, ^exclude, =exact)", any_text());
+                                "interfaces to use (NCCL syntax: prefixes, ^exclude, =exact); one entry per "
+                                "local rank separated by ';' binds each rank to its rail's NIC",
+                                any_text());
 const TextSetting kSocketFamily("network", "UCCL_SOCKET_FAMILY", "", "restrict sockets to AF_INET or AF_INET6",
                                 one_of({"", "AF_INET", "AF_INET6"}));
+
+std::string rail_ifname_spec(const std::string& spec, int local_rank, std::string* why) {
+  if (why) why->clear();
+  if (spec.find(';') == std::string::npos) return spec;
+  std::vector<std::string> entries;
+  size_t start = 0;
+  while (true) {
+    size_t end = spec.find(';', start);
+    std::string e = spec.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!e.empty()) entries.push_back(e);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (entries.empty()) return "";
+  if (local_rank < 0) {
+    std::string all;
+    for (auto& e : entries) all += (all.empty() ? "" : ",") + e;
+    if (why) *why = "local rank unknown: every rail's entry";
+    return all;
+  }
+  const size_t i = static_cast<size_t>(local_rank) % entries.size();
+  if (why)
+    *why = "UCCL_SOCKET_IFNAME entry " + std::to_string(i) + " of " + std::to_string(entries.size()) +
+           " for local rank " + std::to_string(local_rank);
+  return entries[i];
+}
+
+int launcher_local_rank() {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* v = getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    long r = strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0 && r < 1 << 20) return static_cast<int>(r);
+  }
+  return -1;
+}
 
 // ---- addresses -------------------------------------------------------------------------------
 

@@ -44,6 +44,16 @@ std::vector<NetInterface> list_interfaces();
 // excludes ("^docker,lo"), "=" in front matches exact names ("=eth0").
 bool ifname_matches(const std::string& spec, const std::string& ifname);
 
+// Rails: UCCL_SOCKET_IFNAME may hold one entry per local rank, separated by ';'
+// ("=eth0;=eth1": local rank i uses entry i mod 2), so that each rank of a host binds to the NIC
+// of its rail instead of every rank picking the same fastest NIC. rail_ifname_spec() returns the
+// entry for `local_rank` (the whole spec when it has no ';'; every entry, joined by ',', when
+// the local rank is unknown, -1) and says which in *why (empty when there is no list).
+std::string rail_ifname_spec(const std::string& spec, int local_rank, std::string* why = nullptr);
+// This process's rank among its host's processes, as the launcher says (LOCAL_RANK, Open MPI's
+// OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, SLURM_LOCALID); -1 when none does.
+int launcher_local_rank();
+
 // The interfaces to listen on: those matching spec (or, with an empty spec, every up
 // non-loopback interface except docker*, falling back to loopback when that is all there is),
 // restricted to `family` ("", "AF_INET", "AF_INET6").

@@ -7,6 +7,7 @@
 #include "algorithms/collectives.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "core/link_probe.h"
 #include "transports/path_choice.h"
 #include "transports/registry.h"
 
@@ -99,7 +100,11 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.algo = algo_;
   env.small_msg_bytes = small_msg_bytes_;
   // Collectives whose algorithm choice reads the topology need everyone's PeerInfo (first time only).
-  if (size_ > 1 && needs_topology(c.coll)) env.topo = topology();
+  if (size_ > 1 && needs_topology(c.coll)) {
+    auto t = probed_topology();
+    if (!t.ok()) return t.status();
+    env.topo = t.value();
+  }
   if (env.topo && !host_ranks_noted_) {
     host_ranks_noted_ = true;  // the waiting policy yields while spinning when they outnumber the cores
     note_host_ranks(static_cast<int>(env.topo->host_members(env.topo->host_of(rank_)).size()));
@@ -394,8 +399,50 @@ void CommunicatorImpl::abort(const std::string& why) { engine_->abort(Status(Cod
 Status CommunicatorImpl::error() { return engine_->error(); }
 
 std::string CommunicatorImpl::describe() {
-  auto t = topology();
-  return engine_->describe() + (t ? t->describe(rank_, describe_path) : std::string("topology: unavailable\n"));
+  std::shared_ptr<const Topology> t;
+  {
+    std::lock_guard<std::mutex> lock(probe_mu_);
+    t = probed_;
+  }
+  const bool probed = t != nullptr;
+  if (!t) t = topology();  // not probed yet: the rates as reported, and a line saying so
+  if (!t) return engine_->describe() + "topology: unavailable\n";
+  std::string s = engine_->describe() + t->describe(rank_, describe_path);
+  if (t->probe_note().empty() && size_ > 1) {
+    if (probe_mode() == ProbeMode::kOff) s += "  probe: off (UCCL_PROBE=off)\n";
+    else if (probe_plan(*t, probe_mode()).empty()) s += "  probe: not needed (one level, or its rates declared)\n";
+    else if (!probed) s += "  probe: not run yet (the first collective that chooses by topology runs it)\n";
+  }
+  return s;
+}
+
+Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
+  std::lock_guard<std::mutex> lock(probe_mu_);
+  if (probed_) return probed_;
+  if (!probe_failed_.ok()) return probe_failed_;
+  auto base = topology();
+  if (!base) return std::shared_ptr<const Topology>();
+  auto plan = probe_plan(*base, probe_mode());
+  if (plan.empty()) {
+    probed_ = base;
+    return probed_;
+  }
+  auto p2p_issue = [this](const std::vector<P2POp>& ops) { return p2p(ops); };
+  // A vanished store names the rank that served it (as ConnectionManager::store_error does).
+  const int store_rank = engine_->conns()->store_rank();
+  auto store_error = [this, store_rank](const Status& s) {
+    if (s.code() == Code::kTimeout || store_rank < 0 || store_rank == rank_ || store_rank >= size_) return s;
+    return Status(Code::kRemoteError, s.message() + " (the store is served by rank " + std::to_string(store_rank) +
+                                          ", which is gone)", store_rank);
+  };
+  auto t = probe_links(*base, plan, rank_, *store_, p2p_issue, store_error, engine_->timeout_s());
+  if (!t.ok()) {
+    probe_failed_ = t.status();
+    return probe_failed_;
+  }
+  probed_ = t.take();
+  UCCL_INFO("communicator %s (probed):\n%s", opts_.name.c_str(), probed_->describe(rank_, describe_path).c_str());
+  return probed_;
 }
 
 std::shared_ptr<const Topology> CommunicatorImpl::topology() {

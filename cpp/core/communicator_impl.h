@@ -62,6 +62,10 @@ class CommunicatorImpl : public Communicator {
   CommOptions merged(const CommOptions& child) const;
   // The topology, fetched from the store on first use (nullptr if that failed).
   std::shared_ptr<const Topology> topology();
+  // The topology the algorithms choose with: topology() with the link rates the probe measured
+  // (core/link_probe.h), probed on the first call. Collective: every rank calls it at the same
+  // operation (the first one that needs_topology()). nullptr when the topology is unavailable.
+  Result<std::shared_ptr<const Topology>> probed_topology();
 
   const int rank_, size_;
   std::shared_ptr<Store> store_;
@@ -78,6 +82,9 @@ class CommunicatorImpl : public Communicator {
   uint64_t subcomm_seq_ = 0;     // split/new_group calls, for unique store prefixes
   TopologyCache topo_;
   std::atomic<bool> topo_warned_{false};
+  std::mutex probe_mu_;
+  std::shared_ptr<const Topology> probed_;  // set once probed (or nothing to probe)
+  Status probe_failed_;
   std::atomic<bool> host_ranks_noted_{false};  // note_host_ranks() called (core/idle_wait.h)
 };
 

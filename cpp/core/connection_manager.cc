@@ -68,7 +68,9 @@ Status ConnectionManager::init() {
   if (blob.value()[kSecretBytes + 8] == 1) store_rank_ = 0;
 
   // Listeners on the selected interfaces (UCCL_SOCKET_IFNAME or the group's own choice).
-  const std::string& spec = opts_.socket_ifname.empty() ? kSocketIfname.get() : opts_.socket_ifname;
+  // A per-local-rank list picks this rank's rail NIC (base/net.h rail_ifname_spec).
+  const std::string spec = rail_ifname_spec(
+      opts_.socket_ifname.empty() ? kSocketIfname.get() : opts_.socket_ifname, launcher_local_rank(), &rail_why_);
   auto ifs = select_interfaces(spec, kSocketFamily.get());
   if (ifs.empty()) return InvalidArgument("no network interface matches UCCL_SOCKET_IFNAME='" + spec + "'");
   for (auto& nif : ifs) {
@@ -456,6 +458,12 @@ std::string ConnectionManager::describe() {
   std::string s = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " on " + me_.hostname +
                   " (host id " + me_.host_id + "), listening on";
   for (auto& l : me_.listen) s += " " + l;
+  if (!rail_why_.empty()) {
+    s += " (rail NIC";
+    for (auto& n : me_.nics)
+      if (n.kind == "tcp") s += " " + n.name;
+    s += ": " + rail_why_ + ")";
+  }
   s += "\n";
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;

@@ -75,6 +75,8 @@ class ConnectionManager {
   // learn of the failure only from a refused connection, which says nothing about why, and
   // the store holding the records may be gone). Nearest ranks first, bounded to half a second.
   void notify_failure(const std::string& why);
+  // The rank whose process serves the store (0 under uccl.init()), -1 when unknown. Set by init().
+  int store_rank() const { return store_rank_; }
   // Accepted sockets whose handshake is still being read (the fuzzer watches this drain).
   size_t pending_handshakes() const { return incoming_.size(); }
 
@@ -130,6 +132,7 @@ class ConnectionManager {
   uint64_t comm_id_ = 0;
   int store_rank_ = -1;  // 0 when rank 0's process serves the store, else unknown (-1)
   PeerInfo me_;
+  std::string rail_why_;  // which per-local-rank UCCL_SOCKET_IFNAME entry was used ("" = no list)
   std::vector<int> listen_fds_;
   std::vector<std::unique_ptr<Transport>> transports_;  // indexed by transport id, created lazily
   std::vector<std::unique_ptr<Endpoint>> endpoints_;     // by peer rank

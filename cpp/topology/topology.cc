@@ -50,9 +50,12 @@ std::string fmt_gbps(double bytes_per_s) {
 
 }  // namespace
 
-std::shared_ptr<const Topology> Topology::build(std::vector<PeerInfo> peers) {
+std::shared_ptr<const Topology> Topology::build(std::vector<PeerInfo> peers, const double* measured,
+                                                const std::string& probe_note) {
   auto t = std::shared_ptr<Topology>(new Topology());
   t->peers_ = std::move(peers);
+  for (int l = 0; l < kNumLevels && measured; ++l) t->measured_[l] = measured[l] > 0 ? measured[l] : 0;
+  t->probe_note_ = probe_note;
   const int n = t->size();
   t->host_of_.assign(n, -1);
   t->cluster_of_.assign(n, -1);
@@ -168,6 +171,13 @@ void Topology::build_rates() {
   rate_src_[1] = have[1] ? "declared" : nic > 0 ? "nic speed" : "default";
   rate_[2] = have[2] ? declared[2] * 1e9 / 8 : 0;
   rate_src_[2] = have[2] ? "declared" : "unknown";
+  // A probe's figure replaces what the interface says (a tc-shaped veth reports its 10 Gbit/s
+  // nominal speed), never a declaration: the file is the operator's word.
+  for (int l = 0; l < kNumLevels; ++l) {
+    if (have[l] || measured_[l] <= 0) continue;
+    rate_[l] = measured_[l];
+    rate_src_[l] = "measured";
+  }
 }
 
 int Topology::level(int a, int b) const {
@@ -225,6 +235,12 @@ std::string Topology::describe(int me, const PathDescriber& path_to) const {
   s += "  links: host " + fmt_gbps(rate_[0]) + " (" + rate_src_[0] + "), host nic " + fmt_gbps(rate_[1]) + " (" +
        rate_src_[1] + "), cluster uplink " + (rate_[2] > 0 ? fmt_gbps(rate_[2]) : std::string("-")) + " (" +
        rate_src_[2] + ")\n";
+  if (!probe_note_.empty()) {
+    s += "  probe: " + probe_note_;
+    for (int l = 0; l < kNumLevels; ++l)
+      if (measured_[l] > 0) s += std::string(", ") + level_name(l) + " " + fmt_gbps(measured_[l]);
+    s += "\n";
+  }
   s += "  hierarchy:";
   for (size_t k = 0; k < dims_.size(); ++k) s += " " + dim_names_[k] + "=" + std::to_string(dims_[k]);
   if (!hierarchical()) s += " (flat: " + flat_reason_ + ")";

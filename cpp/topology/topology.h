@@ -37,8 +37,10 @@ int pair_level(const PeerInfo& a, const PeerInfo& b);
 
 class Topology {
  public:
-  // peers[r] is rank r's PeerInfo.
-  static std::shared_ptr<const Topology> build(std::vector<PeerInfo> peers);
+  // peers[r] is rank r's PeerInfo. measured[l] (bytes/s, 0 = not measured): link rates found
+  // by the communicator's probe (core/link_probe.h); declared rates still win over them.
+  static std::shared_ptr<const Topology> build(std::vector<PeerInfo> peers, const double* measured = nullptr,
+                                               const std::string& probe_note = "");
   // Fetches every rank's PeerInfo ("uccl/peer/<r>") from the store and builds.
   static Result<std::shared_ptr<const Topology>> fetch(Store& store, int size, double timeout_s);
 
@@ -69,10 +71,14 @@ class Topology {
   int nested_index(int r) const;
   const std::string& flat_reason() const { return flat_reason_; }
 
-  // Declared or discovered rates in bytes/s: [0] per rank inside a host, [1] per host NIC,
+  // Declared, measured or discovered rates in bytes/s (declared > measured > sysfs > default): [0] per rank inside a host, [1] per host NIC,
   // [2] per cluster uplink (0 = unknown: no shared bottleneck assumed between clusters).
   double rate(int level) const { return rate_[level]; }
   const std::string& rate_source(int level) const { return rate_src_[level]; }
+  // The probe's figure for a level (bytes/s, 0 = not probed) and what the probe said overall.
+  double measured_rate(int level) const { return measured_[level]; }
+  const std::string& probe_note() const { return probe_note_; }
+  const std::vector<PeerInfo>& peers() const { return peers_; }
 
   // `path_to(me, peer)` describes the path to each peer ("tcp via eth0 -> ..."). Which
   // transport carries a pair is the transports' decision (transports/path_choice.h), one floor
@@ -91,6 +97,8 @@ class Topology {
   std::string flat_reason_;
   double rate_[kNumLevels] = {0, 0, 0};
   std::string rate_src_[kNumLevels];
+  double measured_[kNumLevels] = {0, 0, 0};
+  std::string probe_note_;
   void build_grid();
   void build_rates();
 };

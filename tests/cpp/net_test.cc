@@ -164,3 +164,16 @@ TEST_CASE("listen, connect, send and receive over IPv6 loopback") {
   if (have_v6) test_loopback("::1");
   else MESSAGE("no IPv6 loopback: skipping ::1");
 }
+
+TEST_CASE("UCCL_SOCKET_IFNAME per-local-rank lists pick the rail's entry") {
+  std::string why;
+  CHECK(rail_ifname_spec("eth", 3, &why) == "eth");
+  CHECK(why.empty());
+  CHECK(rail_ifname_spec("=eth0;=eth1", 0, &why) == "=eth0");
+  CHECK(rail_ifname_spec("=eth0;=eth1", 1, &why) == "=eth1");
+  CHECK(why == "UCCL_SOCKET_IFNAME entry 1 of 2 for local rank 1");
+  CHECK(rail_ifname_spec("=eth0;=eth1", 3) == "=eth1");  // wraps around
+  CHECK(rail_ifname_spec("=eth0;;=eth1;", 2) == "=eth0");  // empty entries ignored
+  CHECK(rail_ifname_spec("=eth0;=eth1", -1, &why) == "=eth0,=eth1");
+  CHECK(why.find("unknown") != std::string::npos);
+}

@@ -1,0 +1,45 @@
+"""Rails on the testbed: two hosts with two NICs each on two separate shaped networks.
+
+    python benchmarks/testbed/rails_bench.py [--gbit 0.5] [--size 32] [--iters 3]
+
+Runs work_rails.py (host 0's local rank l sends to host 1's local rank l, all at once):
+  one pair            1 rank per host, eth0 only: one NIC's rate
+  2 ranks, one NIC    UCCL_SOCKET_IFNAME==eth0: both ranks of a host share eth0
+  2 ranks, rails      UCCL_SOCKET_IFNAME="=eth0;=eth1": local rank i binds to eth<i>
+and prints the aggregate rate of each (rails should reach about twice one NIC's rate).
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import launch  # noqa: E402
+from netbed import Testbed  # noqa: E402
+
+CASES = [("one pair", 1, "=eth0"), ("2 ranks, one NIC", 2, "=eth0"), ("2 ranks, rails", 2, "=eth0;=eth1")]
+
+
+def run(gbit, size, iters, cases=CASES):
+    rows = []
+    with Testbed(clusters=1, hosts=2, intra_gbit=gbit, rails=2) as bed:
+        for name, per_host, ifname in cases:
+            res = launch.run(bed, per_host, [os.path.join(HERE, "work_rails.py"), str(size), str(iters)],
+                             env={"UCCL_SOCKET_IFNAME": ifname}, timeout=300)
+            rows.append({"case": name, "ifname": ifname, "shaped_gbit": gbit, **res[0]})
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gbit", type=float, default=0.5)
+    ap.add_argument("--size", type=float, default=32)
+    ap.add_argument("--iters", type=int, default=3)
+    a = ap.parse_args()
+    for row in run(a.gbit, a.size, a.iters):
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
