@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -335,52 +336,38 @@ Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir 
   return Status::Ok();
 }
 
-Status SimBackend::reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
-                                DeviceStream* s) {
+// The kernels' common part: the stream checked, every operand resolved to the worker's mapping,
+// then fn(operands) queued on the stream; nothing is queued for zero elements.
+Status SimBackend::enqueue_kernel(DeviceStream* s, size_t bytes, std::initializer_list<const void*> operands,
+                                  std::function<void(char* const*)> fn) {
   SimStream* st = impl(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
-  if (count == 0) return Status::Ok();
-  const size_t n = count * dtype_size(dt);
-  char *d = nullptr, *pa = nullptr, *pb = nullptr;
-  UCCL_RETURN_IF_ERROR(resolve(dst, n, false, &d));
-  UCCL_RETURN_IF_ERROR(resolve(a, n, false, &pa));
-  UCCL_RETURN_IF_ERROR(resolve(b, n, false, &pb));
-  st->enqueue(work([=]() {
-    reduce(d, pa, pb, count, dt, op);
+  if (bytes == 0) return Status::Ok();
+  std::array<char*, 3> p{};
+  size_t i = 0;
+  for (const void* q : operands) UCCL_RETURN_IF_ERROR(resolve(q, bytes, false, &p[i++]));
+  st->enqueue(work([p, fn = std::move(fn)]() {
+    fn(p.data());
     return Status::Ok();
   }));
   return Status::Ok();
+}
+
+Status SimBackend::reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
+                                DeviceStream* s) {
+  return enqueue_kernel(s, count * dtype_size(dt), {dst, a, b},
+                        [=](char* const* p) { reduce(p[0], p[1], p[2], count, dt, op); });
 }
 
 Status SimBackend::scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                                DeviceStream* s) {
-  SimStream* st = impl(s);
-  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
-  if (count == 0) return Status::Ok();
-  const size_t n = count * dtype_size(dt);
-  char *d = nullptr, *ps = nullptr;
-  UCCL_RETURN_IF_ERROR(resolve(dst, n, false, &d));
-  UCCL_RETURN_IF_ERROR(resolve(src, n, false, &ps));
-  st->enqueue(work([=]() {
-    scale(d, ps, count, dt, factor);
-    return Status::Ok();
-  }));
-  return Status::Ok();
+  return enqueue_kernel(s, count * dtype_size(dt), {dst, src},
+                        [=](char* const* p) { scale(p[0], p[1], count, dt, factor); });
 }
 
 Status SimBackend::divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) {
-  SimStream* st = impl(s);
-  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
-  if (count == 0) return Status::Ok();
-  const size_t b = count * dtype_size(dt);
-  char *d = nullptr, *ps = nullptr;
-  UCCL_RETURN_IF_ERROR(resolve(dst, b, false, &d));
-  UCCL_RETURN_IF_ERROR(resolve(src, b, false, &ps));
-  st->enqueue(work([=]() {
-    divide(d, ps, count, dt, n);
-    return Status::Ok();
-  }));
-  return Status::Ok();
+  return enqueue_kernel(s, count * dtype_size(dt), {dst, src},
+                        [=](char* const* p) { divide(p[0], p[1], count, dt, n); });
 }
 
 Result<std::unique_ptr<DeviceEvent>> SimBackend::create_event() {

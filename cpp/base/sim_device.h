@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <atomic>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,6 +85,9 @@ class SimBackend final : public DeviceBackend {
   };
   // Resolves a pointer that is either device memory of this backend or host memory.
   Status resolve(const void* ptr, size_t bytes, bool want_device, char** out) const;
+  // Checks the stream, resolves each operand (at most 3) and queues fn(operands) on the stream.
+  Status enqueue_kernel(DeviceStream* s, size_t bytes, std::initializer_list<const void*> operands,
+                        std::function<void(char* const*)> fn);
 
   std::string name_;
   int devices_;

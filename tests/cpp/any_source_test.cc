@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "rank_threads.h"
 #include "test_util.h"
 #include "uccl/communicator.h"
 #include "uccl/tcp_store.h"
@@ -19,26 +20,7 @@ using namespace uccl;
 
 namespace {
 
-void run_ranks(int n, const CommOptions& opts, const std::function<void(Communicator&)>& fn) {
-  static int generation = 0;
-  auto server = TcpStoreServer::start("127.0.0.1", 0);
-  REQUIRE_OK(server.status());
-  const int port = server.value()->port();
-  const std::string prefix = "anysrc" + std::to_string(generation++) + "/";
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      uccl_test::run_guarded([&] {
-        auto store = connect_tcp_store("127.0.0.1", port, 30);
-        REQUIRE_OK(store.status());
-        auto comm = Communicator::create(r, n, std::make_shared<PrefixStore>(store.value(), prefix), opts);
-        REQUIRE_OK(comm.status());
-        fn(*comm.value());
-      });
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using uccl_test::run_ranks;
 
 std::atomic<int> g_rank1_sent{0};  // scenario 2: rank 1's tag-7 messages are written
 

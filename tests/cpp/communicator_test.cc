@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "uccl/tcp_store.h"
+#include "rank_threads.h"
 #include "test_util.h"
 #include "uccl/communicator.h"
 
@@ -17,28 +18,7 @@ using namespace uccl;
 
 namespace {
 
-// Runs fn(comm) on `n` ranks (threads), each with its own communicator over one store. A
-// failed REQUIRE ends its rank's thread (run_guarded); the test case fails with it.
-void run_ranks(int n, const CommOptions& opts, const std::function<void(Communicator&)>& fn) {
-  static int generation = 0;
-  auto server = TcpStoreServer::start("127.0.0.1", 0);
-  REQUIRE_OK(server.status());
-  const int port = server.value()->port();
-  const std::string prefix = "gen" + std::to_string(generation++) + "/";
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      uccl_test::run_guarded([&] {
-        auto store = connect_tcp_store("127.0.0.1", port, 30);
-        REQUIRE_OK(store.status());
-        auto comm = Communicator::create(r, n, std::make_shared<PrefixStore>(store.value(), prefix), opts);
-        REQUIRE_OK(comm.status());
-        fn(*comm.value());
-      });
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using uccl_test::run_ranks;
 
 void wait_ok(Result<WorkPtr> w) {
   REQUIRE_OK(w.status());
