@@ -300,29 +300,26 @@ class CudaBackend final : public DeviceBackend {
     if (err == 0) return Status::Ok();
     return cuda_error(what, static_cast<cudaError_t>(err));
   }
+  // Whether device i's primary context is active (the process uses that GPU).
+  bool context_active(int i) const {
+    Driver& d = driver();
+    CUdevice dev = 0;
+    unsigned int flags = 0;
+    int active = 0;
+    return d.device_get(&dev, i) == CUDA_SUCCESS && d.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
+           active;
+  }
   // The first device whose primary context is active (the one this process uses), else 0.
   int preferred_device() const {
-    Driver& d = driver();
-    for (int i = 0; i < count_; ++i) {
-      CUdevice dev = 0;
-      unsigned int flags = 0;
-      int active = 0;
-      if (d.device_get(&dev, i) == CUDA_SUCCESS && d.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
-          active)
-        return i;
-    }
+    for (int i = 0; i < count_; ++i)
+      if (context_active(i)) return i;
     return 0;
   }
   // Whether any primary context is active: before one is, no pointer is CUDA memory.
   bool any_context() const {
     if (context_seen_.load(std::memory_order_relaxed)) return true;
-    Driver& d = driver();
     for (int i = 0; i < count_; ++i) {
-      CUdevice dev = 0;
-      unsigned int flags = 0;
-      int active = 0;
-      if (d.device_get(&dev, i) == CUDA_SUCCESS && d.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
-          active) {
+      if (context_active(i)) {
         context_seen_.store(true);
         return true;
       }
