@@ -14,9 +14,11 @@ void ScheduleTask::count_traffic(const Endpoint& ep, const Action& a, uint64_t* 
   if (level >= 0) by_level[level] += a.bytes;
 }
 
-Endpoint* ScheduleTask::comm_endpoint(int peer) {
-  return (device_ ? conns_->staged_endpoint(peer) : conns_->endpoint(peer)).value();
+Result<Endpoint*> ScheduleTask::endpoint_for(int peer) {
+  return device_ ? conns_->staged_endpoint(peer) : conns_->endpoint(peer);
 }
+
+Endpoint* ScheduleTask::comm_endpoint(int peer) { return endpoint_for(peer).value(); }
 
 Status ScheduleTask::match_any_source(Action& a, bool* matched) {
   *matched = false;
@@ -26,7 +28,7 @@ Status ScheduleTask::match_any_source(Action& a, bool* matched) {
     const int p = (x_->any_source_next + i) % n;
     if (p == env_.rank) continue;  // a rank does not receive from itself here
     // Connects on demand: a peer's message can only be there once a connection is.
-    auto ep = device_ ? conns_->staged_endpoint(p) : conns_->endpoint(p);
+    auto ep = endpoint_for(p);
     if (!ep.ok()) {
       if (failed.ok()) failed = ep.status();
       continue;
@@ -74,7 +76,7 @@ Status ScheduleTask::start_phase(bool* ready) {
   size_t nsend = 0, nrecv = 0, recv_bytes = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm()) continue;
-    auto ep = device_ ? conns_->staged_endpoint(a.peer) : conns_->endpoint(a.peer);
+    auto ep = endpoint_for(a.peer);
     if (!ep.ok()) return ep.status();
     if (!ep.value()) return Status::Ok();  // still connecting
     (a.kind == Action::Kind::kSend ? nsend : nrecv)++;

@@ -68,6 +68,9 @@ class ScheduleTask {
   // endpoints only once the executor's event says the local actions completed.
   Status prepare_device();
   Status run_locals_on_device(const Phase& ph);
+  // The peer's endpoint for this operation (behind a staged endpoint for device memory);
+  // nullptr while still connecting. comm_endpoint: the same once every peer is connected.
+  Result<Endpoint*> endpoint_for(int peer);
   Endpoint* comm_endpoint(int peer);
   void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes);
   // Chooses the peer of an any-source receive (a.peer == kAnySource): the first peer, in turn,
