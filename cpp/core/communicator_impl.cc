@@ -428,12 +428,13 @@ Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
     return probed_;
   }
   auto p2p_issue = [this](const std::vector<P2POp>& ops) { return p2p(ops); };
-  // A vanished store names the rank that served it (as ConnectionManager::store_error does).
+  // A vanished store names the rank that served it (as ConnectionManager::store_error does, which
+  // also gives its host: that reads the peer table the engine thread writes, so not from here).
   const int store_rank = engine_->conns()->store_rank();
   auto store_error = [this, store_rank](const Status& s) {
     if (s.code() == Code::kTimeout || store_rank < 0 || store_rank == rank_ || store_rank >= size_) return s;
-    return Status(Code::kRemoteError, s.message() + " (the store is served by rank " + std::to_string(store_rank) +
-                                          ", which is gone)", store_rank);
+    return Status(Code::kRemoteError,
+                  s.message() + " (rank " + std::to_string(store_rank) + " served the store and is gone)", store_rank);
   };
   auto t = probe_links(*base, plan, rank_, *store_, p2p_issue, store_error, engine_->timeout_s());
   if (!t.ok()) {
