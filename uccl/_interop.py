@@ -97,15 +97,16 @@ class _ConvertedWork(Work):
 
 def accepts_arrays(method):
     """Lets a Communicator method take foreign arrays as `x` and `out` (see module doc)."""
-    in_place = method.__name__ in _IN_PLACE
+    name = method.__name__.lstrip("_")  # _all_reduce: all_reduce's general path
+    in_place = name in _IN_PLACE
 
     @functools.wraps(method)
     def call(self, x, *args, **kwargs):
         if type(x) is np.ndarray or not (is_foreign(x) or is_foreign(kwargs.get("out"))):
             return method(self, x, *args, **kwargs)
         writes_x = in_place and kwargs.get("out") is None
-        fx = _Foreign(x, f"{method.__name__} input", writes_x) if is_foreign(x) else None
-        fo = _Foreign(kwargs["out"], f"{method.__name__} output", True) if is_foreign(kwargs.get("out")) else None
+        fx = _Foreign(x, f"{name} input", writes_x) if is_foreign(x) else None
+        fo = _Foreign(kwargs["out"], f"{name} output", True) if is_foreign(kwargs.get("out")) else None
         if fo:
             kwargs["out"] = fo.host
         result = method(self, fx.host if fx else x, *args, **kwargs)

@@ -6,7 +6,7 @@
 // 8-byte all_reduce (0.7 us). mpi4py adds ~0.6 us to MPI. Here the buffers are read with the
 // buffer protocol, the operation is issued with Communicator::will_wait() held, and waited for
 // with the GIL released. Anything unusual (a dtype outside the table, sizes that do not fit,
-// a read-only output) returns false and the caller takes the general path, which explains
+// a read-only output, op -1) returns false and the caller takes the general path, which explains
 // what is wrong; so this file never has to.
 #include "python/core/blocking_call.h"
 
@@ -62,6 +62,7 @@ class BufferView {
 bool blocking_call(Communicator& c, BlockingKind kind, py::handle in, py::handle out, int op, int root) {
   BufferView x(in, false), y(out, true);  // in place, y's writable view covers x
   DataType dt, dt_out;
+  if (op < 0) return false;  // an op the caller's table does not name: the general path maps it
   if (!x.ok() || !y.ok() || !x.dtype(&dt) || !y.dtype(&dt_out) || dt != dt_out) return false;
   const size_t n = x.count(), m = y.count(), size = static_cast<size_t>(c.size());
   switch (kind) {
