@@ -100,7 +100,9 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.algo = algo_;
   env.small_msg_bytes = small_msg_bytes_;
   // Collectives whose algorithm choice reads the topology need everyone's PeerInfo (first time only).
-  if (size_ > 1 && needs_topology(c.coll)) {
+  if (size_ > 1 && needs_topology(c.coll) && probed_set_.load(std::memory_order_acquire)) {
+    env.topo = probed_;  // every call after the first: no lock
+  } else if (size_ > 1 && needs_topology(c.coll)) {
     auto t = probed_topology();
     if (!t.ok()) return t.status();
     env.topo = t.value();
@@ -425,6 +427,7 @@ Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
   auto plan = probe_plan(*base, probe_mode());
   if (plan.empty()) {
     probed_ = base;
+    probed_set_.store(true, std::memory_order_release);
     return probed_;
   }
   auto p2p_issue = [this](const std::vector<P2POp>& ops) { return p2p(ops); };
@@ -442,6 +445,7 @@ Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
     return probe_failed_;
   }
   probed_ = t.take();
+  probed_set_.store(true, std::memory_order_release);
   UCCL_INFO("communicator %s (probed):\n%s", opts_.name.c_str(), probed_->describe(rank_, describe_path).c_str());
   return probed_;
 }

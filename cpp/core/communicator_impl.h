@@ -84,6 +84,7 @@ class CommunicatorImpl : public Communicator {
   std::atomic<bool> topo_warned_{false};
   std::mutex probe_mu_;
   std::shared_ptr<const Topology> probed_;  // set once probed (or nothing to probe)
+  std::atomic<bool> probed_set_{false};     // probed_ is set (never changes after): read it without probe_mu_
   Status probe_failed_;
   std::atomic<bool> host_ranks_noted_{false};  // note_host_ranks() called (core/idle_wait.h)
 };

@@ -55,7 +55,7 @@ class OpWork : public Work {
   std::unique_ptr<ScheduleTask> task;
   OpStats stats_;
   uint64_t seq_ = 0;
-  double deadline = 0;
+  double deadline = 0;  // 0 until progress_once() first reads the clock for it (at the head of the queue)
 
  private:
   std::shared_ptr<Engine> engine_;

@@ -98,7 +98,9 @@ void ShmEndpoint::post_recv(RecvRequest* r) {
   if (opt_.cma && opt_.cma_push && !r->reduce && r->bytes >= opt_.cma_min_bytes && r->bytes > 0) offer_push(msg, r);
   rx_ctl_->recvs_posted.store(rx_posted_, std::memory_order_release);
   if (peer_gone_) drain_after_peer_gone();
-  else ring_peer();  // a sender waiting to push this message may sleep
+  // A sender waits for a posted receive only to push a large message (claim_offer): it may sleep
+  // then. Smaller receives skip the ring's fence (one per 8-byte all_reduce step).
+  else if (r->bytes >= opt_.cma_min_bytes) ring_peer();
 }
 
 bool ShmEndpoint::progress() {
