@@ -1,9 +1,16 @@
 #include "transports/path_choice.h"
 
+#include "base/config.h"
 #include "transports/registry.h"
 
 namespace uccl {
 namespace {
+
+const TextSetting kStripeNetworks("tcp", "UCCL_STRIPE_NETWORKS", "auto",
+                                  "auto: a tcp connection between ranks that share several subnets stripes its sockets "
+                                  "over all of them, weighted by their rates (one rank over several NICs); off: the "
+                                  "best network only",
+                                  one_of({"auto", "off"}));
 
 std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
@@ -88,6 +95,11 @@ Result<std::vector<PathChoice>> path_candidates(const PeerInfo& me, const PeerIn
                         (automatic ? "" : " among '" + forced + "'") + (left_out.empty() ? "" : ": " + left_out));
   if (automatic && !left_out.empty()) out[0].why += "; " + left_out;
   return out;
+}
+
+std::vector<StripeLane> pair_lanes(const PeerInfo& me, const PeerInfo& peer) {
+  if (kStripeNetworks.get() == "off") return {};
+  return me.rank <= peer.rank ? stripe_lanes(me, peer) : stripe_lanes(peer, me);
 }
 
 PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer) {

@@ -45,4 +45,10 @@ Status check_transport_names(const std::string& forced);
 // The first candidate in auto mode (for describe() and tests).
 PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer);
 
+// The networks a pair's connection is striped over (topology/peer_info.h stripe_lanes), as
+// seen from the connecting (lower) rank so that both ends get the same list in the same
+// order; empty with UCCL_STRIPE_NETWORKS=off or fewer than two common subnets. Transports that
+// stripe (Transport::stripes_over_networks) put socket c on lane c % size.
+std::vector<StripeLane> pair_lanes(const PeerInfo& me, const PeerInfo& peer);
+
 }  // namespace uccl

@@ -203,6 +203,11 @@ struct PeerContext {
   // Key material shared by the two ranks alone (32 bytes; "" if none): from the job key, or in
   // the keyless mode from the store's job secret. tcp derives its TLS pre-shared key from it.
   std::string link_key;
+  // Striping over networks (pair_lanes in path_choice.h): socket c of the connection runs over
+  // lane c % lane_gbps.size(); rates weigh how much of a large message each socket carries
+  // (0 = unknown, weighted as the others). Empty: one network.
+  std::vector<double> lane_gbps;
+  std::vector<std::string> lane_names;  // "eth1 10.211.1.0/24", for describe()
   std::string describe() const;  // "rank 3 (host b, 10.0.0.2:41234)"
 };
 
@@ -220,6 +225,9 @@ class Transport {
   virtual TransportKind kind() const = 0;
   // How many authenticated sockets the core should open for one connection.
   virtual int sockets_per_connection() const { return 1; }
+  // True if the transport spreads a connection's sockets over PeerContext::lane_gbps (the core
+  // then dials socket c to the peer's address on lane c, and opens at least one per lane).
+  virtual bool stripes_over_networks() const { return false; }
   virtual Result<PendingConnect*> start_connect(const PeerContext& peer) = 0;
   // Returns a new Endpoint owned by the caller, which then owns `fds`. On failure the fds stay
   // the caller's: the core sends the refusal on them (kNotSupported makes the connecting side

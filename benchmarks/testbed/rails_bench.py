@@ -6,7 +6,9 @@ Runs work_rails.py (host 0's local rank l sends to host 1's local rank l, all at
   one pair            1 rank per host, eth0 only: one NIC's rate
   2 ranks, one NIC    UCCL_SOCKET_IFNAME==eth0: both ranks of a host share eth0
   2 ranks, rails      UCCL_SOCKET_IFNAME="=eth0;=eth1": local rank i binds to eth<i>
-and prints the aggregate rate of each (rails should reach about twice one NIC's rate).
+  1 rank, striped     UCCL_SOCKET_IFNAME="=eth0,eth1": one rank per host listens on both NICs,
+                      and its tcp connection stripes its sockets over the two subnets
+and prints the aggregate rate of each (rails and striping should reach about twice one NIC's rate).
 """
 import argparse
 import json
@@ -18,7 +20,8 @@ sys.path.insert(0, HERE)
 import launch  # noqa: E402
 from netbed import Testbed  # noqa: E402
 
-CASES = [("one pair", 1, "=eth0"), ("2 ranks, one NIC", 2, "=eth0"), ("2 ranks, rails", 2, "=eth0;=eth1")]
+CASES = [("one pair", 1, "=eth0"), ("2 ranks, one NIC", 2, "=eth0"), ("2 ranks, rails", 2, "=eth0;=eth1"),
+         ("1 rank, striped", 1, "=eth0,eth1")]
 
 
 def run(gbit, size, iters, cases=CASES):

@@ -1,7 +1,7 @@
 """Rank program: throughput of the rails. 2 hosts x R ranks: local rank l of host 0 sends
 SIZE_MIB to local rank l of host 1, all rails at once, ITERS times; rank 0 prints the
-aggregate rate (all bytes over the slowest pair's time) and every rank's describe() first line
-(which NIC it listens on).
+aggregate rate (all bytes over the slowest pair's time), every rank's describe() first line
+(which NIC it listens on) and rank 0's connection lines that say they are striped.
 
     work_rails.py SIZE_MIB ITERS
 """
@@ -29,11 +29,13 @@ def main():
         (world.send if sender else world.recv)(buf, peer)
     t = time.perf_counter() - t0
     slowest = float(world.all_reduce(np.array([t]), op="max")[0])
-    first = world.describe().splitlines()[0]
+    text = world.describe().splitlines()
+    first = text[0]
+    striped = [line.strip() for line in text if "striped over" in line]
     lines = world.all_gather(np.frombuffer(first.encode().ljust(256)[:256], np.uint8))
     if world.rank == 0:
         gbit = per_host * nbytes * iters * 8 / slowest / 1e9
-        print("RESULT " + json.dumps({"rank": 0, "gbit": gbit, "seconds": slowest, "pairs": per_host,
+        print("RESULT " + json.dumps({"rank": 0, "gbit": gbit, "seconds": slowest, "pairs": per_host, "striped": striped,
                                       "listen": [bytes(lines[i * 256:(i + 1) * 256]).decode().strip()
                                                  for i in range(world.size)]}), flush=True)
     world.barrier()

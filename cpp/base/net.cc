@@ -196,6 +196,30 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// "10.210.1.0/24": the address with the host bits cleared, and the prefix length.
+std::string subnet_of(const sockaddr* addr, const sockaddr* mask) {
+  if (!addr || !mask) return "";
+  const bool v4 = addr->sa_family == AF_INET;
+  const size_t n = v4 ? 4 : 16;
+  const uint8_t* a = v4 ? reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(addr)->sin_addr)
+                        : reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr);
+  const uint8_t* m = v4 ? reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(mask)->sin_addr)
+                        : reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(mask)->sin6_addr);
+  uint8_t net[16];
+  int bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    net[i] = a[i] & m[i];
+    bits += __builtin_popcount(m[i]);
+  }
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (!inet_ntop(addr->sa_family, net, text, sizeof text)) return "";
+  return std::string(text) + "/" + std::to_string(bits);
+}
+
+}  // namespace
+
 std::vector<NetInterface> list_interfaces() {
   std::vector<NetInterface> out;
   ifaddrs* list = nullptr;
@@ -224,6 +248,7 @@ std::vector<NetInterface> list_interfaces() {
     ni.loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
     ni.up = (ifa->ifa_flags & IFF_UP) != 0;
     ni.speed_gbps = ni.loopback ? 0 : read_speed_gbps(ni.name);
+    ni.network = subnet_of(ifa->ifa_addr, ifa->ifa_netmask);
     out.push_back(std::move(ni));
   }
   freeifaddrs(list);

@@ -35,6 +35,7 @@ struct NetInterface {
   bool loopback = false;
   bool up = false;
   double speed_gbps = 0;  // from /sys/class/net/<if>/speed when known
+  std::string network;    // the subnet, "10.210.1.0/24" (address & netmask); "" when unknown
 };
 
 // All interfaces with an IPv4/IPv6 address (link-local IPv6 skipped).

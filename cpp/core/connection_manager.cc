@@ -86,7 +86,7 @@ Status ConnectionManager::init() {
     set_nonblocking(fd.value(), true);
     listen_fds_.push_back(fd.value());
     me_.listen.push_back(a.to_string());
-    me_.nics.push_back({nif.name, "tcp", kCluster.get(), a.to_string(), nif.speed_gbps});
+    me_.nics.push_back({nif.name, "tcp", kCluster.get(), a.to_string(), nif.speed_gbps, nif.network});
   }
   if (listen_fds_.empty()) return Status(Code::kSystemError, "could not open any listening socket");
 
@@ -185,6 +185,10 @@ PeerContext ConnectionManager::peer_context(int peer) {
     c.peer_host = it->second->hostname;
     c.peer_pid = it->second->pid;
     if (!it->second->listen.empty()) c.peer_address = it->second->listen[0];
+    for (const StripeLane& l : pair_lanes(me_, *it->second)) {
+      c.lane_gbps.push_back(l.gbps);
+      c.lane_names.push_back(l.network);
+    }
   }
   return c;
 }
@@ -257,18 +261,32 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   out->pending = std::move(pending);
   out->deadline = now_s() + timeout_s_;
   const std::string offer = out->pending->offer();
-  const int n = t->sockets_per_connection();
+  // Several common networks: socket c goes to the peer's address on lane c % lanes.
+  const std::vector<StripeLane> lanes = t->stripes_over_networks() ? pair_lanes(me_, *peer_infos_.at(peer)) : std::vector<StripeLane>{};
+  const int n = std::max<int>(t->sockets_per_connection(), static_cast<int>(lanes.size()));
   out->offer = offer;
   out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
   // The peer's addresses, those on a network we share first (the cluster fabric before a
   // routed path): tcp then rides the best common network.
-  for (const std::string& addr_text : path.peer_addresses) {
-    auto addr = parse_address(addr_text, 0);
+  // With lanes, the first attempt stripes (the peer's addresses of the lanes), the next ones
+  // are the plain addresses (a lane that does not connect falls back to one network).
+  std::vector<std::string> attempts = path.peer_addresses;
+  if (!lanes.empty()) attempts.insert(attempts.begin(), "lanes");
+  for (const std::string& addr_text : attempts) {
+    const bool striped = addr_text == "lanes";
+    auto addr = parse_address(striped ? lanes[0].peer_address : addr_text, 0);
     if (!addr.ok()) continue;
     std::vector<int> fds;
     Status s;
     for (int ch = 0; ch < n && s.ok(); ++ch) {
+      if (striped) {
+        addr = parse_address(lanes[ch % lanes.size()].peer_address, 0);
+        if (!addr.ok()) {
+          s = addr.status();
+          break;
+        }
+      }
       // The peer listens before it publishes its address, so a refusal means it is gone:
       // retry only briefly (a full accept backlog), and never hold the engine for long.
       auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0));

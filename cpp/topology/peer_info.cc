@@ -57,7 +57,7 @@ std::string PeerInfo::serialize() const {
   for (auto& l : listen) o << "listen\t" << clean(l) << '\n';
   for (auto& n : nics)
     o << "nic\t" << clean(n.name) << '\t' << clean(n.kind) << '\t' << clean(n.fabric) << '\t' << clean(n.address)
-      << '\t' << n.gbps << '\n';
+      << '\t' << n.gbps << '\t' << clean(n.network) << '\n';
   if (rates.host_gbps > 0 || rates.nic_gbps > 0 || rates.uplink_gbps > 0)
     o << "rates\t" << rates.host_gbps << '\t' << rates.nic_gbps << '\t' << rates.uplink_gbps << '\n';
   if (staging_chunk > 0) o << "staging\t" << staging_chunk << '\n';
@@ -81,7 +81,7 @@ Result<PeerInfo> PeerInfo::parse(const std::string& text) {
     } else if (f[0] == "listen" && f.size() >= 2) {
       p.listen.push_back(f[1]);
     } else if (f[0] == "nic" && f.size() >= 6) {
-      p.nics.push_back({f[1], f[2], f[3], f[4], std::atof(f[5].c_str())});
+      p.nics.push_back({f[1], f[2], f[3], f[4], std::atof(f[5].c_str()), f.size() >= 7 ? f[6] : ""});
     } else if (f[0] == "rates" && f.size() >= 4) {
       p.rates = {std::atof(f[1].c_str()), std::atof(f[2].c_str()), std::atof(f[3].c_str())};
     } else if (f[0] == "staging" && f.size() >= 2) {
@@ -133,6 +133,32 @@ std::vector<AddressChoice> rank_peer_addresses(const PeerInfo& me, const PeerInf
   std::vector<AddressChoice> out;
   for (auto& c : cands) out.push_back(c.c);
   return out;
+}
+
+std::vector<StripeLane> stripe_lanes(const PeerInfo& me, const PeerInfo& peer) {
+  std::vector<StripeLane> lanes;
+  for (const std::string& addr : peer.listen) {
+    for (auto& pn : peer.nics) {
+      if (pn.kind != "tcp" || pn.address != addr || pn.network.empty()) continue;
+      for (auto& mn : me.nics) {
+        if (mn.kind != "tcp" || mn.network != pn.network) continue;
+        bool seen = false;
+        for (auto& l : lanes) seen |= l.network == pn.network;
+        if (seen) break;
+        const double g = mn.gbps > 0 && pn.gbps > 0 ? std::min(mn.gbps, pn.gbps) : std::max(mn.gbps, pn.gbps);
+        lanes.push_back({pn.network, mn.name, addr, g});
+        break;
+      }
+    }
+  }
+  double fastest = 0;
+  for (auto& l : lanes) fastest = std::max(fastest, l.gbps);
+  lanes.erase(std::remove_if(lanes.begin(), lanes.end(),
+                             [&](const StripeLane& l) { return l.gbps > 0 && l.gbps < 0.5 * fastest; }),
+              lanes.end());
+  std::sort(lanes.begin(), lanes.end(), [](const StripeLane& a, const StripeLane& b) { return a.network < b.network; });
+  if (lanes.size() < 2) lanes.clear();
+  return lanes;
 }
 
 }  // namespace uccl

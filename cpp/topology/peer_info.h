@@ -15,6 +15,7 @@ struct NicInfo {
   std::string fabric;    // which fabric/cluster network it is attached to ("" = unknown)
   std::string address;   // IP (tcp/roce) or LID/GID text
   double gbps = 0;       // rated bandwidth
+  std::string network;   // tcp: the interface's subnet ("10.210.1.0/24"); two NICs on one subnet share a wire
 };
 
 // Declared link rates (topology file), in Gbit/s; 0 = not declared. Published with the PeerInfo
@@ -52,6 +53,19 @@ struct AddressChoice {
   std::string fabric;            // "" when no common fabric
 };
 std::vector<AddressChoice> rank_peer_addresses(const PeerInfo& me, const PeerInfo& peer);
+
+// Striping one connection over several networks (issue 18, rails item 2): a lane is one of the
+// peer's listen addresses on a subnet one of my tcp NICs is on too. Lanes are distinct subnets,
+// sorted by subnet so that both ends of a pair list them in the same order; a lane whose rate
+// is known and below half the fastest known lane's is left out (a management network beside
+// the fabric carries nothing). Fewer than two lanes: empty (nothing to stripe over).
+struct StripeLane {
+  std::string network;      // "10.210.1.0/24"
+  std::string my_nic;       // my interface on it
+  std::string peer_address; // "ip:port" of the peer's listener on it
+  double gbps = 0;          // min of the two NICs' rates (0 unknown)
+};
+std::vector<StripeLane> stripe_lanes(const PeerInfo& me, const PeerInfo& peer);
 
 // Identifies the host for shared-memory purposes: UCCL_HOST_ID if set, else hostname + boot id
 // + network-namespace inode. The namespace is part of it on purpose: ranks in different

@@ -24,7 +24,7 @@ std::vector<PeerInfo> grid(int clusters, int hosts, int per_host, LinkRates rate
         p.host_id = p.hostname = "c" + std::to_string(c) + "h" + std::to_string(h);
         p.cluster = "c" + std::to_string(c);
         p.listen = {"10.0." + std::to_string(c) + "." + std::to_string(h) + ":" + std::to_string(1000 + l)};
-        p.nics = {{"eth0", "tcp", "", p.listen[0], 10}};
+        p.nics = {{"eth0", "tcp", "", p.listen[0], 10, ""}};
         p.rates = rates;
         v.push_back(p);
       }

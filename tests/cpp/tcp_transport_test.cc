@@ -48,16 +48,24 @@ void socket_pairs(int nsocks, std::vector<int>* a, std::vector<int>* b) {
   close(lfd.value());
 }
 
-Pair make_pair(int nsocks) {
+// lanes: PeerContext::lane_gbps on both sides (sockets weighted by lane rates; all over loopback here).
+Pair make_pair(int nsocks, std::vector<double> lanes = {}) {
   auto t = make_tcp_transport(nsocks);
   CHECK(t->sockets_per_connection() == nsocks);
   std::vector<int> fa, fb;
   socket_pairs(nsocks, &fa, &fb);
-  auto pc = t->start_connect(ctx(0, 1));
+  PeerContext ca = ctx(0, 1), cb = ctx(1, 0);
+  for (double g : lanes) {
+    for (PeerContext* c : {&ca, &cb}) {
+      c->lane_gbps.push_back(g);
+      c->lane_names.push_back("net" + std::to_string(c->lane_names.size()));
+    }
+  }
+  auto pc = t->start_connect(ca);
   REQUIRE_OK(pc.status());
   std::unique_ptr<PendingConnect> c(pc.value());
   std::string answer;
-  auto eb = t->accept(ctx(1, 0), c->offer(), &answer, fb);
+  auto eb = t->accept(cb, c->offer(), &answer, fb);
   REQUIRE_OK(eb.status());
   auto ea = c->finish(answer, fa);
   REQUIRE_OK(ea.status());
@@ -94,10 +102,13 @@ std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
-void test_sizes(int nsocks) {
-  Pair p = make_pair(nsocks);
+void test_sizes(int nsocks, std::vector<double> lanes = {}) {
+  Pair p = make_pair(nsocks, lanes);
   CHECK(p.a->describe().find("tcp 127.0.0.1:") == 0);
-  CHECK(p.a->describe().find("(" + std::to_string(nsocks) + (nsocks == 1 ? " socket)" : " sockets)")) != std::string::npos);
+  if (lanes.empty())
+    CHECK(p.a->describe().find("(" + std::to_string(nsocks) + (nsocks == 1 ? " socket)" : " sockets)")) != std::string::npos);
+  else
+    CHECK(p.a->describe().find(" sockets striped over net0") != std::string::npos);
   CHECK(p.a->kind() == TransportKind::kTcp);
   const size_t sizes[] = {0, 1, 7, 4096 + 3, 1 << 20, (64 << 20) + 5};
   uint64_t total = 0;
@@ -464,6 +475,37 @@ TEST_CASE("sizes 0 .. 64 MiB, 1-3 sockets") {
   for (int n : {1, 2, 3}) {
     CAPTURE(n);
     test_sizes(n);
+  }
+}
+
+TEST_CASE("sockets striped over networks of different rates: exact data, weighted parts") {
+  test_sizes(2, {10, 30});
+  test_sizes(3, {25, 0});  // an unknown rate weighs like the fastest known
+  test_sizes(4, {10, 10});
+}
+
+TEST_CASE("weighted_parts: shares follow the weights, 4 KiB cuts, nothing lost") {
+  using tcp::weighted_parts;
+  auto parts = weighted_parts(1 << 20, {1, 3}, 0);
+  REQUIRE(parts.size() == 2);
+  CHECK((parts[0].socket == 0 && parts[0].offset == 0 && parts[0].bytes == (256 << 10)));
+  CHECK((parts[1].socket == 1 && parts[1].offset == (256 << 10) && parts[1].bytes == (768 << 10)));
+  parts = weighted_parts((1 << 20) + 5, {1, 3}, 1);  // starts at socket 1
+  REQUIRE(parts.size() == 2);
+  CHECK((parts[0].socket == 1 && parts[0].bytes == (768 << 10)));
+  CHECK((parts[1].socket == 0 && parts[1].offset == (768 << 10) && parts[1].bytes == (256 << 10) + 5));
+  for (size_t bytes : {size_t{4097}, size_t{10000}, size_t{1} << 20, (size_t{3} << 20) + 11}) {
+    for (size_t first : {0, 1, 2}) {
+      auto ps = weighted_parts(bytes, {2, 1, 5}, first);
+      size_t at = 0;
+      for (auto& p : ps) {
+        CHECK(p.offset == at);
+        CHECK(p.bytes > 0);
+        CHECK(p.socket < 3);
+        at += p.bytes;
+      }
+      CHECK(at == bytes);
+    }
   }
 }
 

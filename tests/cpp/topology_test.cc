@@ -22,7 +22,7 @@ PeerInfo peer(int rank, const std::string& host, const std::string& cluster, dou
   p.hostname = host;
   p.cluster = cluster;
   p.listen = {"10.0.0." + std::to_string(rank) + ":1000"};
-  p.nics = {{"eth0", "tcp", cluster, p.listen[0], nic_gbps}};
+  p.nics = {{"eth0", "tcp", cluster, p.listen[0], nic_gbps, ""}};
   p.rates = {40, 4, 0.5};
   return p;
 }
@@ -89,7 +89,7 @@ clusters:
 
   // Applying the document: match by address, pick up cluster, fabric and rates.
   PeerInfo me = peer(0, "somewhere", "");
-  me.nics = {{"eth0", "tcp", "", "10.210.1.9:4000", 0}, {"mlx5_0:1", "ib", "", "fe80::1", 100}};
+  me.nics = {{"eth0", "tcp", "", "10.210.1.9:4000", 0, ""}, {"mlx5_0:1", "ib", "", "fe80::1", 100, ""}};
   auto m = apply_topology_doc(d, "id", &me);
   REQUIRE((m.ok() && m.value()));
   CHECK(me.cluster == "c0");
@@ -159,13 +159,13 @@ TEST_CASE("path choice per pair of peers") {
   CHECK(choose_path(a, c).fabric.empty());
   // Two addresses on the peer: the one on our fabric first, even when listed second.
   b.listen = {"192.168.0.2:1", "10.1.0.2:1"};
-  b.nics = {{"eth1", "tcp", "office", "192.168.0.2:1", 10}, {"ib0", "tcp", "c0", "10.1.0.2:1", 100}};
+  b.nics = {{"eth1", "tcp", "office", "192.168.0.2:1", 10, ""}, {"ib0", "tcp", "c0", "10.1.0.2:1", 100, ""}};
   auto pc = choose_path(a, b);
   REQUIRE((pc.peer_addresses.size() == 2 && pc.peer_addresses[0] == "10.1.0.2:1"));
   // RDMA: same kind and fabric, and only when verbs is usable; IB and RoCE never pair.
-  a.nics.push_back({"mlx5_0:1", "ib", "ibA", "gid", 200});
-  b.nics.push_back({"mlx5_1:1", "ib", "ibA", "gid", 100});
-  c.nics.push_back({"mlx5_0:1", "roce", "ibA", "gid", 100});
+  a.nics.push_back({"mlx5_0:1", "ib", "ibA", "gid", 200, ""});
+  b.nics.push_back({"mlx5_1:1", "ib", "ibA", "gid", 100, ""});
+  c.nics.push_back({"mlx5_0:1", "roce", "ibA", "gid", 100, ""});
   if (const TransportEntry* verbs = find_transport("verbs")) {  // verbs' own rule
     CHECK((verbs->can_connect(a, b).ok && verbs->can_connect(a, b).my_nic == "mlx5_0:1"));
     CHECK(!verbs->can_connect(a, c).ok);
@@ -178,6 +178,37 @@ TEST_CASE("path choice per pair of peers") {
   CHECK((forced.ok() && forced.value().size() == 2 && forced.value()[0].kind == TransportKind::kTcp));
   CHECK(path_candidates(a, b, "bogus").status().code() == Code::kInvalidArgument);
   CHECK(path_candidates(a, c, "shm").status().code() == Code::kNotSupported);
+}
+
+TEST_CASE("stripe lanes: common subnets, the same list from both ends, slow networks left out") {
+  PeerInfo a = peer(0, "h0", "c0"), b = peer(1, "h1", "c0");
+  CHECK(stripe_lanes(a, b).empty());  // no subnets known: one network
+  auto two_nics = [](PeerInfo& p, int host, double g1) {
+    p.listen = {"10.210.1." + std::to_string(host) + ":7", "10.211.1." + std::to_string(host) + ":8"};
+    p.nics = {{"eth0", "tcp", "c0", p.listen[0], 10, "10.210.1.0/24"}, {"eth1", "tcp", "c0", p.listen[1], g1, "10.211.1.0/24"}};
+  };
+  two_nics(a, 1, 10);
+  two_nics(b, 2, 25);
+  auto ab = stripe_lanes(a, b), ba = stripe_lanes(b, a);
+  REQUIRE((ab.size() == 2 && ba.size() == 2));
+  CHECK((ab[0].network == "10.210.1.0/24" && ab[0].peer_address == "10.210.1.2:7" && ab[0].my_nic == "eth0"));
+  CHECK((ab[1].network == "10.211.1.0/24" && ab[1].peer_address == "10.211.1.2:8" && ab[1].gbps == 10));
+  CHECK((ba[0].network == ab[0].network && ba[1].network == ab[1].network));
+  // pair_lanes takes the lower rank's view on both ends.
+  auto pa = pair_lanes(a, b), pb = pair_lanes(b, a);
+  REQUIRE((pa.size() == 2 && pb.size() == 2));
+  CHECK((pa[0].peer_address == pb[0].peer_address && pa[1].peer_address == pb[1].peer_address));
+  // A 1 Gbit/s management network beside 10 Gbit/s carries nothing: one lane left = none.
+  two_nics(a, 1, 1);
+  CHECK(stripe_lanes(a, b).empty());
+  // The peer listens on one of the subnets only: nothing to stripe over.
+  two_nics(a, 1, 10);
+  b.listen.pop_back();
+  CHECK(stripe_lanes(a, b).empty());
+  // PeerInfo carries the subnet.
+  auto back = PeerInfo::parse(a.serialize());
+  REQUIRE_OK(back.status());
+  CHECK(back.value().nics[1].network == "10.211.1.0/24");
 }
 
 TEST_CASE("cost model: hierarchical against flat ring") {
@@ -214,7 +245,7 @@ TEST_CASE("the testbed's example topology file parses and applies") {
   auto doc = parse_topo_text(text, path);
   REQUIRE_OK(doc.status());
   PeerInfo me = peer(0, "a-node1", "");
-  me.nics.push_back({"mlx5_0:1", "ib", "", "fe80::1", 0});
+  me.nics.push_back({"mlx5_0:1", "ib", "", "fe80::1", 0, ""});
   auto m = apply_topology_doc(doc.value(), "x", &me);
   REQUIRE((m.ok() && m.value() && me.cluster == "a"));
   CHECK((me.nics[1].fabric == "ib-a" && me.nics[1].gbps == 200));  // rate from the fabric table

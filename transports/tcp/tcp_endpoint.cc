@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,26 @@ const BytesSetting kTcpStripeMinBytes("tcp", "UCCL_TCP_STRIPE_MIN_BYTES", "256K"
                                       "messages at least this large are striped across the sockets of a peer",
                                       bytes_at_least(0));
 namespace tcp {
+
+std::vector<StripePart> weighted_parts(size_t bytes, const std::vector<double>& weights, size_t first) {
+  const size_t n = weights.size();
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<StripePart> out;
+  size_t begin = 0;
+  double cum = 0;
+  for (size_t i = 0; i < n && begin < bytes; ++i) {
+    const size_t sock = (first + i) % n;
+    cum += weights[sock];
+    size_t end = i + 1 == n ? bytes : static_cast<size_t>(static_cast<double>(bytes) * (cum / total));
+    end = i + 1 == n ? bytes : std::min(bytes, end / kStripeAlign * kStripeAlign);
+    if (end > begin) {
+      out.push_back({sock, begin, end - begin});
+      begin = end;
+    }
+  }
+  return out;
+}
 
 Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds, bool tls, bool server) {
   auto close_all = [&] {
@@ -78,6 +99,14 @@ TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds
     socks_[i].index = static_cast<int>(i);
     socks_[i].stage.reset(new uint8_t[kStageBytes]);
   }
+  // Socket i runs over lane i % lanes (the core dialed it so): weigh it by that lane's rate.
+  const std::vector<double>& g = peer.lane_gbps;
+  if (!g.empty()) {
+    double known = 0;
+    for (double x : g) known = std::max(known, x);
+    for (size_t i = 0; i < fds.size(); ++i) weights_.push_back(g[i % g.size()] > 0 ? g[i % g.size()] : known > 0 ? known : 1);
+    if (std::all_of(weights_.begin(), weights_.end(), [&](double w) { return w == weights_[0]; })) weights_.clear();
+  }
   SockAddr a;
   a.len = sizeof a.ss;
   if (getpeername(fds[0], reinterpret_cast<sockaddr*>(&a.ss), &a.len) == 0) peer_address_ = a.to_string();
@@ -95,6 +124,12 @@ TcpEndpoint::~TcpEndpoint() {
 
 std::string TcpEndpoint::describe() const {
   std::string s = "tcp " + peer_address_ + " (" + std::to_string(socks_.size()) + (socks_.size() == 1 ? " socket" : " sockets");
+  if (!peer_.lane_names.empty()) {
+    s += " striped over";
+    for (size_t i = 0; i < peer_.lane_names.size(); ++i)
+      s += (i ? ", " : " ") + peer_.lane_names[i] +
+           (peer_.lane_gbps[i] > 0 ? " " + std::to_string(static_cast<int>(peer_.lane_gbps[i] + 0.5)) + " Gbit/s" : "");
+  }
   if (socks_[0].tls) s += socks_[0].tls_ready ? ", " + socks_[0].tls->describe() : ", TLS handshake pending";
   return s + ")";
 }
@@ -109,6 +144,24 @@ void TcpEndpoint::post_send(SendRequest* r) {
   }
   const uint64_t seq = next_send_seq_++;
   const size_t n = socks_.size(), bytes = r->bytes;
+  if (!weights_.empty() && bytes >= stripe_min_ && bytes > kStripeAlign) {
+    const std::vector<StripePart> parts = weighted_parts(bytes, weights_, seq % n);
+    sends_.push_back(SendOp{r, static_cast<uint32_t>(parts.size())});
+    for (const StripePart& sp : parts) {
+      TxPart p;
+      p.op = &sends_.back();
+      p.hdr.part_count = static_cast<uint16_t>(parts.size());
+      p.hdr.msg_seq = seq;
+      p.hdr.env = r->env;
+      p.hdr.total_bytes = bytes;
+      p.hdr.part_offset = sp.offset;
+      p.hdr.part_bytes = sp.bytes;
+      p.data = static_cast<const uint8_t*>(r->data) + sp.offset;
+      p.done = 0;
+      socks_[sp.socket].txq.push_back(p);
+    }
+    return;
+  }
   size_t chunk = bytes, nparts = 1;
   if (n > 1 && bytes >= stripe_min_ && bytes > kStripeAlign) {
     chunk = (bytes + n - 1) / n;

@@ -5,7 +5,9 @@
 // part to the posted request without any agreement on how the sender split the message:
 // striping policy (UCCL_TCP_STRIPE_MIN_BYTES) may even differ between the two processes.
 // Small messages go whole on socket (seq % nsocks); large ones are cut into nsocks parts
-// aligned to 4096 bytes, part i on socket (seq + i) % nsocks.
+// aligned to 4096 bytes, part i on socket (seq + i) % nsocks. When the core spread the sockets
+// over several networks (PeerContext::lane_gbps: one rank over several NICs, issue 18) and
+// their rates differ, each part's share follows its socket's lane rate (weighted_parts).
 //
 // Receiving: each socket has a small staging buffer; headers and small payloads arrive there
 // in one recv (many small messages per syscall). Large plain payloads are read straight into
@@ -70,6 +72,15 @@ constexpr size_t kBounceBytes = 256 << 10;  // per thread: reduce receives (fits
 // is shut down, so a receiver that finds the peer gone reads through what is left in the
 // stream (skipping parts nobody will receive any more) to find it.
 constexpr uint16_t kPartAbort = 1;
+
+// How a message of `bytes` is cut when its sockets run over networks of different rates
+// (PeerContext::lane_gbps): part i goes to socket (first + i) % weights.size() and carries a
+// share of the bytes in proportion to that socket's weight, cut at kStripeAlign boundaries (the
+// last part takes the rest; empty parts are left out). Returns (socket, offset, length) triples.
+struct StripePart {
+  size_t socket, offset, bytes;
+};
+std::vector<StripePart> weighted_parts(size_t bytes, const std::vector<double>& weights, size_t first);
 
 // 72 bytes in front of every part; host byte order (all supported hosts are little-endian).
 struct PartHeader {
@@ -192,6 +203,7 @@ class TcpEndpoint final : public Endpoint {
   int epfd_ = -1;
   std::vector<Socket> socks_;
   size_t stripe_min_;
+  std::vector<double> weights_;  // per socket, from the lanes' rates; empty when all are equal
   Status dead_;  // !ok once the endpoint failed
   bool any_eof_ = false;    // a socket's stream ended or hung up: check_peer_gone() decides
   std::string abort_note_;  // the root cause from the peer's abort frame, once one was read

@@ -58,6 +58,7 @@ class TcpTransport : public Transport {
   explicit TcpTransport(int nsocks) : nsocks_(nsocks < 1 ? 1 : nsocks > 64 ? 64 : nsocks) {}
   TransportKind kind() const override { return TransportKind::kTcp; }
   int sockets_per_connection() const override { return nsocks_; }
+  bool stripes_over_networks() const override { return true; }
   Result<PendingConnect*> start_connect(const PeerContext& peer) override {
     return static_cast<PendingConnect*>(new TcpPendingConnect(peer));
   }

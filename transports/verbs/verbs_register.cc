@@ -45,7 +45,7 @@ TransportEntry verbs_entry() {
   e.local_nics = [] {
     std::vector<NicInfo> out;
     for (const VerbsNic& n : list_verbs_nics())
-      if (n.active) out.push_back({n.name, n.link_layer, n.fabric, n.address, n.gbps});
+      if (n.active) out.push_back({n.name, n.link_layer, n.fabric, n.address, n.gbps, ""});
     return out;
   };
   return e;
