@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -135,6 +136,21 @@ class CudaBackend final : public DeviceBackend {
   // Until some primary context exists in this process no pointer can be CUDA memory (a
   // host-only program on a GPU machine): cheap driver queries, and one atomic load after.
   bool may_own_memory() const override { return available(nullptr) && any_context(); }
+
+  // The device whose primary context is active (a process that has not touched a GPU yet has
+  // none: then "" and the rail falls back to the local rank). Lower case, as sysfs names it.
+  std::string current_pci_bus_id() const override {
+    if (!available(nullptr) || !any_context()) return "";
+    Driver& d = driver();
+    CUdevice dev = 0;
+    char id[32] = {0};
+    if (!d.device_get_pci_bus_id || d.device_get(&dev, preferred_device()) != CUDA_SUCCESS ||
+        d.device_get_pci_bus_id(id, sizeof id, dev) != CUDA_SUCCESS)
+      return "";
+    std::string s(id);
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
 
   Result<void*> alloc(int ordinal, size_t bytes) override {
     DeviceGuard g;
@@ -279,6 +295,7 @@ class CudaBackend final : public DeviceBackend {
     entry("cuDevicePrimaryCtxGetState", &d.primary_ctx_get_state);
     entry("cuMemGetAddressRange", &d.mem_get_address_range);
     entry("cuDeviceGet", &d.device_get);
+    entry("cuDeviceGetPCIBusId", &d.device_get_pci_bus_id);
     entry("cuCtxGetCurrent", &d.ctx_get_current);
     entry("cuCtxSetCurrent", &d.ctx_set_current);
     if (!d.pointer_get_attributes || !d.primary_ctx_get_state || !d.device_get) {

@@ -19,6 +19,7 @@ struct Driver {
   CUresult (*device_get)(CUdevice*, int) = nullptr;
   CUresult (*ctx_get_current)(CUcontext*) = nullptr;
   CUresult (*ctx_set_current)(CUcontext) = nullptr;
+  CUresult (*device_get_pci_bus_id)(char*, int, CUdevice) = nullptr;  // optional
 };
 Driver& driver();  // filled by the backend's first available()
 

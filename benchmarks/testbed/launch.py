@@ -58,6 +58,7 @@ def start(bed, ranks_per_host, argv, env=None, topo_file=None, cluster_labels=Fa
             continue
         for lr in range(ranks_per_host):
             renv = dict(henv, RANK=str(node * ranks_per_host + lr), WORLD_SIZE=str(world), LOCAL_RANK=str(lr),
+                        LOCAL_WORLD_SIZE=str(ranks_per_host),
                         MASTER_ADDR=master, MASTER_PORT=str(master_port))
             procs.append((f"rank {node * ranks_per_host + lr} (c{c}h{h})", _popen(bed, c, h, [sys.executable, *argv], renv)))
     return procs

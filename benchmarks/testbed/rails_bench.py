@@ -8,6 +8,8 @@ Runs work_rails.py (host 0's local rank l sends to host 1's local rank l, all at
   2 ranks, rails      UCCL_SOCKET_IFNAME="=eth0;=eth1": local rank i binds to eth<i>
   1 rank, striped     UCCL_SOCKET_IFNAME="=eth0,eth1": one rank per host listens on both NICs,
                       and its tcp connection stripes its sockets over the two subnets
+  2 ranks, rails by local rank
+                      UCCL_SOCKET_IFNAME="=eth0,eth1", no list: local rank i takes rail i itself
 and prints the aggregate rate of each (rails and striping should reach about twice one NIC's rate).
 """
 import argparse
@@ -21,7 +23,7 @@ import launch  # noqa: E402
 from netbed import Testbed  # noqa: E402
 
 CASES = [("one pair", 1, "=eth0"), ("2 ranks, one NIC", 2, "=eth0"), ("2 ranks, rails", 2, "=eth0;=eth1"),
-         ("1 rank, striped", 1, "=eth0,eth1")]
+         ("1 rank, striped", 1, "=eth0,eth1"), ("2 ranks, rails by local rank", 2, "=eth0,eth1")]
 
 
 def run(gbit, size, iters, cases=CASES):

@@ -83,6 +83,9 @@ class DeviceBackend {
   // operations on it and offers staged connections only when some backend may own memory.
   // Backends that cannot know (cuda: torch allocates behind our back) keep the default.
   virtual bool may_own_memory() const { return true; }
+  // The PCI address ("0000:17:00.0") of the device this process computes on, "" when it uses
+  // none yet or the backend cannot tell. Picks the rank's rail NIC (topology/rails.h).
+  virtual std::string current_pci_bus_id() const { return ""; }
   // Device memory of `bytes` (> 0) on device `ordinal`.
   virtual Result<void*> alloc(int ordinal, size_t bytes) = 0;
   virtual void free(void* ptr) = 0;  // nullptr is a no-op; only pointers from alloc()

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <thread>
 
 #include "base/config.h"
@@ -36,7 +37,7 @@ const TextSetting kSocketIfname("network", "UCCL_SOCKET_IFNAME", "",
 const TextSetting kSocketFamily("network", "UCCL_SOCKET_FAMILY", "", "restrict sockets to AF_INET or AF_INET6",
                                 one_of({"", "AF_INET", "AF_INET6"}));
 
-std::string rail_ifname_spec(const std::string& spec, int local_rank, std::string* why) {
+std::string rail_ifname_spec(const std::string& spec, int local_rank, std::string* why, const char* var) {
   if (why) why->clear();
   if (spec.find(';') == std::string::npos) return spec;
   std::vector<std::string> entries;
@@ -57,20 +58,32 @@ std::string rail_ifname_spec(const std::string& spec, int local_rank, std::strin
   }
   const size_t i = static_cast<size_t>(local_rank) % entries.size();
   if (why)
-    *why = "UCCL_SOCKET_IFNAME entry " + std::to_string(i) + " of " + std::to_string(entries.size()) +
+    *why = std::string(var) + " entry " + std::to_string(i) + " of " + std::to_string(entries.size()) +
            " for local rank " + std::to_string(local_rank);
   return entries[i];
 }
 
-int launcher_local_rank() {
-  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+namespace {
+// The first of `names` that holds a number (leading digits: Slurm writes "2(x3)"), else -1.
+int first_env_number(std::initializer_list<const char*> names, bool whole) {
+  for (const char* name : names) {
     const char* v = getenv(name);
     if (!v || !*v) continue;
     char* end = nullptr;
     long r = strtol(v, &end, 10);
-    if (*end == '\0' && r >= 0 && r < 1 << 20) return static_cast<int>(r);
+    if ((!whole || *end == '\0') && end != v && r >= 0 && r < 1 << 20) return static_cast<int>(r);
   }
   return -1;
+}
+}  // namespace
+
+int launcher_local_rank() {
+  return first_env_number({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, true);
+}
+
+int launcher_local_size() {
+  return first_env_number({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"},
+                          false);
 }
 
 // ---- addresses -------------------------------------------------------------------------------

@@ -50,10 +50,15 @@ bool ifname_matches(const std::string& spec, const std::string& ifname);
 // of its rail instead of every rank picking the same fastest NIC. rail_ifname_spec() returns the
 // entry for `local_rank` (the whole spec when it has no ';'; every entry, joined by ',', when
 // the local rank is unknown, -1) and says which in *why (empty when there is no list).
-std::string rail_ifname_spec(const std::string& spec, int local_rank, std::string* why = nullptr);
+// `var` names the variable in *why (UCCL_IB_HCA takes the same lists).
+std::string rail_ifname_spec(const std::string& spec, int local_rank, std::string* why = nullptr,
+                             const char* var = "UCCL_SOCKET_IFNAME");
 // This process's rank among its host's processes, as the launcher says (LOCAL_RANK, Open MPI's
 // OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, SLURM_LOCALID); -1 when none does.
 int launcher_local_rank();
+// How many processes of the job run on this host, as the launcher says (LOCAL_WORLD_SIZE,
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE); -1 when none does.
+int launcher_local_size();
 
 // The interfaces to listen on: those matching spec (or, with an empty spec, every up
 // non-loopback interface except docker*, falling back to loopback when that is all there is),

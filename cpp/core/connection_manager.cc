@@ -15,6 +15,7 @@
 #include "core/connection_state.h"
 #include "core/loopback_endpoint.h"
 #include "topology/local_host.h"
+#include "topology/rails.h"
 #include "topology/topology.h"
 #include "transports/registry.h"
 #include "transports/staged/staged_endpoint.h"
@@ -73,6 +74,7 @@ Status ConnectionManager::init() {
       opts_.socket_ifname.empty() ? kSocketIfname.get() : opts_.socket_ifname, launcher_local_rank(), &rail_why_);
   auto ifs = select_interfaces(spec, kSocketFamily.get());
   if (ifs.empty()) return InvalidArgument("no network interface matches UCCL_SOCKET_IFNAME='" + spec + "'");
+  if (rail_why_.empty()) ifs = rail_interfaces(ifs, &rail_why_);  // no list: the rail by PCIe or local rank
   for (auto& nif : ifs) {
     if (listen_fds_.size() >= 4) break;
     SockAddr a = nif.addr;

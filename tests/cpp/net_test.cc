@@ -176,4 +176,6 @@ TEST_CASE("UCCL_SOCKET_IFNAME per-local-rank lists pick the rail's entry") {
   CHECK(rail_ifname_spec("=eth0;;=eth1;", 2) == "=eth0");  // empty entries ignored
   CHECK(rail_ifname_spec("=eth0;=eth1", -1, &why) == "=eth0,=eth1");
   CHECK(why.find("unknown") != std::string::npos);
+  CHECK(rail_ifname_spec("=mlx5_0;=mlx5_1", 1, &why, "UCCL_IB_HCA") == "=mlx5_1");  // the same lists
+  CHECK(why == "UCCL_IB_HCA entry 1 of 2 for local rank 1");
 }

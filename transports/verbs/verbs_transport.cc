@@ -14,6 +14,8 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/net.h"
+#include "topology/rails.h"
 #include "transports/verbs/verbs_channel.h"
 #include "transports/verbs/verbs_device.h"
 #include "transports/verbs/verbs_endpoint.h"
@@ -123,9 +125,36 @@ const IntSetting kIbRetryCnt("verbs", "UCCL_IB_RETRY_CNT", "7", "IB transport re
 const IntSetting kIbTc("verbs", "UCCL_IB_TC", "0", "IB traffic class", int_in(0, 255));
 const IntSetting kIbSl("verbs", "UCCL_IB_SL", "0", "IB service level", int_in(0, 15));
 
+namespace {
+
+// UCCL_IB_HCA for this rank (issue 18 rails): a per-local-rank list ("=mlx5_0;=mlx5_1") gives
+// the local rank's entry; without one, when several ACTIVE ports of similar speed are selected,
+// the rank's rail port (closest to its accelerator in the PCIe tree, else by local rank:
+// topology/rails.h) as "=device:port".
+std::string rank_hca_spec() {
+  const std::string listed = rail_ifname_spec(kIbHca.get(), launcher_local_rank(), nullptr, "UCCL_IB_HCA");
+  if (listed != kIbHca.get()) return listed;
+  auto ports = enumerate_ports(listed, kIbGidIndex.get());
+  if (!ports.ok()) return listed;
+  std::vector<RailCandidate> cands;
+  std::vector<const VerbsNic*> nics;
+  for (const PortInfo& p : ports.value()) {
+    if (!p.nic.active) continue;
+    cands.push_back({p.nic.name, p.nic.fabric, p.nic.gbps, "/sys/class/infiniband/" + p.nic.device + "/device"});
+    nics.push_back(&p.nic);
+  }
+  const RailPick pick = pick_rail(cands, launcher_local_rank(), launcher_local_size(), accelerator_pci());
+  if (pick.index < 0) return listed;
+  const VerbsNic& n = *nics[pick.index];
+  UCCL_INFO("verbs: rail port %s (%s)", n.name.c_str(), pick.why.c_str());
+  return "=" + n.device + ":" + std::to_string(n.port);
+}
+
+}  // namespace
+
 VerbsOptions VerbsOptions::from_config() {
   VerbsOptions o;
-  o.hca = kIbHca.get();
+  o.hca = rank_hca_spec();
   o.gid_index = kIbGidIndex.get();
   o.qps_per_connection = kIbQpsPerConnection.get();
   o.timeout = kIbTimeout.get();
@@ -141,7 +170,7 @@ std::unique_ptr<Transport> make_verbs_transport(const VerbsOptions& options) {
   return std::unique_ptr<Transport>(new VerbsTransport(options));
 }
 
-bool verbs_available(std::string* why) { return verbs_available(kIbHca.get(), why); }
+bool verbs_available(std::string* why) { return verbs_available(rank_hca_spec(), why); }
 
 bool verbs_available(const std::string& hca_spec, std::string* why) {
   auto ports = enumerate_ports(hca_spec, kIbGidIndex.get());
@@ -155,7 +184,7 @@ bool verbs_available(const std::string& hca_spec, std::string* why) {
   return false;
 }
 
-std::vector<VerbsNic> list_verbs_nics() { return list_verbs_nics(kIbHca.get()); }
+std::vector<VerbsNic> list_verbs_nics() { return list_verbs_nics(rank_hca_spec()); }
 
 std::vector<VerbsNic> list_verbs_nics(const std::string& hca_spec) {
   std::vector<VerbsNic> out;
