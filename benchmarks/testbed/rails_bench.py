@@ -29,9 +29,10 @@ CASES = [("one pair", 1, "=eth0"), ("2 ranks, one NIC", 2, "=eth0"), ("2 ranks, 
 def run(gbit, size, iters, cases=CASES):
     rows = []
     with Testbed(clusters=1, hosts=2, intra_gbit=gbit, rails=2) as bed:
-        for name, per_host, ifname in cases:
+        for name, per_host, ifname, *extra in cases:  # extra: a dict of more variables
+            env = {"UCCL_SOCKET_IFNAME": ifname, **(extra[0] if extra else {})}
             res = launch.run(bed, per_host, [os.path.join(HERE, "work_rails.py"), str(size), str(iters)],
-                             env={"UCCL_SOCKET_IFNAME": ifname}, timeout=300)
+                             env=env, timeout=300)
             rows.append({"case": name, "ifname": ifname, "shaped_gbit": gbit, **res[0]})
     return rows
 

@@ -74,7 +74,11 @@ Status ConnectionManager::init() {
       opts_.socket_ifname.empty() ? kSocketIfname.get() : opts_.socket_ifname, launcher_local_rank(), &rail_why_);
   auto ifs = select_interfaces(spec, kSocketFamily.get());
   if (ifs.empty()) return InvalidArgument("no network interface matches UCCL_SOCKET_IFNAME='" + spec + "'");
-  if (rail_why_.empty()) ifs = rail_interfaces(ifs, &rail_why_);  // no list: the rail by PCIe or local rank
+  if (rail_why_.empty()) {  // no list: the topology file's rail, or by PCIe or local rank
+    auto rail = rail_interfaces(ifs, &rail_why_);
+    if (!rail.ok()) return rail.status();
+    ifs = rail.take();
+  }
   for (auto& nif : ifs) {
     if (listen_fds_.size() >= 4) break;
     SockAddr a = nif.addr;

@@ -127,23 +127,52 @@ Result<bool> apply_topology_doc(const TopoValue& doc, const std::string& host_id
   return false;
 }
 
+namespace {
+// UCCL_TOPO_FILE, parsed once per process: every communicator (and sub-communicator) sees the
+// same file. An empty document without a file.
+Result<TopoValue>& topology_doc() {
+  static std::mutex mu;
+  static bool loaded = false;
+  static Result<TopoValue> doc = TopoValue{};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!loaded) {
+    if (!kTopoFile.get().empty()) doc = read_topology_file(kTopoFile.get());
+    if (!doc.ok()) doc = doc.status().with_context("UCCL_TOPO_FILE");
+    loaded = true;
+  }
+  return doc;
+}
+}  // namespace
+
+Result<std::vector<std::string>> declared_rails(const std::string& host_id, const PeerInfo& me) {
+  std::vector<std::string> out;
+  if (kTopoFile.get().empty()) return out;
+  Result<TopoValue>& doc = topology_doc();
+  if (!doc.ok()) return doc.status();
+  const TopoValue* clusters = doc.value().is_map() ? doc.value().get("clusters") : nullptr;
+  if (!clusters || !clusters->is_list()) return out;
+  for (auto& c : clusters->list) {
+    const TopoValue* hosts = c.get("hosts");
+    if (!hosts || !hosts->is_list()) continue;
+    for (auto& h : hosts->list) {
+      if (!host_matches(h, host_id, me)) continue;
+      const TopoValue* rails = h.is_map() ? h.get("rails") : nullptr;
+      if (!rails) return out;
+      if (!rails->is_list())
+        return InvalidArgument("UCCL_TOPO_FILE=" + kTopoFile.get() + ": 'rails' of a host must be a list of NIC names");
+      for (auto& r : rails->list) out.push_back(r.as_string());
+      return out;
+    }
+  }
+  return out;
+}
+
 Status describe_local_host(PeerInfo* me, const std::vector<NicInfo>& rdma_nics) {
   for (auto& n : rdma_nics) me->nics.push_back(n);
   me->cluster = kCluster.get();
   const std::string& path = kTopoFile.get();
   if (path.empty()) return Status::Ok();
-  // Parsed once per process: every communicator (and sub-communicator) sees the same file.
-  static std::mutex mu;
-  static bool loaded = false;
-  static Result<TopoValue> doc = TopoValue{};
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!loaded) {
-      doc = read_topology_file(path);
-      if (!doc.ok()) doc = doc.status().with_context("UCCL_TOPO_FILE");
-      loaded = true;
-    }
-  }
+  Result<TopoValue>& doc = topology_doc();
   if (!doc.ok()) return doc.status();
   auto matched = apply_topology_doc(doc.value(), me->host_id, me);
   if (!matched.ok()) return matched.status().with_context("UCCL_TOPO_FILE=" + path);

@@ -15,6 +15,7 @@
 //         - name: node1                      # hostname or UCCL_HOST_ID, or:
 //           addresses: [10.210.1.1]          # any of its interface addresses
 //           nics: [{name: eth0, kind: tcp, fabric: c0-eth, gbps: 4}]
+//           rails: [eth0, eth1]              # local rank i uses rails[i % 2] (topology/rails.h)
 // A host is matched by name (hostname or UCCL_HOST_ID) or by one of its addresses, so one
 // file serves every rank. UCCL_CLUSTER, when set, wins over the file's cluster name.
 #pragma once
@@ -47,5 +48,9 @@ Result<bool> apply_topology_doc(const TopoValue& doc, const std::string& host_id
 // transports know them best (transports/registry.h local_rdma_nics()), and topology sits below
 // the transports, so it asks nobody above it.
 Status describe_local_host(PeerInfo* me, const std::vector<NicInfo>& rdma_nics);
+
+// The host entry's `rails` (NIC names, local rank i takes entry i % size), empty when the file
+// has none for this host (matched by host_id, hostname or one of me.nics' addresses).
+Result<std::vector<std::string>> declared_rails(const std::string& host_id, const PeerInfo& me);
 
 }  // namespace uccl

@@ -2,11 +2,13 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 
 #include "base/device.h"
+#include "topology/local_host.h"
 
 namespace uccl {
 
@@ -104,14 +106,38 @@ std::string accelerator_pci() {
   return "";
 }
 
-std::vector<NetInterface> rail_interfaces(const std::vector<NetInterface>& ifs, std::string* why) {
+Result<std::vector<NetInterface>> rail_interfaces(const std::vector<NetInterface>& ifs, std::string* why) {
+  if (kRailNics.get() == "off") return ifs;
+  const int local_rank = launcher_local_rank();
+  if (local_rank >= 0 && !kTopoFile.get().empty()) {
+    PeerInfo me;  // what the file may match this host by: its name, id and addresses
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    me.hostname = host;
+    for (auto& nif : ifs) me.nics.push_back({nif.name, "tcp", "", nif.addr.to_string(), 0, ""});
+    auto rails = declared_rails(host_identity(), me);
+    if (!rails.ok()) return rails.status();
+    if (!rails.value().empty()) {
+      const size_t i = static_cast<size_t>(local_rank) % rails.value().size();
+      const std::string& name = rails.value()[i];
+      std::vector<NetInterface> out;
+      for (auto& nif : ifs)
+        if (nif.name == name) out.push_back(nif);
+      if (out.empty())
+        return InvalidArgument("UCCL_TOPO_FILE=" + kTopoFile.get() + ": rail " + name + " of local rank " +
+                               std::to_string(local_rank) + " is not among the interfaces UCCL_SOCKET_IFNAME selects");
+      *why = "topology file rail " + std::to_string(i) + " of " + std::to_string(rails.value().size()) +
+             " for local rank " + std::to_string(local_rank);
+      return out;
+    }
+  }
   std::vector<RailCandidate> cands;  // one per interface (it may have a v4 and a v6 address)
   for (auto& nif : ifs) {
     bool seen = nif.loopback;
     for (auto& c : cands) seen |= c.name == nif.name;
     if (!seen) cands.push_back({nif.name, nif.network, nif.speed_gbps, "/sys/class/net/" + nif.name + "/device"});
   }
-  const RailPick pick = pick_rail(cands, launcher_local_rank(), launcher_local_size(), accelerator_pci());
+  const RailPick pick = pick_rail(cands, local_rank, launcher_local_size(), accelerator_pci());
   if (pick.index < 0) return ifs;
   std::vector<NetInterface> out;
   for (auto& nif : ifs)

@@ -5,9 +5,10 @@
 // peers dial) the same fastest NIC and share an eighth of the host's bandwidth. The rank's NIC,
 // in order of precedence:
 //   1. a per-local-rank list in UCCL_SOCKET_IFNAME / UCCL_IB_HCA ("=eth0;=eth1", base/net.h);
-//   2. the NIC closest to the rank's accelerator in the PCIe tree (sysfs: the longest common
+//   2. the topology file's `rails` for the host (topology/local_host.h): entry local_rank % size;
+//   3. the NIC closest to the rank's accelerator in the PCIe tree (sysfs: the longest common
 //      path of the two devices under /sys/devices; equal paths, then the same NUMA node);
-//   3. its local rank: rail local_rank % k of the host's k NICs (sorted by subnet);
+//   4. its local rank: rail local_rank % k of the host's k NICs (sorted by subnet);
 // where the candidates are the interfaces UCCL_SOCKET_IFNAME selects, one per subnet, those
 // much slower than the fastest left out (a management network is not a rail). With fewer than
 // two candidates, one rank on the host, or UCCL_RAIL_NICS=off the rank listens on every
@@ -20,6 +21,7 @@
 
 #include "base/config.h"
 #include "base/net.h"
+#include "uccl/status.h"
 
 namespace uccl {
 
@@ -50,6 +52,8 @@ std::string accelerator_pci();
 // rail NIC when pick_rail() picks one, with the launcher's local rank and size and the PCI
 // address of the accelerator a registered device backend reports; *why says which (unchanged
 // when it picks none).
-std::vector<NetInterface> rail_interfaces(const std::vector<NetInterface>& ifs, std::string* why);
+// Errors: an unreadable topology file (kInvalidArgument...), or a declared rail that is not
+// among `ifs` (kInvalidArgument naming it).
+Result<std::vector<NetInterface>> rail_interfaces(const std::vector<NetInterface>& ifs, std::string* why);
 
 }  // namespace uccl

@@ -42,3 +42,35 @@ def test_rails_by_local_rank_without_a_list():
     assert "rail NIC eth0: rail 0 of 2 NICs for local rank 0 of 2" in rails["listen"][0], rails
     assert "rail NIC eth1: rail 1 of 2 NICs for local rank 1 of 2" in rails["listen"][1], rails
     assert rails["gbit"] > 1.5 * shared["gbit"], (shared, rails)
+
+
+def test_rails_from_the_topology_file(tmp_path):
+    """The file's `rails` win over the local-rank order (reversed here: local rank 0 takes eth1)."""
+    if not netbed.netns_available():
+        pytest.skip("needs root and `ip netns add` (network namespaces)")
+    import rails_bench
+    topo = tmp_path / "rails.yaml"
+    topo.write_text("clusters:\n  - name: c0\n    hosts:\n"
+                    "      - {addresses: [10.210.1.1], rails: [eth1, eth0]}\n"
+                    "      - {addresses: [10.210.1.2], rails: [eth1, eth0]}\n")
+    case = ("2 ranks, rails from the topology file", 2, "=eth0,eth1", {"UCCL_TOPO_FILE": str(topo)})
+    (row,) = rails_bench.run(0.5, 16, 2, cases=[case])
+    assert "10.211.1.1" in row["listen"][0] and "topology file rail 0 of 2 for local rank 0" in row["listen"][0], row
+    assert "10.210.1.1" in row["listen"][1] and "topology file rail 1 of 2 for local rank 1" in row["listen"][1], row
+    assert row["gbit"] > 0.75, row  # both rails busy (one NIC gives 0.48)
+
+
+def test_a_declared_rail_that_is_not_there_is_refused(tmp_path, monkeypatch):
+    import socket
+    import subprocess
+    import sys
+    topo = tmp_path / "bad.yaml"
+    topo.write_text(f"clusters:\n  - name: c0\n    hosts:\n      - {{name: {socket.gethostname()}, rails: [nosuchif0]}}\n")
+    code = ("import uccl\n"
+            "try:\n"
+            "    uccl.Communicator(0, 1, uccl.TcpStore('127.0.0.1', 0, is_server=True))\n"
+            "except uccl.InvalidArgument as e:\n"
+            "    print('refused:', e)\n")
+    env = dict(__import__("os").environ, UCCL_TOPO_FILE=str(topo), LOCAL_RANK="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    assert "refused:" in out and "rail nosuchif0 of local rank 0 is not among the interfaces" in out, out
