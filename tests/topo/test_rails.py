@@ -60,7 +60,8 @@ def test_rails_from_the_topology_file(tmp_path):
     assert row["gbit"] > 0.75, row  # both rails busy (one NIC gives 0.48)
 
 
-def test_a_declared_rail_that_is_not_there_is_refused(tmp_path, monkeypatch):
+def test_a_declared_rail_that_is_not_there_is_refused(tmp_path):
+    import os
     import socket
     import subprocess
     import sys
@@ -71,6 +72,6 @@ def test_a_declared_rail_that_is_not_there_is_refused(tmp_path, monkeypatch):
             "    uccl.Communicator(0, 1, uccl.TcpStore('127.0.0.1', 0, is_server=True))\n"
             "except uccl.InvalidArgument as e:\n"
             "    print('refused:', e)\n")
-    env = dict(__import__("os").environ, UCCL_TOPO_FILE=str(topo), LOCAL_RANK="0")
+    env = dict(os.environ, UCCL_TOPO_FILE=str(topo), LOCAL_RANK="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
     assert "refused:" in out and "rail nosuchif0 of local rank 0 is not among the interfaces" in out, out
