@@ -48,8 +48,20 @@ CostOp cost_op(Collective c) {
   }
 }
 
+// The largest request that is latency-bound (direct's): UCCL_SMALL_MSG_BYTES, divided by n-1
+// for an all_reduce of n > 2 ranks, since direct moves n-1 copies of the buffer into every rank
+// where the ring and halving/doubling move about two. 4 ranks on the 2-core VM (busy_cpu.py
+// --ranks 4): 32 / 64 KiB took 46 / 132 us direct against 28 / 39 us by rhd (Open MPI 35-51 / 44-57).
+size_t direct_limit(const SelectRequest& r) {
+  return r.coll == Collective::kAllReduce && r.size > 2 ? r.small_msg_bytes / static_cast<size_t>(r.size - 1)
+                                                        : r.small_msg_bytes;
+}
+
 std::string small_range(const SelectRequest& r) {
-  return "UCCL_SMALL_MSG_BYTES=" + fmt_bytes(static_cast<double>(r.small_msg_bytes));
+  std::string s = "UCCL_SMALL_MSG_BYTES=" + fmt_bytes(static_cast<double>(r.small_msg_bytes));
+  if (direct_limit(r) != r.small_msg_bytes)
+    s += " / " + std::to_string(r.size - 1) + " = " + fmt_bytes(static_cast<double>(direct_limit(r)));
+  return s;
 }
 
 // Predicates answer on the hot path without building text: `why` is only filled when given.
@@ -59,7 +71,7 @@ bool say(std::string* why, const std::string& text) {
 }
 // Auto selection leaves latency-bound requests to direct (the measured crossover).
 bool avoid_small(const SelectRequest& r, std::string* why) {
-  return r.bytes <= r.small_msg_bytes && say(why, "latency-bound: at most " + small_range(r));
+  return r.bytes <= direct_limit(r) && say(why, "latency-bound: at most " + small_range(r));
 }
 bool need_two(const SelectRequest& r, std::string* why) { return r.size < 2 && say(why, "one rank"); }
 bool never(const SelectRequest&, std::string*) { return false; }
@@ -90,7 +102,7 @@ const Row kTable[] = {
      },
      [](const SelectRequest& r, std::string* why) {
        const bool has_ring = (bit(r.coll) & (kAR | kAG | kRS | kBcast | kReduce)) != 0;
-       return has_ring && r.bytes > r.small_msg_bytes && say(why, "bandwidth-bound: above " + small_range(r));
+       return has_ring && r.bytes > direct_limit(r) && say(why, "bandwidth-bound: above " + small_range(r));
      },
      [](const Topology& t, const SelectRequest& r) {
        return predict_direct(t, cost_op(r.coll), static_cast<double>(r.bytes), r.root);

@@ -66,6 +66,8 @@ std::string choose(Collective coll, size_t bytes, const Topology* t, int size, A
 // The rules before the table (blocks.cc pick_algorithm, reductions.cc use_halving_doubling,
 // hierarchical.cc use_hierarchical, the builders' special cases), kept here as the reference.
 std::string previous_choice(Collective coll, size_t bytes, const Topology* t, int n, Algorithm forced, size_t small) {
+  // Since issue 18: an all_reduce of more than two ranks is latency-bound up to small / (n - 1).
+  if (coll == Collective::kAllReduce && n > 2) small /= static_cast<size_t>(n - 1);
   auto pick = [&] {
     if (forced == Algorithm::kRing) return std::string("ring");
     if (forced == Algorithm::kDirect) return std::string("direct");
@@ -127,8 +129,10 @@ TEST_CASE("the table reproduces the cases the tests and benchmarks exercise") {
       {"one rank", Collective::kAllReduce, 1 << 20, h1, A, "local"},
       {"one rank, ring forced", Collective::kAllReduce, 1 << 20, h1, Algorithm::kRing, "local"},
       {"small all_reduce", Collective::kAllReduce, 16, h4, A, "direct"},
-      {"at UCCL_SMALL_MSG_BYTES", Collective::kAllReduce, kSmall, h4, A, "direct"},
-      {"just above it", Collective::kAllReduce, kSmall + 1, h4, A, "rhd"},
+      {"at UCCL_SMALL_MSG_BYTES, 2 ranks", Collective::kAllReduce, kSmall, h2, A, "direct"},
+      {"at UCCL_SMALL_MSG_BYTES / 3, 4 ranks", Collective::kAllReduce, kSmall / 3, h4, A, "direct"},
+      {"just above it", Collective::kAllReduce, kSmall / 3 + 1, h4, A, "rhd"},
+      {"all_gather keeps the whole threshold", Collective::kAllGather, kSmall, h4, A, "direct"},
       {"4 ranks one host: rhd (measured)", Collective::kAllReduce, 1 << 18, h4, A, "rhd"},
       {"8 ranks one host", Collective::kAllReduce, 16 << 20, h8, A, "rhd"},
       {"2 ranks: ring (same steps as rhd)", Collective::kAllReduce, 1 << 20, h2, A, "ring"},
