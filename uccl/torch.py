@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from typing import Any, Optional, Union
 
 import torch
@@ -54,6 +55,37 @@ _CLASSES = {
 def _typed(status: tuple, context: str) -> _errors.UcclError:
     code, peer, message = status
     return _CLASSES.get(code, _errors.UcclError)(f"{context}: {message}", code, peer)
+
+
+# uccl's record of a failing rank in its group's store (cpp/core/connection_failures.cc): every
+# rank whose communicator fails publishes it before closing its connections; a dead one cannot.
+_FAILED_KEY = "uccl/failed/{}"
+
+
+def _origin(err: _errors.UcclError, store: dist.Store, size: int, me: int, settle_s: float = 0.3,
+            limit_s: float = 2.0) -> _errors.UcclError:
+    """The rank a failure started from. uccl names the peer whose connection failed; when that
+    peer is alive and failed itself (its record is in the store: a cascade, e.g. it closed its
+    connections because a third rank died), the rank that started it is one that published no
+    record once the others' records stopped coming (they all arrive within milliseconds: every
+    failing rank publishes before it closes, and its closing fails the rest)."""
+    if not isinstance(err, _errors.RemoteError) or err.peer is None or err.peer == me:
+        return err
+    if not store.check([_FAILED_KEY.format(err.peer)]):
+        return err  # the named peer published nothing: it is the one that went away
+    end, last, since = time.monotonic() + limit_s, None, time.monotonic()
+    while True:
+        silent = [r for r in range(size) if r != me and not store.check([_FAILED_KEY.format(r)])]
+        now = time.monotonic()
+        if silent != last:
+            last, since = silent, now
+        if not silent or now - since >= settle_s or now >= end:
+            break
+        time.sleep(0.02)
+    if not silent:
+        return err
+    return _errors.RemoteError(f"{err}; rank {silent[0]} started it: it published no failure record (it is gone)"
+                               + (f", nor did ranks {silent[1:]}" if len(silent) > 1 else ""), err.code, silent[0])
 
 
 def _ext() -> Any:
@@ -128,6 +160,7 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._pg: Optional[dist.ProcessGroup] = None
         self._backend: Any = None
+        self._group_store: Optional[dist.Store] = None
         self._error: Optional[Exception] = None
         self._stores: dict = {}  # "host:port" -> TCPStore client, reused by every configure
         self._rank, self._size, self._prefix = 0, 1, None
@@ -156,7 +189,7 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
             raise
         pg = _wrap(backend, group_store, rank, world_size)
         with self._lock:
-            self._pg, self._backend = pg, backend
+            self._pg, self._backend, self._group_store = pg, backend, group_store
             self._rank, self._size, self._prefix = rank, world_size, prefix
 
     def abort(self) -> None:
@@ -173,13 +206,20 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
 
     def errored(self) -> Optional[Exception]:
         """The typed uccl error (``.code``, ``.peer``) of the current group's failure, or of the
-        last failed configure / the failure that preceded the last abort; None if all is well."""
+        last failed configure / the failure that preceded the last abort; None if all is well.
+        ``.peer`` is the rank the failure started from: the peer uccl names, or, where that peer
+        failed itself because of a third rank (a cascade), the rank that published no failure
+        record (see _origin; this may wait up to 2 s for the other ranks' records)."""
         with self._lock:
-            backend, err = self._backend, self._error
-        if backend is not None:
+            backend, err, store = self._backend, self._error, self._group_store
+        if backend is not None and err is None:
             status = backend._last_error()
             if status is not None:
-                return _typed(status, f"uccl group {self._prefix!r} (rank {self._rank} of {self._size})")
+                err = _typed(status, f"uccl group {self._prefix!r} (rank {self._rank} of {self._size})")
+                err = _origin(err, store, self._size, self._rank)
+                with self._lock:  # found once: the answer stays (and survives abort)
+                    if self._backend is backend and self._error is None:
+                        self._error = err
         return err
 
     # -- what torch callers read ----------------------------------------------------------------
@@ -242,7 +282,8 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
         backend.shutdown()
         if status is not None:
             with self._lock:  # errored() keeps telling why, after the group is gone
-                self._error = _typed(status, f"uccl group {self._prefix!r} (rank {self._rank} of {self._size})")
+                if self._error is None:
+                    self._error = _typed(status, f"uccl group {self._prefix!r} (rank {self._rank} of {self._size})")
 
 
 for _name in ("allreduce", "allreduce_coalesced", "broadcast", "allgather", "_allgather_base", "allgather_coalesced",

@@ -272,3 +272,28 @@ def test_twenty_reconfigurations_leak_nothing():
         if "abort_s" in out:  # failed by our abort (not earlier), and soon after it
             assert 0.25 < out["abort_s"] < 20, out["abort_s"]
     assert "abort_s" in R.take(store, "result/0") or "abort_s" in R.take(store, "result/1")
+
+
+def test_errored_names_the_rank_a_cascade_started_from():
+    """errored()'s peer: uccl names the peer whose connection failed; when that peer published a
+    failure record of its own (it failed because of a third rank), the rank with no record is
+    named instead. Checked on uccl.torch._origin over a HashStore (a real cascade cannot be
+    forced on demand: it needs one survivor's progress thread to stall)."""
+    from uccl.torch import _FAILED_KEY, _origin
+
+    store = dist.HashStore()
+    seen = uccl.RemoteError("all_reduce #7: rank 0 failed and closed the connection", 4, 0)
+    # Rank 0 published nothing: it is the one that went away.
+    assert _origin(seen, store, 4, me=1, settle_s=0.05) is seen
+    # Rank 0 (and rank 2) failed and said so; rank 3 said nothing: it started the cascade.
+    store.set(_FAILED_KEY.format(0), "rank 3 closed the connection")
+    store.set(_FAILED_KEY.format(2), "rank 3 closed the connection")
+    got = _origin(seen, store, 4, me=1, settle_s=0.05)
+    assert isinstance(got, uccl.RemoteError) and got.peer == 3 and got.code == 4, got
+    assert "rank 3 started it" in str(got) and "rank 0 failed" in str(got), str(got)
+    # Everyone else published a record: nobody to blame beyond what uccl said.
+    store.set(_FAILED_KEY.format(3), "aborted")
+    assert _origin(seen, store, 4, me=1, settle_s=0.05) is seen
+    # Other kinds of error are returned as they are.
+    mismatch = uccl.MismatchError("all_reduce #3: counts differ", 5, 0)
+    assert _origin(mismatch, store, 4, me=1) is mismatch
