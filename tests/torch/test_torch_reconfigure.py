@@ -297,3 +297,18 @@ def test_errored_names_the_rank_a_cascade_started_from():
     # Other kinds of error are returned as they are.
     mismatch = uccl.MismatchError("all_reduce #3: counts differ", 5, 0)
     assert _origin(mismatch, store, 4, me=1) is mismatch
+
+
+def test_example_torchft_style():
+    """examples/torchft_style.py: a replica SIGKILLed by the launcher at an arbitrary moment, the
+    others go on, a replacement joins; the example itself checks the parameters agree."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "torchft_style.py")], capture_output=True,
+                       text=True, timeout=300, cwd=os.path.dirname(root))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "replica 0: step" in out and "is gone" in out and "joins as rank 2" in out, out[-4000:]
+    assert "with identical parameters" in out, out[-4000:]
