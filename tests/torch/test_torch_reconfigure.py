@@ -235,6 +235,16 @@ def cycles_worker(rank, port, cycles):
         t = torch.full((1000,), float(me + i))
         pg.allreduce([t], dist.AllreduceOptions()).wait()
         assert t[0].item() == 1.0 + 2 * i and pg.errored() is None
+        if i == 0:
+            # torch's own entry points: dist.* on the wrapper, DDP on its current plain group.
+            u = torch.full((3,), float(me))
+            dist.all_reduce(u, group=pg)
+            assert u.tolist() == [1.0] * 3 and (pg.rank(), pg.size()) == (me, 2)
+            torch.manual_seed(me)  # different initial weights: DDP broadcasts rank 0's
+            ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2), process_group=pg.process_group)
+            ddp(torch.full((3, 4), float(me + 1))).sum().backward()
+            out["ddp"] = [p.grad.clone() for p in ddp.parameters()] + [p.detach().clone() for p in ddp.parameters()]
+            del ddp
         if i == cycles // 2:
             # Rank 0 posts a receive nobody will send to, then abort() from another thread fails
             # it at once; rank 1 stays until rank 0 is done (its own abort would fail it first).
@@ -262,9 +272,14 @@ def cycles_worker(rank, port, cycles):
 def test_twenty_reconfigurations_leak_nothing():
     store = R.serve_store()
     R.run(cycles_worker, [0, 1], store.port, 20, deadline_s=180)
+    ddp = [R.take(store, f"result/{r}")["ddp"] for r in (0, 1)]
+    for a, b in zip(*ddp):  # gradients averaged, parameters broadcast: the same on both ranks
+        assert torch.equal(a, b), (a, b)
+    # The inputs were 1s on one rank and 2s on the other: the bias gradient is their mean, 3 rows.
+    assert ddp[0][1].tolist() == [3.0, 3.0] and ddp[0][0].flatten().tolist() == [4.5] * 8, ddp[0]
     for r in (0, 1):
         out = R.take(store, f"result/{r}")
-        print(f"rank {r}:", out)
+        print(f"rank {r}:", {k: v for k, v in out.items() if k != "ddp"})
         before, after = out["before"], out["after"]
         assert after["threads"] <= before["threads"], (before, after)
         assert after["fds"] <= before["fds"], (before, after)
