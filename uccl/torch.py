@@ -88,6 +88,10 @@ def _origin(err: _errors.UcclError, store: dist.Store, size: int, me: int, settl
                                + (f", nor did ranks {silent[1:]}" if len(silent) > 1 else ""), err.code, silent[0])
 
 
+def _invalid(message: str) -> _errors.InvalidArgument:
+    return _errors.InvalidArgument(f"uccl.torch: {message}", 1, None)
+
+
 def _ext() -> Any:
     try:
         from . import _torch as ext
@@ -104,14 +108,14 @@ def create_backend(store: dist.Store, rank: int, size: int, timeout: Timeout = N
     ``torch.distributed.PrefixStore`` of its own for every group. Raises uccl's typed errors
     (InvalidArgument, TimeoutError, RemoteError...) with ``.peer`` naming the rank at fault."""
     if not isinstance(store, dist.Store):
-        raise _errors.InvalidArgument(f"uccl.torch: store must be a torch.distributed.Store, got {type(store).__name__}")
+        raise _invalid(f"store must be a torch.distributed.Store, got {type(store).__name__}")
     if isinstance(rank, bool) or not isinstance(rank, int) or isinstance(size, bool) or not isinstance(size, int):
-        raise _errors.InvalidArgument(f"uccl.torch: rank and size must be integers, got {rank!r} and {size!r}")
+        raise _invalid(f"rank and size must be integers, got {rank!r} and {size!r}")
     if size < 1 or not 0 <= rank < size:
-        raise _errors.InvalidArgument(f"uccl.torch: rank {rank} is outside a group of size {size}", 1, None)
+        raise _invalid(f"rank {rank} is outside a group of size {size}")
     opts = options if options is not None else ProcessGroupOptions()
     if not isinstance(opts, ProcessGroupOptions):
-        raise _errors.InvalidArgument(f"uccl.torch: options must be a uccl.ProcessGroupOptions, got {type(opts).__name__}")
+        raise _invalid(f"options must be a uccl.ProcessGroupOptions, got {type(opts).__name__}")
     t = opts.timeout if opts.timeout is not None else timeout
     backend, err = _ext()._create(store, rank, size, _seconds(t), opts.transport or "", opts.algorithm or "",
                                   opts.socket_ifname or "", "")
@@ -174,7 +178,7 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
         a TCPStore server (one client per address, kept across configurations). Blocks until every
         member arrived; raises uccl's typed errors (see the module docstring)."""
         if not isinstance(prefix, str) or not prefix:
-            raise _errors.InvalidArgument(f"uccl.torch: configure needs a non-empty prefix string, got {prefix!r}")
+            raise _invalid(f"configure needs a non-empty prefix string, got {prefix!r}")
         self.abort()
         base = self._store_for(store, timeout)
         group_store = dist.PrefixStore(prefix + "/", base)
@@ -256,11 +260,11 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
         if isinstance(store, dist.Store):
             return store
         if not isinstance(store, str):
-            raise _errors.InvalidArgument(f"uccl.torch: store must be a torch Store or 'host:port', got {type(store).__name__}")
+            raise _invalid(f"store must be a torch Store or 'host:port', got {type(store).__name__}")
         addr, _, base_prefix = store.partition("/")
         host, _, port = addr.rpartition(":")
         if not host or not port.isdigit():
-            raise _errors.InvalidArgument(f"uccl.torch: store address {store!r} is not 'host:port[/prefix]'")
+            raise _invalid(f"store address {store!r} is not 'host:port[/prefix]'")
         with self._lock:
             client = self._stores.get(addr)
         if client is None:

@@ -327,3 +327,28 @@ def test_example_torchft_style():
     assert r.returncode == 0, out[-4000:]
     assert "replica 0: step" in out and "is gone" in out and "joins as rank 2" in out, out[-4000:]
     assert "with identical parameters" in out, out[-4000:]
+
+
+def test_bad_input_and_a_world_of_one():
+    """In this process: bad arguments are uccl.InvalidArgument at the call, an op before
+    configure() is DistBackendError, and a world of one configures, works and reconfigures."""
+    from uccl.torch import ReconfigurableProcessGroup
+
+    pg = ReconfigurableProcessGroup(timeout=5)
+    store = dist.HashStore()
+    for args, what in (((store, "", 0, 1), "prefix"), (("no-port", "p", 0, 1), "host:port"),
+                       ((42, "p", 0, 1), "torch Store"), ((store, "p", 2, 2), "outside a group of size 2"),
+                       ((store, "p", 0, 0), "outside a group of size 0"), ((store, "p", "0", 1), "integers")):
+        with pytest.raises(uccl.InvalidArgument, match=what) as e:
+            pg.configure(*args)
+        assert e.value.code == 1
+    with pytest.raises(dist.DistBackendError, match="not configured"):
+        pg.allreduce([torch.ones(2)], dist.AllreduceOptions())
+    for gen in range(3):
+        pg.configure(store, f"one{gen}", 0, 1)
+        t = torch.arange(4.0)
+        pg.allreduce([t], dist.AllreduceOptions()).wait()
+        assert t.tolist() == [0.0, 1.0, 2.0, 3.0] and pg.errored() is None
+        assert "one" + str(gen) in repr(pg) and pg.getBackendName() == "uccl"
+    pg.shutdown()
+    assert pg.process_group is None and "not configured" in repr(pg)
