@@ -181,7 +181,7 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
             raise _invalid(f"configure needs a non-empty prefix string, got {prefix!r}")
         self.abort()
         base = self._store_for(store, timeout)
-        group_store = dist.PrefixStore(prefix + "/", base)
+        group_store = dist.PrefixStore(prefix, base)  # keys "<prefix>/..."
         with self._lock:
             self._error = None
         try:
@@ -273,7 +273,7 @@ class ReconfigurableProcessGroup(dist.ProcessGroup):
                                    timeout=datetime.timedelta(seconds=max(_seconds(t), 1.0)))
             with self._lock:
                 self._stores[addr] = client
-        return dist.PrefixStore(base_prefix + "/", client) if base_prefix else client
+        return dist.PrefixStore(base_prefix, client) if base_prefix else client
 
     def _release(self, abort: bool) -> None:
         with self._lock:

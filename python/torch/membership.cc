@@ -1,6 +1,8 @@
 // Membership check before uccl's rendezvous (see membership.h for the why and the keys).
 #include "membership.h"
 
+#include "uccl/uccl.h"  // UCCL_VERSION_*
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,13 +48,25 @@ uccl::Status read_bad(c10d::Store& store, int rank) {
 
 uccl::Status check(c10d::Store& store, int rank, int size, double timeout_s) {
   const std::string me = identity();
-  // One world size: the first process's answer stands, with who gave it.
-  const std::string mine = std::to_string(size) + ":" + std::to_string(rank);
+  // One world size and one uccl version: the first process's answer stands, with who gave it.
+  const std::string version = std::to_string(UCCL_VERSION_MAJOR) + "." + std::to_string(UCCL_VERSION_MINOR) + "." +
+                              std::to_string(UCCL_VERSION_PATCH);
+  const std::string mine = std::to_string(size) + ":" + std::to_string(rank) + ":" + version;
   std::string first = text(store.compareSet(kSizeKey, {}, bytes(mine)));
   if (first != mine) {
-    auto colon = first.find(':');
-    int their_size = std::atoi(first.substr(0, colon).c_str());
-    int their_rank = colon == std::string::npos ? -1 : std::atoi(first.substr(colon + 1).c_str());
+    // "size:rank:version"
+    auto c1 = first.find(':');
+    auto c2 = c1 == std::string::npos ? c1 : first.find(':', c1 + 1);
+    int their_size = std::atoi(first.substr(0, c1).c_str());
+    int their_rank = c1 == std::string::npos ? -1 : std::atoi(first.substr(c1 + 1, c2 - c1 - 1).c_str());
+    std::string their_version = c2 == std::string::npos ? "unknown" : first.substr(c2 + 1);
+    if (their_version != version) {
+      return publish_bad(store, uccl::Status(uccl::Code::kInvalidArgument,
+                                             "uccl versions differ: rank " + std::to_string(rank) + " (" + me +
+                                                 ") runs uccl " + version + ", rank " + std::to_string(their_rank) +
+                                                 " runs uccl " + their_version,
+                                             their_rank));
+    }
     if (their_size != size) {
       return publish_bad(store, uccl::Status(uccl::Code::kInvalidArgument,
                                              "world sizes differ: rank " + std::to_string(rank) + " (" + me +

@@ -1,5 +1,6 @@
 // Membership check: before uccl's rendezvous, the processes meeting on a group's store agree that
-// every rank is claimed by exactly one process and that they all configured one world size.
+// every rank is claimed by exactly one process, that they all configured one world size and that
+// they run one uccl version.
 //
 // Why here: torchft-style jobs reconfigure their process group every time a replica dies or joins
 // (a new store prefix, a new rank, a new world size, in the same process). A slip in that
@@ -9,7 +10,7 @@
 // fails at once with kInvalidArgument naming the rank at fault.
 //
 // Keys (under the group's own, already prefixed store): "uccl/torch/size" (the first process's
-// "size:rank", compare-and-set), "uccl/torch/claim/<rank>" (a counter), "uccl/torch/who/<rank>"
+// "size:rank:version", compare-and-set), "uccl/torch/claim/<rank>" (a counter), "uccl/torch/who/<rank>"
 // (pid@host of the claimer) and "uccl/torch/bad" (the first failure, for everyone waiting). A
 // prefix is meant for one group: reusing it for a second group is refused as a duplicate claim,
 // the same as uccl's own rendezvous keys would be stale.

@@ -352,3 +352,20 @@ def test_bad_input_and_a_world_of_one():
         assert "one" + str(gen) in repr(pg) and pg.getBackendName() == "uccl"
     pg.shutdown()
     assert pg.process_group is None and "not configured" in repr(pg)
+
+
+def test_other_uccl_version_is_refused():
+    """A member running another uccl version (simulated: its registration is already on the
+    store) is refused at once with InvalidArgument naming it, not met at the rendezvous."""
+    from uccl.torch import ReconfigurableProcessGroup
+
+    store = dist.HashStore()
+    store.set("v1/uccl/torch/size", "2:0:0.0.1")  # "size:rank:version" of a rank 0 on uccl 0.0.1
+    pg = ReconfigurableProcessGroup(timeout=30)
+    start = time.monotonic()
+    with pytest.raises(uccl.InvalidArgument, match=r"uccl versions differ: .* rank 0 runs uccl 0\.0\.1") as e:
+        pg.configure(store, "v1", 1, 2)
+    assert e.value.peer == 0 and pg.errored() is e.value and time.monotonic() - start < 20
+    # Everyone else waiting on that prefix reads the same verdict.
+    assert b"uccl versions differ" in store.get("v1/uccl/torch/bad")
+    pg.shutdown()
