@@ -4,19 +4,40 @@
 #include <algorithm>
 
 #include "convert.h"
+#include "membership.h"
 #include "store_adapter.h"
 
 namespace uccl_torch {
+
+uccl::Result<std::shared_ptr<uccl::Communicator>> UcclBackend::create_comm(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const uccl::CommOptions& opts) {
+  if (size <= 0 || rank < 0 || rank >= size) {
+    return uccl::Status(uccl::Code::kInvalidArgument,
+                        "invalid rank " + std::to_string(rank) + " for group size " + std::to_string(size));
+  }
+  if (!store) return uccl::Status(uccl::Code::kInvalidArgument, "a store is required");
+  UCCL_RETURN_IF_ERROR(check_membership(*store, rank, size, opts.timeout_s));
+  return uccl::Communicator::create(rank, size, std::make_shared<C10dStoreAdapter>(store), opts);
+}
 
 UcclBackend::UcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                          const uccl::CommOptions& opts)
     : c10d::Backend(rank, size), store_(store), opts_(opts), cq_(std::make_shared<CompletionQueue>()) {
   TORCH_CHECK_VALUE(size > 0 && rank >= 0 && rank < size, "uccl: invalid rank ", rank, " for group size ", size);
-  auto r = uccl::Communicator::create(rank, size, std::make_shared<C10dStoreAdapter>(store), opts);
+  auto r = create_comm(store, rank, size, opts);
   if (!r.ok()) {
     throw_status(r.status(), "init_process_group (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")");
   }
   comm_ = r.take();
+  init();
+}
+
+UcclBackend::UcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                         const uccl::CommOptions& opts, std::shared_ptr<uccl::Communicator> comm)
+    : c10d::Backend(rank, size), comm_(std::move(comm)), store_(store), opts_(opts),
+      cq_(std::make_shared<CompletionQueue>()) {
+  TORCH_CHECK_VALUE(comm_ && comm_->rank() == rank && comm_->size() == size, "uccl: communicator does not match rank ",
+                    rank, " of ", size);
   init();
 }
 
@@ -262,6 +283,15 @@ void UcclBackend::shutdown() {
   // connections once the last reference (ours, or in-flight works') is gone.
   cq_->stop();
   c.reset();
+}
+
+uccl::Status UcclBackend::last_error() {
+  std::shared_ptr<uccl::Communicator> c;
+  {
+    std::lock_guard<std::recursive_mutex> lk(mu_);
+    c = comm_;
+  }
+  return c ? c->error() : uccl::Status::Ok();
 }
 
 std::string UcclBackend::describe() {

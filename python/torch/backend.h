@@ -22,7 +22,16 @@ namespace uccl_torch {
 class UcclBackend : public c10d::Backend {
  public:
   // Collective over `store` (the group's prefixed store): every rank of the group calls it.
+  // Throws (ValueError / DistBackendError) when the communicator cannot be made.
   UcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const uccl::CommOptions& opts);
+  // Over a communicator made by create_comm() (the Status-returning path, for callers that want
+  // the error's code and peer rather than an exception: uccl.torch.ReconfigurableProcessGroup).
+  UcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const uccl::CommOptions& opts,
+              std::shared_ptr<uccl::Communicator> comm);
+  // The membership check (membership.h), then uccl's rendezvous over `store`.
+  static uccl::Result<std::shared_ptr<uccl::Communicator>> create_comm(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                      int rank, int size,
+                                                                      const uccl::CommOptions& opts);
   ~UcclBackend() override;
 
   const std::string getBackendName() const override { return "uccl"; }
@@ -86,6 +95,9 @@ class UcclBackend : public c10d::Backend {
 
   // Extras for Python (uccl._torch).
   std::string describe();
+  // The communicator's first error (Ok if none, or once shut down): code and peer for Python's
+  // typed errors (ReconfigurableProcessGroup.errored()).
+  uccl::Status last_error();
   const uccl::CommOptions& comm_options() const { return opts_; }
   // Bytes moved by this group's finished ops so far (TrafficTotals).
   const std::shared_ptr<TrafficTotals>& traffic() const { return traffic_; }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "uccl/store.h"
@@ -31,8 +32,22 @@ class C10dStoreAdapter : public uccl::Store {
 
   uccl::Result<std::string> get(const std::string& key, double timeout_s) override {
     try {
-      // c10d::Store::get waits with the store's own timeout; wait first with ours.
-      store_->wait({key}, to_ms(timeout_s));
+      // c10d::Store::get waits with the store's own timeout; wait first with ours. Short waits
+      // (uccl looks for a failed peer's record for 0.2 s) poll instead: a TCPStore client logs
+      // a warning for every wait that times out, and a missing record is a normal answer.
+      auto limit = to_ms(timeout_s);
+      if (limit <= std::chrono::milliseconds(1000)) {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        while (!store_->check({key})) {
+          if (std::chrono::steady_clock::now() >= deadline) {
+            return uccl::Status(uccl::Code::kTimeout, "torch store get('" + key + "'): not set within " +
+                                                          std::to_string(limit.count()) + " ms");
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      } else {
+        store_->wait({key}, limit);
+      }
       auto v = store_->get(key);
       return std::string(v.begin(), v.end());
     } catch (const std::exception& e) {
