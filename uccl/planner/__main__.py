@@ -30,6 +30,10 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="measure each device kind's speed on this machine (a transformer layer of the model, "
                          "under the kind's cpu_quota if declared) before planning")
+    ap.add_argument("--calibration", metavar="FILE",
+                    help="a calibration (python -m uccl.planner.calibrate; run_trainer.py validate writes one): "
+                         "measured compute per device kind and communication per group shape; each operation "
+                         "is priced as the slower of the links' and the calibrated CPU-bound cost")
     ap.add_argument("--validate", type=int, default=0, metavar="K",
                     help="run the top K plans with uccl.parallel.train here (torchrun, one host) and print "
                          "predicted against measured")
@@ -59,6 +63,13 @@ def main(argv=None) -> int:
         print(f"uccl.planner: {e}", file=sys.stderr)
         return 2
     comm = Comm.from_uccl(topo)
+    if args.calibration:
+        from .calibration import Calibration, apply
+        try:
+            comm = apply(Calibration.load(args.calibration), cluster, comm)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"uccl.planner: calibration {args.calibration}: {e}", file=sys.stderr)
+            return 2
     plans, stats = search(model, cluster, comm, top=max(args.top, args.validate),
                           layouts=tuple(args.layouts.split(",")), max_micro_batch=args.max_micro_batch)
     elapsed = time.perf_counter() - t0

@@ -1,0 +1,207 @@
+"""Measured costs for the planner: communication and compute as they really cost on the ranks.
+
+Why: on the testbed a "device" is a CPU quota (cgroup), and communication there is CPU work
+under the same quota (TCP in the kernel, uccl's progress thread, copies): a 64 KiB all_gather
+between two ranks of one host costs milliseconds, not the microseconds its links' rates give.
+Pricing from link rates alone put the planner's predictions 22-71% below the measured
+iteration times (uccl/parallel/RESULTS.md). So the planner can be given a calibration, measured
+by `uccl.planner.calibrate` on the real ranks, under their quotas, all ranks at once:
+
+  communication, per group shape (size, hosts spanned, clusters spanned) and operation:
+      t_cpu(n) = alpha + beta * n          (least squares over a few message sizes)
+      priced:    t(n) = max(t_link(n), t_cpu(n))
+  i.e. per operation the slower of what the links allow (uccl.cost, the topology's rates) and
+  what the CPU share allows; alpha is the per-operation latency (dominant for small messages).
+  A calibration measured at quota q0 is used at quota q scaled by q0 / q (time of CPU-bound
+  work is inversely proportional to the CPU share: an approximation, checked only at q0).
+
+  compute, per device kind, measured with the model's own modules (shapes of a TP shard):
+      block[t,b]  seconds of forward + backward of one transformer block, micro-batch b
+      head[t,b]   the same for the final layer norm, the LM head and the loss
+      adam_per_param  seconds per parameter of the optimizer step (copies, Adam, the clone
+                      that the ZeRO all_gather sends)
+
+A Calibration is a JSON document (cached by the caller, keyed by what it was measured for:
+the model's shapes, the quotas, the bed). This module is pure Python (no torch).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def group_shape(placement: Sequence[str], cluster_of_host: Dict[str, str], ranks: Iterable[int]) -> str:
+    """'n<size>h<hosts>c<clusters>': what a group's members span (the calibration's key)."""
+    ranks = list(ranks)
+    hosts = {placement[r] for r in ranks}
+    return f"n{len(ranks)}h{len(hosts)}c{len({cluster_of_host[h] for h in hosts})}"
+
+
+def fit_linear(sizes: Sequence[float], times: Sequence[float]) -> Tuple[float, float]:
+    """Least-squares alpha + beta * n over the points, both clamped at >= 0 (a negative slope
+    from noisy points means: no measurable per-byte cost; then alpha is the mean)."""
+    n = len(sizes)
+    if n == 0 or n != len(times):
+        raise ValueError(f"fit_linear: need as many times as sizes, got {len(sizes)} and {len(times)}")
+    if n == 1:
+        return float(times[0]), 0.0
+    mx, my = sum(sizes) / n, sum(times) / n
+    sxx = sum((x - mx) ** 2 for x in sizes)
+    beta = sum((x - mx) * (y - my) for x, y in zip(sizes, times)) / sxx if sxx > 0 else 0.0
+    if beta <= 0:
+        return my, 0.0
+    alpha = my - beta * mx
+    if alpha < 0:  # through the origin instead
+        return 0.0, sum(x * y for x, y in zip(sizes, times)) / sum(x * x for x in sizes)
+    return alpha, beta
+
+
+class Calibration:
+    """Fitted costs from a calibration document (see calibrate.py for how it is measured)."""
+
+    def __init__(self, doc: dict):
+        self.doc = doc
+        self.quota = float(doc.get("quota", 0.0))  # cores per rank it was measured at (0: none)
+        self.comm: Dict[str, Dict[str, Tuple[float, float]]] = {}
+        for shape, ops in doc.get("comm", {}).items():
+            for op, pts in ops.items():
+                sizes = [float(s) for s in pts]
+                self.comm.setdefault(shape, {})[op] = fit_linear(sizes, [float(pts[k]) for k in pts])
+        self.compute: Dict[str, dict] = doc.get("compute", {})
+
+    # -- communication -------------------------------------------------------------------------
+    def scale(self, quota: float) -> float:
+        """Factor for CPU-bound times at `quota` cores per rank (1 when either is unknown)."""
+        return self.quota / quota if self.quota > 0 and quota > 0 else 1.0
+
+    def comm_time(self, op: str, nbytes: float, shape: str, quota: float = 0.0) -> Optional[float]:
+        """alpha + beta * n for the shape, or None when it was not calibrated."""
+        f = self.comm.get(shape, {}).get(op)
+        if f is None:
+            return None
+        return (f[0] + f[1] * nbytes) * self.scale(quota)
+
+    # -- compute -------------------------------------------------------------------------------
+    def timings(self, kind: str) -> Optional[dict]:
+        return self.compute.get(kind)
+
+    def to_json(self) -> str:
+        return json.dumps(self.doc, indent=1, sort_keys=True)
+
+    @staticmethod
+    def load(path: str) -> "Calibration":
+        with open(path) as f:
+            return Calibration(json.load(f))
+
+    def save(self, path: str) -> str:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(self.to_json())
+        return path
+
+
+def block_time(timings: dict, what: str, tp: int, micro_batch: int) -> Optional[float]:
+    """timings[what]['t,b'] (seconds), or None when that shape was not measured."""
+    return (timings.get(what) or {}).get(f"{tp},{micro_batch}")
+
+
+def calibrated_comm(base, cal: Calibration, placement: Sequence[str], cluster_of_host: Dict[str, str],
+                    quota_of_rank: Optional[Sequence[float]] = None):
+    """A planner Comm pricing every operation as max(link cost from `base`, the calibrated
+    CPU-bound cost of its group shape); shapes not calibrated fall back to `base` alone.
+    quota_of_rank: the cores of each rank (the slowest member's quota scales the group)."""
+    from .estimate import Comm
+
+    def quota(ranks):
+        return min(quota_of_rank[r] for r in ranks) if quota_of_rank else 0.0
+
+    def coll(c, n, ranks):
+        link = base.coll(c, n, ranks)
+        cpu = cal.comm_time(c, n, group_shape(placement, cluster_of_host, ranks), quota(ranks))
+        return link if cpu is None else max(link, cpu)
+
+    def p2p(s, d, n):
+        link = base.p2p(s, d, n)
+        cpu = cal.comm_time("p2p", n, group_shape(placement, cluster_of_host, (s, d)), quota((s, d)))
+        return link if cpu is None else max(link, cpu)
+
+    return Comm(coll, p2p, base.where, base.algorithm)
+
+
+def spec_partitions(world: int, tps: Sequence[int], pps: Sequence[int], layouts: Sequence[str],
+                    placement: Sequence[str], cluster_of_host: Dict[str, str]) -> List[dict]:
+    """The group partitions a calibration must measure so that every group of every candidate
+    layout has a calibrated shape: one partition of the world per distinct shape (collectives:
+    the TP/DP groups and the world; p2p: consecutive pipeline neighbours, as disjoint pairs)."""
+    from ..parallel.layout import Layout
+    out, seen = [], set()
+
+    def add(kind, groups):
+        shape = group_shape(placement, cluster_of_host, groups[0])
+        if any(group_shape(placement, cluster_of_host, g) != shape for g in groups):
+            groups = [g for g in groups if group_shape(placement, cluster_of_host, g) == shape]
+        if len(groups[0]) < 2 or (kind, shape) in seen:
+            return
+        seen.add((kind, shape))
+        out.append({"kind": kind, "shape": shape, "groups": groups})
+
+    add("coll", [list(range(world))])
+    for t in tps:
+        for p in pps:
+            if world % (t * p):
+                continue
+            for layout in layouts:
+                lay = Layout(world, t, p, layout=layout)
+                add("coll", lay.tp_groups())
+                add("coll", lay.dp_groups())
+                pairs, used = [], set()
+                for g in lay.pp_groups():
+                    for a, b in zip(g, g[1:]):
+                        if a not in used and b not in used:
+                            pairs.append([a, b])
+                            used.update((a, b))
+                if pairs:
+                    # one partition per pair shape present
+                    for shape in sorted({group_shape(placement, cluster_of_host, pr) for pr in pairs}):
+                        add("p2p", [pr for pr in pairs if group_shape(placement, cluster_of_host, pr) == shape])
+    return out
+
+
+def cache_key(doc: dict) -> str:
+    """A short stable name for what a calibration was measured for (its cache file name)."""
+    import hashlib
+    return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sizes_for(nbytes_max: float, n_sizes: int = 3, lo: int = 256) -> List[int]:
+    """Geometric message sizes from lo to nbytes_max (multiples of 256 bytes)."""
+    hi = max(lo, int(nbytes_max))
+    if n_sizes < 2 or hi == lo:
+        return [lo]
+    r = (hi / lo) ** (1.0 / (n_sizes - 1))
+    return sorted({int(math.ceil(lo * r ** i / 256.0)) * 256 for i in range(n_sizes)})
+
+
+def cluster_of_host(topo_dict: dict) -> Dict[str, str]:
+    """Host name -> cluster name, from a UCCL_TOPO_FILE document."""
+    out = {}
+    for c in topo_dict.get("clusters", []):
+        for h in c.get("hosts", []):
+            out[h if isinstance(h, str) else h["name"]] = c["name"]
+    return out
+
+
+def apply(cal: Calibration, cluster, base):
+    """Gives the cluster's device kinds the calibration's measured timings (kinds it measured)
+    and returns the Comm to plan with: max(link cost, calibrated CPU-bound cost)."""
+    for k in {id(k): k for k in cluster.device_of_rank}.values():
+        t = cal.timings(k.name) or (cal.timings("default") if len(cal.compute) == 1 else None)
+        if t:
+            k.timings = t
+    quotas = [k.cpu_quota for k in cluster.device_of_rank]
+    return calibrated_comm(base, cal, cluster.placement, cluster_of_host(cluster.topo_dict),
+                           quotas if all(q > 0 for q in quotas) else None)
