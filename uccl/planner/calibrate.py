@@ -11,7 +11,8 @@ Rank 0 prints `RESULT {json}`: a calibration document {"comm": {shape: {op: {byt
 
 All ranks measure compute at the same time (a host's ranks share its quota, as in training),
 then every partition's groups run each operation at the same time (as a layout's groups do).
-A collective's time is, per repetition, the slowest rank's; the median over repetitions is kept.
+A collective's time is, per repetition, the slowest rank's; the mean over repetitions is kept
+(under a quota a few repetitions absorb the throttled waits: a median would miss them).
 Compute: the median over the ranks of a kind (the planner takes a stage's slowest kind).
 """
 from __future__ import annotations
@@ -83,6 +84,11 @@ def measure_compute(m: dict, tps, bs, min_s: float) -> dict:
 
 
 def measure_comm(part: dict, rank: int, sizes, reps: int, group) -> dict:
+    """Per operation and size: `reps` rounds of `ops_per_round(size)` back-to-back operations
+    (as a training step issues them); a round's time / its count is the amortised cost of one
+    operation, throttled waits included. Under a quota a single operation timed after a
+    barrier costs about one quota period (the barrier spent the budget): 50-100 ms here, where
+    the trainer's back-to-back TP operations cost ~8 ms each."""
     import torch
     import torch.distributed as dist
     mine = next((g for g in part["groups"] if rank in g), None)
@@ -90,6 +96,7 @@ def measure_comm(part: dict, rank: int, sizes, reps: int, group) -> dict:
     out = {}
     for op in ops:
         for size in sizes:
+            count = ops_per_round(size)
             times = []
             for i in range(reps + 1):
                 dist.barrier()
@@ -97,24 +104,30 @@ def measure_comm(part: dict, rank: int, sizes, reps: int, group) -> dict:
                 if mine is not None:
                     n = len(mine)
                     elems = max(n, (size // 4) // n * n)
+                    big, small = torch.ones(elems), torch.empty(elems // n)
+                    buf = torch.ones(max(1, size // 4))
+                    peer = (mine[1] if rank == mine[0] else mine[0]) if op == "p2p" else None
                     t0 = time.perf_counter()
-                    if op == "all_gather":
-                        dist.all_gather_into_tensor(torch.empty(elems), torch.ones(elems // n), group=group)
-                    elif op == "reduce_scatter":
-                        dist.reduce_scatter_tensor(torch.empty(elems // n), torch.ones(elems), group=group)
-                    elif op == "all_reduce":
-                        dist.all_reduce(torch.ones(elems), group=group)
-                    else:  # one message from the pair's first to its second member
-                        buf = torch.ones(max(1, size // 4))
-                        peer = mine[1] if rank == mine[0] else mine[0]
-                        fn = dist.isend if rank == mine[0] else dist.irecv
-                        for w in dist.batch_isend_irecv([dist.P2POp(fn, buf, peer, group)]):
-                            w.wait()
-                    dt = time.perf_counter() - t0
+                    for j in range(count):
+                        if op == "all_gather":
+                            dist.all_gather_into_tensor(big, small, group=group)
+                        elif op == "reduce_scatter":
+                            dist.reduce_scatter_tensor(small, big, group=group)
+                        elif op == "all_reduce":
+                            dist.all_reduce(big, group=group)
+                        else:  # one message, alternating direction (forward, then backward)
+                            fn = dist.isend if (rank == mine[0]) == (j % 2 == 0) else dist.irecv
+                            for w in dist.batch_isend_irecv([dist.P2POp(fn, buf, peer, group)]):
+                                w.wait()
+                    dt = (time.perf_counter() - t0) / count
                 if i:
                     times.append(dt)
             out.setdefault(op, {})[str(size)] = times
     return out
+
+
+def ops_per_round(size: int) -> int:
+    return 8 if size <= (64 << 10) else 3
 
 
 def main(argv=None) -> int:
@@ -153,7 +166,7 @@ def main(argv=None) -> int:
                 for size in per_size:
                     reps = len(per_size[size])
                     worst = [max(e["comm"][pi][op][size][i] for e in every) for i in range(reps)]
-                    ops.setdefault(op, {})[size] = statistics.median(worst)
+                    ops.setdefault(op, {})[size] = statistics.fmean(worst)
         for kind in sorted(set(kinds)):
             rows = [e["compute"] for e in every if kinds[e["rank"]] == kind]
             doc["compute"][kind] = {
