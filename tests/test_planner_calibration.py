@@ -24,13 +24,18 @@ def bed(timings=None, quota=0.1):
 def test_fit_linear():
     assert cb.fit_linear([0, 100, 1000], [0.01, 0.02, 0.11]) == pytest.approx((0.01, 1e-4))
     assert cb.fit_linear([5], [0.3]) == (0.3, 0.0)
-    # noisy points with a negative slope: no per-byte cost, the mean latency
-    assert cb.fit_linear([1, 2, 3], [0.3, 0.2, 0.1]) == pytest.approx((0.2, 0.0))
+    # noisy points with a negative slope: no per-byte cost, the (1/t^2-weighted) mean latency
+    a, b = cb.fit_linear([1, 2], [0.2, 0.1])
+    assert b == 0.0 and a == pytest.approx((0.2 / 0.04 + 0.1 / 0.01) / (1 / 0.04 + 1 / 0.01))
     # a negative intercept is refitted through the origin
-    a, b = cb.fit_linear([100, 200], [0.0, 0.2])
-    assert a == 0.0 and b == pytest.approx((200 * 0.2) / (100 ** 2 + 200 ** 2))
-    with pytest.raises(ValueError):
-        cb.fit_linear([1, 2], [1.0])
+    a, b = cb.fit_linear([100, 200], [0.01, 0.05])
+    assert a == 0.0 and b == pytest.approx((100 * 0.01 / 1e-4 + 200 * 0.05 / 25e-4) / (1e4 / 1e-4 + 4e4 / 25e-4))
+    # relative weighting: one slow large message does not set the small messages' latency
+    a, b = cb.fit_linear([256, 4096, 65536, 1 << 20], [0.063, 0.059, 0.189, 0.259])
+    assert a < 0.08
+    for bad in (([1, 2], [1.0]), ([1, 2], [0.0, 1.0])):
+        with pytest.raises(ValueError):
+            cb.fit_linear(*bad)
 
 
 def test_group_shape():
@@ -105,12 +110,16 @@ def test_optimizer_and_buckets():
 
 
 def test_partitions_cover_every_group_of_every_layout():
+    """Every group the estimate prices has a calibrated '<shape>x<k>' with the k it asks for:
+    world / size for TP/DP groups (all of them run at once), t * d for a boundary's messages."""
     parts = cb.spec_partitions(8, [1, 2], [1, 2, 4, 8], ("holmes", "naive"), PLACEMENT, CLUSTER_OF)
     have = {(p["kind"], p["shape"]) for p in parts}
-    for p in parts:  # disjoint groups of one shape
+    for p in parts:  # disjoint groups of one shape, as many as the key says
         flat = [r for g in p["groups"] for r in g]
         assert len(flat) == len(set(flat))
-        assert {cb.group_shape(PLACEMENT, CLUSTER_OF, g) for g in p["groups"]} == {p["shape"]}
+        shape, k = p["shape"].split("x")
+        assert {cb.group_shape(PLACEMENT, CLUSTER_OF, g) for g in p["groups"]} == {shape}
+        assert len(p["groups"]) == int(k)
     for t in (1, 2):
         for pp in (1, 2, 4, 8):
             if 8 % (t * pp):
@@ -119,10 +128,35 @@ def test_partitions_cover_every_group_of_every_layout():
                 lay = Layout(8, t, pp, layout=layout)
                 for g in lay.tp_groups() + lay.dp_groups() + [list(range(8))]:
                     if len(g) > 1:
-                        assert ("coll", cb.group_shape(PLACEMENT, CLUSTER_OF, g)) in have, (t, pp, layout, g)
+                        key = f"{cb.group_shape(PLACEMENT, CLUSTER_OF, g)}x{8 // len(g)}"
+                        assert ("coll", key) in have, (t, pp, layout, g)
                 for g in lay.pp_groups():
-                    for a, b in zip(g, g[1:]):
-                        assert ("p2p", cb.group_shape(PLACEMENT, CLUSTER_OF, [a, b])) in have, (t, pp, layout, a, b)
+                    for a in g:
+                        for b in g:
+                            if a != b:
+                                key = f"{cb.group_shape(PLACEMENT, CLUSTER_OF, [a, b])}x{8 // pp}"
+                                assert ("p2p", key) in have, (t, pp, layout, a, b)
+
+
+def test_concurrency_key_lookup():
+    doc = {"comm": {"n2h2c2x4": {"p2p": {"0": 0.04}}, "n2h2c2x2": {"p2p": {"0": 0.02}},
+                    "n2h1c1": {"p2p": {"0": 0.01}}}}
+    cal = cb.Calibration(doc)
+    assert cal.comm_time("p2p", 0, "n2h2c2", concurrent=2) == pytest.approx(0.02)
+    assert cal.comm_time("p2p", 0, "n2h2c2", concurrent=4) == pytest.approx(0.04)
+    assert cal.comm_time("p2p", 0, "n2h2c2", concurrent=3) == pytest.approx(0.04)  # tie: the larger k
+    assert cal.comm_time("p2p", 0, "n2h2c2", concurrent=8) == pytest.approx(0.04)
+    assert cal.comm_time("p2p", 0, "n2h1c1", concurrent=8) == pytest.approx(0.01)  # bare shape: any k
+    link = Comm(lambda c, n, r: 0.0, lambda s, d, n: 0.0)
+    comm = cb.calibrated_comm(link, cal, PLACEMENT, CLUSTER_OF)
+    assert comm.p2p(0, 4, 10, concurrent=2) == pytest.approx(0.02)
+    assert comm.p2p(0, 4, 10, concurrent=4) == pytest.approx(0.04)
+    # the estimate asks for t * d concurrent messages at a boundary
+    model = ModelSpec(layers=4, hidden=64, heads=4, seq=32, vocab=128, global_batch=16)
+    e2 = estimate(model, bed(), comm, Strategy(1, 4, 2, 1, 8, "holmes", [1, 1, 1, 1], [0, 1, 2, 3]))
+    e4 = estimate(model, bed(), comm, Strategy(1, 2, 4, 1, 4, "holmes", [2, 2], [0, 1]))
+    assert e2.breakdown["pp"] > 0 and e4.breakdown["pp"] > 0
+    assert comm.p2p(2, 4, model.seq * model.hidden * 4, concurrent=2) == pytest.approx(0.02)
 
 
 def test_apply_and_pruned_search_with_measured_timings():

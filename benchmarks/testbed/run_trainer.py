@@ -144,7 +144,7 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
             "partitions": cb.spec_partitions(cluster.world, tps, [p for p in divisors(cluster.world)
                                                                   if p <= model.layers],
                                              ("holmes", "naive"), cluster.placement, cb.cluster_of_host(cluster.topo_dict))}
-    key = {"method": 2, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
+    key = {"method": 3, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
     path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
     if os.path.exists(path) and not a.recalibrate:
         print(f"[validate] calibration from {path}", flush=True)

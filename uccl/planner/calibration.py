@@ -8,7 +8,7 @@ iteration times (uccl/parallel/RESULTS.md). So the planner can be given a calibr
 by `uccl.planner.calibrate` on the real ranks, under their quotas, all ranks at once:
 
   communication, per group shape (size, hosts spanned, clusters spanned) and operation:
-      t_cpu(n) = alpha + beta * n          (least squares over a few message sizes)
+      t_cpu(n) = alpha + beta * n          (least squares of the relative error, a few sizes)
       priced:    t(n) = max(t_link(n), t_cpu(n))
   i.e. per operation the slower of what the links allow (uccl.cost, the topology's rates) and
   what the CPU share allows; alpha is the per-operation latency (dominant for small messages).
@@ -42,21 +42,28 @@ def group_shape(placement: Sequence[str], cluster_of_host: Dict[str, str], ranks
 
 
 def fit_linear(sizes: Sequence[float], times: Sequence[float]) -> Tuple[float, float]:
-    """Least-squares alpha + beta * n over the points, both clamped at >= 0 (a negative slope
-    from noisy points means: no measurable per-byte cost; then alpha is the mean)."""
+    """alpha + beta * n by least squares on the relative error (weights 1 / t^2: the sizes span
+    four decades, and a plain fit lets one noisy large-message point decide the small messages'
+    latency), both clamped at >= 0 (a negative slope from noisy points means no measurable
+    per-byte cost: alpha is then the weighted mean)."""
     n = len(sizes)
     if n == 0 or n != len(times):
         raise ValueError(f"fit_linear: need as many times as sizes, got {len(sizes)} and {len(times)}")
-    if n == 1:
-        return float(times[0]), 0.0
-    mx, my = sum(sizes) / n, sum(times) / n
-    sxx = sum((x - mx) ** 2 for x in sizes)
-    beta = sum((x - mx) * (y - my) for x, y in zip(sizes, times)) / sxx if sxx > 0 else 0.0
+    if any(t <= 0 for t in times):
+        raise ValueError(f"fit_linear: times must be positive, got {list(times)}")
+    w = [1.0 / (t * t) for t in times]
+    sw = sum(w)
+    swx = sum(wi * x for wi, x in zip(w, sizes))
+    swy = sum(wi * y for wi, y in zip(w, times))
+    swxx = sum(wi * x * x for wi, x in zip(w, sizes))
+    swxy = sum(wi * x * y for wi, x, y in zip(w, sizes, times))
+    det = sw * swxx - swx * swx
+    beta = (sw * swxy - swx * swy) / det if n > 1 and det > 0 else 0.0
     if beta <= 0:
-        return my, 0.0
-    alpha = my - beta * mx
+        return swy / sw, 0.0
+    alpha = (swy - beta * swx) / sw
     if alpha < 0:  # through the origin instead
-        return 0.0, sum(x * y for x, y in zip(sizes, times)) / sum(x * x for x in sizes)
+        return 0.0, swxy / swxx
     return alpha, beta
 
 
@@ -78,11 +85,24 @@ class Calibration:
         """Factor for CPU-bound times at `quota` cores per rank (1 when either is unknown)."""
         return self.quota / quota if self.quota > 0 and quota > 0 else 1.0
 
-    def comm_time(self, op: str, nbytes: float, shape: str, quota: float = 0.0) -> Optional[float]:
-        """alpha + beta * n for the shape, or None when it was not calibrated."""
-        f = self.comm.get(shape, {}).get(op)
-        if f is None:
+    def comm_time(self, op: str, nbytes: float, shape: str, quota: float = 0.0,
+                  concurrent: int = 0) -> Optional[float]:
+        """alpha + beta * n for the shape, or None when it was not calibrated. Keys are
+        '<shape>x<k>' (k groups of that shape measured at once: they share links and the
+        hosts' quotas) or a bare '<shape>'; the key with the k nearest to `concurrent` wins
+        (ties: the larger k, the more conservative)."""
+        best = None
+        for key, ops in self.comm.items():
+            base, _, k = key.partition("x")
+            if base != shape or op not in ops:
+                continue
+            dist = abs(int(k) - concurrent) if (k and concurrent) else 0
+            rank = (dist, -(int(k) if k else 0))
+            if best is None or rank < best[0]:
+                best = (rank, ops[op])
+        if best is None:
             return None
+        f = best[1]
         return (f[0] + f[1] * nbytes) * self.scale(quota)
 
     # -- compute -------------------------------------------------------------------------------
@@ -119,55 +139,65 @@ def calibrated_comm(base, cal: Calibration, placement: Sequence[str], cluster_of
     def quota(ranks):
         return min(quota_of_rank[r] for r in ranks) if quota_of_rank else 0.0
 
+    world = len(placement)
+
     def coll(c, n, ranks):
+        # a TP/DP group is one of world / size groups that run the same operation at once
         link = base.coll(c, n, ranks)
-        cpu = cal.comm_time(c, n, group_shape(placement, cluster_of_host, ranks), quota(ranks))
+        cpu = cal.comm_time(c, n, group_shape(placement, cluster_of_host, ranks), quota(ranks),
+                            concurrent=max(1, world // len(ranks)))
         return link if cpu is None else max(link, cpu)
 
-    def p2p(s, d, n):
+    def p2p(s, d, n, concurrent=1):
         link = base.p2p(s, d, n)
-        cpu = cal.comm_time("p2p", n, group_shape(placement, cluster_of_host, (s, d)), quota((s, d)))
+        cpu = cal.comm_time("p2p", n, group_shape(placement, cluster_of_host, (s, d)), quota((s, d)),
+                            concurrent=concurrent)
         return link if cpu is None else max(link, cpu)
 
-    return Comm(coll, p2p, base.where, base.algorithm)
+    return Comm(coll, p2p, base.where, base.algorithm, p2p_concurrent=True)
 
 
 def spec_partitions(world: int, tps: Sequence[int], pps: Sequence[int], layouts: Sequence[str],
                     placement: Sequence[str], cluster_of_host: Dict[str, str]) -> List[dict]:
     """The group partitions a calibration must measure so that every group of every candidate
-    layout has a calibrated shape: one partition of the world per distinct shape (collectives:
-    the TP/DP groups and the world; p2p: consecutive pipeline neighbours, as disjoint pairs)."""
+    layout has a calibrated key: the groups that run an operation at the same time, measured
+    together (they share links and the hosts' quotas): a layout's TP groups, its DP groups, the
+    world; for p2p, the t * d pairs of one pipeline boundary. Key '<shape>x<k>' with k the
+    number of groups running at once (the estimate asks for world / size, or t * d)."""
     from ..parallel.layout import Layout
     out, seen = [], set()
 
-    def add(kind, groups):
+    def add(kind, groups, k):
         shape = group_shape(placement, cluster_of_host, groups[0])
-        if any(group_shape(placement, cluster_of_host, g) != shape for g in groups):
-            groups = [g for g in groups if group_shape(placement, cluster_of_host, g) == shape]
-        if len(groups[0]) < 2 or (kind, shape) in seen:
+        groups = [g for g in groups if group_shape(placement, cluster_of_host, g) == shape]
+        key = f"{shape}x{k}"
+        if len(groups[0]) < 2 or (kind, key) in seen:
             return
-        seen.add((kind, shape))
-        out.append({"kind": kind, "shape": shape, "groups": groups})
+        seen.add((kind, key))
+        out.append({"kind": kind, "shape": key, "groups": groups})
 
-    add("coll", [list(range(world))])
+    add("coll", [list(range(world))], 1)
     for t in tps:
         for p in pps:
             if world % (t * p):
                 continue
             for layout in layouts:
                 lay = Layout(world, t, p, layout=layout)
-                add("coll", lay.tp_groups())
-                add("coll", lay.dp_groups())
-                pairs, used = [], set()
-                for g in lay.pp_groups():
-                    for a, b in zip(g, g[1:]):
-                        if a not in used and b not in used:
-                            pairs.append([a, b])
-                            used.update((a, b))
-                if pairs:
-                    # one partition per pair shape present
-                    for shape in sorted({group_shape(placement, cluster_of_host, pr) for pr in pairs}):
-                        add("p2p", [pr for pr in pairs if group_shape(placement, cluster_of_host, pr) == shape])
+                for groups in (lay.tp_groups(), lay.dp_groups()):
+                    by_shape = {}
+                    for g in groups:
+                        by_shape.setdefault(group_shape(placement, cluster_of_host, g), []).append(g)
+                    for gs in by_shape.values():
+                        add("coll", gs, len(groups))
+                pp = lay.pp_groups()
+                for s in range(p - 1):  # boundary s -> s + 1 (every order's neighbours: any pair of positions)
+                    for s2 in range(s + 1, p):
+                        pairs = [[g[s], g[s2]] for g in pp]
+                        by_shape = {}
+                        for pr in pairs:
+                            by_shape.setdefault(group_shape(placement, cluster_of_host, pr), []).append(pr)
+                        for gs in by_shape.values():
+                            add("p2p", gs, len(pairs))
     return out
 
 

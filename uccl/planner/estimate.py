@@ -36,8 +36,10 @@ class Comm:
 
     def __init__(self, coll: Callable[[str, float, Sequence[int]], float], p2p: Callable[[int, int, float], float],
                  where: Optional[Callable[[Sequence[int]], str]] = None,
-                 algorithm: Optional[Callable[[str, float, Sequence[int]], str]] = None):
+                 algorithm: Optional[Callable[[str, float, Sequence[int]], str]] = None,
+                 p2p_concurrent: bool = False):
         self._coll, self._p2p, self._where, self._algo = coll, p2p, where, algorithm
+        self._p2p_concurrent = p2p_concurrent  # p2p(src, dst, nbytes, concurrent)
         self._cache: Dict[tuple, float] = {}
 
     def coll(self, collective: str, nbytes: float, ranks: Sequence[int]) -> float:
@@ -48,10 +50,16 @@ class Comm:
             self._cache[key] = float(self._coll(collective, float(nbytes), list(ranks)))
         return self._cache[key]
 
-    def p2p(self, src: int, dst: int, nbytes: float) -> float:
-        key = ("p2p", float(nbytes), (src, dst))
+    def p2p(self, src: int, dst: int, nbytes: float, concurrent: int = 1) -> float:
+        """One message; `concurrent`: how many such messages cross at the same time (the
+        pipeline's t * d pairs at a stage boundary), for models that price shared links
+        (calibrated_comm); a plain (src, dst, nbytes) function ignores it."""
+        key = ("p2p", float(nbytes), (src, dst), concurrent)
         if key not in self._cache:
-            self._cache[key] = float(self._p2p(src, dst, float(nbytes)))
+            if self._p2p_concurrent:
+                self._cache[key] = float(self._p2p(src, dst, float(nbytes), concurrent))
+            else:
+                self._cache[key] = float(self._p2p(src, dst, float(nbytes)))
         return self._cache[key]
 
     def where(self, ranks: Sequence[int]) -> str:
@@ -174,7 +182,7 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
         comp.append(compute)
         tpc.append(tp_comm)
         bwd.append(2.0 / 3.0 * compute + tp_comm / 2)
-        q.append(comm.p2p(reps[s], reps[s + 1], act / t) if s + 1 < p else 0.0)
+        q.append(comm.p2p(reps[s], reps[s + 1], act / t, concurrent=t * st.dp) if s + 1 < p else 0.0)
         replicated = (model.embed_params() if s == 0 else 0) + (model.head_params() if s == p - 1 else 0)
         params = layers * model.layer_params() / t + replicated
         nbytes = params * model.bytes_per_param
