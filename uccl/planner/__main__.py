@@ -4,9 +4,13 @@
     python -m uccl.planner --preset a100:1024 --model-preset gpt-145b
     python -m uccl.planner --cluster cluster.yaml --profile     # measure device speeds here first
     python -m uccl.planner --cluster cluster.yaml --validate 3  # run the top 3 with the trainer
+    python -m uccl.planner --cluster cluster.yaml --calibration cal.json  # measured costs (below)
 
 Communication is priced by uccl's own cost model (uccl.cost: the C++ topology reader, cost
-model and algorithm selection a communicator uses).
+model and algorithm selection a communicator uses). With --calibration (written by
+`torchrun ... -m uccl.planner.calibrate`, e.g. through benchmarks/testbed/run_trainer.py
+validate) every operation costs max(links' cost, the measured CPU-bound cost of its group
+shape) and compute comes from measured block times: see uccl/planner/calibration.py.
 """
 from __future__ import annotations
 
