@@ -19,7 +19,7 @@ from trainer_report import spearman  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
-    ap.add_argument("--calibration", default="", help="default: the one the run used")
+    ap.add_argument("--calibration", default="", help="default: the one the run used (else trainer_calibration.json)")
     a = ap.parse_args()
     from netbed import topology_doc
     from uccl.planner import calibration as cb, spec
@@ -28,6 +28,8 @@ def main():
         d = json.load(f)
     cfg, rows = d["config"], d["rows"]
     cal_path = a.calibration or rows[0].get("calibration")
+    if cal_path and not os.path.exists(cal_path):  # another machine: the copy kept beside the results
+        cal_path = os.path.join(os.path.dirname(os.path.abspath(a.results)), "trainer_calibration.json")
     doc = {"topology": topology_doc(2, 2, cfg["fast"], cfg["slow"]),
            "devices": {"cpu": {"flops": rows[0]["device_flops"]["cpu"], "memory_gib": 4,
                                "cpu_quota": cfg["quota_fast"]}},
