@@ -49,14 +49,8 @@ def candidate_orders(speeds_by_pos: List[float], max_perm: int = 4) -> List[List
     return [ident, list(reversed(ident)), slow_first]
 
 
-def layer_seconds(model: ModelSpec, cluster: Cluster, lay: Layout, pos: int, b: int) -> float:
-    """One layer's forward + backward of one micro-batch on position pos's slowest device."""
-    return stage_compute(model, _stage_kinds(cluster, lay, pos), lay.tp, b, 1, False)
-
-
-def head_in_layers(model: ModelSpec, cluster: Cluster, t: int, b: int) -> float:
-    """The head's cost in layers (the self-adapting split's alpha for the last stage)."""
-    kinds = list({id(k): k for k in cluster.device_of_rank}.values())
+def head_in_layers(model: ModelSpec, kinds, t: int, b: int) -> float:
+    """The head's cost in layers on the slowest of `kinds` (the self-adapting split's alpha)."""
     one = stage_compute(model, kinds, t, b, 1, False)
     return (stage_compute(model, kinds, t, b, 1, True) - one) / one
 
@@ -89,6 +83,9 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
     tps = [t for t in divisors(min(host_sizes)) if all(h % t == 0 for h in host_sizes)
            and model.heads % t == 0 and model.seq % t == 0]
 
+    kinds = list({id(k): k for k in cluster.device_of_rank}.values())
+    alpha_by_tb = {(t, b): head_in_layers(model, kinds, t, b) for t in tps for b in range(1, max_micro_batch + 1)}
+
     def kth():
         return -best[0][0] if len(best) >= top else float("inf")
 
@@ -105,12 +102,13 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
                 continue
             for layout in layouts if (p > 1 and d > 1) else layouts[:1]:
                 lay = Layout(n, t, p, layout=layout)
+                kinds_pos = [_stage_kinds(cluster, lay, pos) for pos in range(p)]
                 for b in divisors(model.global_batch // d):
                     if b > max_micro_batch:
                         break
                     m = model.global_batch // (d * b)
                     # per position: layers per second of its slowest device (measured or FLOPs)
-                    speeds_pos = [1.0 / layer_seconds(model, cluster, lay, pos, b) for pos in range(p)]
+                    speeds_pos = [1.0 / stage_compute(model, kinds_pos[pos], t, b, 1, False) for pos in range(p)]
                     bound = m * model.layers / sum(speeds_pos)
                     nodes.append((bound, t, p, d, layout, b, m, speeds_pos))
     nodes.sort(key=lambda x: x[:4] + (x[4], x[5]))
@@ -122,7 +120,7 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
             break
         for order in candidate_orders(speeds_pos):
             speeds = [speeds_pos[o] for o in order]
-            for parts in candidate_parts(model, speeds, None, b, head_in_layers(model, cluster, t, b)):
+            for parts in candidate_parts(model, speeds, None, b, alpha_by_tb[(t, b)]):
                 st = Strategy(t, p, d, b, m, layout, parts, order)
                 est = estimate(model, cluster, comm, st)
                 stats.evaluated += 1
