@@ -83,3 +83,15 @@ def test_calibration_file_prices_cpu_bound_communication(tmp_path):
     p = subprocess.run([sys.executable, "-m", "uccl.planner", "--cluster", str(path), "--calibration", str(bad)],
                        capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir())
     assert p.returncode == 2 and "calibration" in p.stderr
+
+
+def test_calibration_spec_for_a_cluster(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(CLUSTER))
+    out = tmp_path / "spec.json"
+    assert "uccl.planner.calibrate" in run("--cluster", str(path), "--calibration-spec", str(out))
+    spec = json.loads(out.read_text())
+    assert spec["tps"] == [1, 2] and spec["kind_of_rank"] == ["fast"] * 4 + ["slow"] * 4
+    keys = {(p["kind"], p["shape"]) for p in spec["partitions"]}
+    # the world, TP pairs inside a host (4 at once), a 2-deep pipeline's 4 pairs across clusters
+    assert {("coll", "n8h4c2x1"), ("coll", "n2h1c1x4"), ("p2p", "n2h2c2x4")} <= keys, keys

@@ -135,15 +135,7 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
     cached in --cache-dir by what it was measured for; returns a Calibration."""
     import tempfile
     from uccl.planner import calibration as cb
-    from uccl.planner.search import divisors
-    bs = [b for b in divisors(model.global_batch) if b <= a.max_micro_batch]
-    tps = [t for t in divisors(RPH) if model.heads % t == 0 and model.seq % t == 0]
-    spec = {"model": dict(hidden=model.hidden, heads=model.heads, seq=model.seq, vocab=model.vocab),
-            "tps": tps, "micro_batches": bs, "sizes": cb.sizes_for(1 << 20, 4), "reps": a.calib_reps,
-            "min_s": a.calib_min_s, "kind_of_rank": [d.name for d in cluster.device_of_rank],
-            "partitions": cb.spec_partitions(cluster.world, tps, [p for p in divisors(cluster.world)
-                                                                  if p <= model.layers],
-                                             ("holmes", "naive"), cluster.placement, cb.cluster_of_host(cluster.topo_dict))}
+    spec = cb.make_spec(cluster, model, a.max_micro_batch, reps=a.calib_reps, min_s=a.calib_min_s)
     key = {"method": 3, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
     path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
     if os.path.exists(path) and not a.recalibrate:

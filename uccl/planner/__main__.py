@@ -38,6 +38,10 @@ def main(argv=None) -> int:
                     help="a calibration (python -m uccl.planner.calibrate; run_trainer.py validate writes one): "
                          "measured compute per device kind and communication per group shape; each operation "
                          "is priced as the slower of the links' and the calibrated CPU-bound cost")
+    ap.add_argument("--calibration-spec", metavar="OUT",
+                    help="write the calibration run's input for this cluster and model to OUT and exit; then on "
+                         "the cluster: torchrun ... -m uccl.planner.calibrate --spec OUT (rank 0 prints "
+                         "'RESULT {json}': save the JSON and pass it as --calibration)")
     ap.add_argument("--validate", type=int, default=0, metavar="K",
                     help="run the top K plans with uccl.parallel.train here (torchrun, one host) and print "
                          "predicted against measured")
@@ -66,6 +70,13 @@ def main(argv=None) -> int:
     except (spec.PlanInputError, OSError, KeyError, ValueError) as e:
         print(f"uccl.planner: {e}", file=sys.stderr)
         return 2
+    if args.calibration_spec:
+        from .calibration import make_spec
+        with open(args.calibration_spec, "w") as f:
+            json.dump(make_spec(cluster, model, args.max_micro_batch), f, indent=1)
+        print(f"wrote {args.calibration_spec}: run it with torchrun -m uccl.planner.calibrate --spec "
+              f"{args.calibration_spec} on the cluster's {cluster.world} ranks")
+        return 0
     comm = Comm.from_uccl(topo)
     if args.calibration:
         from .calibration import Calibration, apply

@@ -235,3 +235,20 @@ def apply(cal: Calibration, cluster, base):
     quotas = [k.cpu_quota for k in cluster.device_of_rank]
     return calibrated_comm(base, cal, cluster.placement, cluster_of_host(cluster.topo_dict),
                            quotas if all(q > 0 for q in quotas) else None)
+
+
+def make_spec(cluster, model, max_micro_batch: int, reps: int = 3, min_s: float = 1.0,
+              layouts: Sequence[str] = ("holmes", "naive")) -> dict:
+    """The calibration run's input (calibrate.py's SPEC) for a planner cluster and model: every
+    TP size the search may use, micro-batches up to max_micro_batch, every group of every
+    layout with p <= layers, messages of 256 B to 1 MiB."""
+    def divisors(n):
+        return [k for k in range(1, n + 1) if n % k == 0]
+    per_host = min(cluster.devices_per_host.values())
+    bs = [b for b in divisors(model.global_batch) if b <= max_micro_batch]
+    tps = [t for t in divisors(per_host) if model.heads % t == 0 and model.seq % t == 0]
+    return {"model": dict(hidden=model.hidden, heads=model.heads, seq=model.seq, vocab=model.vocab),
+            "tps": tps, "micro_batches": bs, "sizes": sizes_for(1 << 20, 4), "reps": reps,
+            "min_s": min_s, "kind_of_rank": [d.name for d in cluster.device_of_rank],
+            "partitions": spec_partitions(cluster.world, tps, [p for p in divisors(cluster.world) if p <= model.layers],
+                                          layouts, cluster.placement, cluster_of_host(cluster.topo_dict))}
