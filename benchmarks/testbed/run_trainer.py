@@ -157,24 +157,43 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
     return cal, path
 
 
+def bed_cluster(a, topo):
+    """The planner's view of the bed (every rank a 'cpu' device at --quota-fast) and the model."""
+    from uccl.planner import spec
+    with open(topo) as f:
+        tdoc = json.load(f)
+    doc = {"topology": tdoc, "devices": {"cpu": {"flops": 1e9, "memory_gib": 4, "cpu_quota": a.quota_fast}},
+           "hosts": {"default": {"device": "cpu", "count": RPH}},
+           "model": dict(layers=a.layers, hidden=a.hidden, heads=a.heads, seq=a.seq, vocab=a.vocab,
+                         global_batch=a.global_batch, bucket_bytes=1 << 20)}
+    return spec.cluster_from_dict(doc), spec.model_from_dict(doc["model"])
+
+
+def calibrate(a, rows):
+    """Only the calibration (at --quota-fast per rank), e.g. to check how its costs scale with
+    the CPU share: `calibrate --quota-fast 0.05` against the 0.1 one."""
+    bed, topo = bed_for(a, a.fast, a.slow, "v")
+    try:
+        cluster, model = bed_cluster(a, topo)
+        cal, path = calibrate_bed(a, bed, topo, cluster, model, {hc: a.quota_fast for hc in bed.all_hosts()})
+        rows.append({"calibration": path, "quota": a.quota_fast})
+    finally:
+        bed.close()
+    return rows
+
+
 def validate(a, rows):
     """Planner on this bed, then every plan it lists run on the bed. Default: compute and
     communication calibrated on the bed under the quota (calibrate_bed); --link-only: the
     device speed profiled under the quota and communication priced from the links' rates."""
     from uccl.planner.estimate import Comm, estimate
     from uccl.planner.search import describe_groups, plan_dict, search
-    from uccl.planner import calibration as cb, spec
+    from uccl.planner import calibration as cb
     from uccl.planner.profile import profile_devices
     from uccl.planner.validate import trainer_args
     bed, topo = bed_for(a, a.fast, a.slow, "v")
     try:
-        with open(topo) as f:
-            tdoc = json.load(f)
-        doc = {"topology": tdoc, "devices": {"cpu": {"flops": 1e9, "memory_gib": 4, "cpu_quota": a.quota_fast}},
-               "hosts": {"default": {"device": "cpu", "count": RPH}},
-               "model": dict(layers=a.layers, hidden=a.hidden, heads=a.heads, seq=a.seq, vocab=a.vocab,
-                             global_batch=a.global_batch, bucket_bytes=1 << 20)}
-        cluster, model = spec.cluster_from_dict(doc), spec.model_from_dict(doc["model"])
+        cluster, model = bed_cluster(a, topo)
         quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
         link = Comm.from_uccl(cluster.topology())
         flops = profile_devices(cluster, model)
@@ -213,7 +232,7 @@ def validate(a, rows):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("holmes", "hetero", "validate"))
+    ap.add_argument("what", choices=("holmes", "hetero", "validate", "calibrate"))
     ap.add_argument("--fast", type=float, default=1.0, help="Gbit/s of a fast link")
     ap.add_argument("--slow", type=float, default=0.05, help="Gbit/s of a slow link")
     ap.add_argument("--quota-fast", type=float, default=0.1, help="cores per rank, fast devices")
@@ -243,7 +262,7 @@ def main():
     t0 = time.time()
     out = a.out or os.path.join(HERE, f"trainer_{a.what}.json")
     rows = Rows(out, {"config": vars(a), "cpus": os.cpu_count()}, t0)
-    {"holmes": holmes, "hetero": hetero, "validate": validate}[a.what](a, rows)
+    {"holmes": holmes, "hetero": hetero, "validate": validate, "calibrate": calibrate}[a.what](a, rows)
     print(f"wrote {out} ({time.time() - t0:.0f} s)")
 
 
