@@ -148,7 +148,10 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
         doc = run_bed(bed, ["-m", "uccl.planner.calibrate", "--spec", f.name], quotas, topo, port=29519)
     finally:
         os.unlink(f.name)
-    doc.update(quota=a.quota_fast, measured_for=key, load1_before=la, load1_after=load1(),
+    # one share for every rank: the calibration scales to other shares by q0/q; measured under
+    # several shares, each group was measured at its real ones: quota 0 (no scaling)
+    doc.update(quota=(quotas and len(set(quotas.values())) == 1 and next(iter(quotas.values()))) or 0.0,
+               measured_for=key, load1_before=la, load1_after=load1(),
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     cal = cb.Calibration(doc)
     cal.save(path)

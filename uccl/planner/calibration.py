@@ -13,7 +13,9 @@ by `uccl.planner.calibrate` on the real ranks, under their quotas, all ranks at 
   i.e. per operation the slower of what the links allow (uccl.cost, the topology's rates) and
   what the CPU share allows; alpha is the per-operation latency (dominant for small messages).
   A calibration measured at quota q0 is used at quota q scaled by q0 / q (time of CPU-bound
-  work is inversely proportional to the CPU share: an approximation, checked only at q0).
+  work is inversely proportional to the CPU share: an approximation; measured, half the share
+  cost 1.69x, not 2x: uccl/parallel/RESULTS.md). A calibration with quota 0 (measured under
+  several shares, or none) is used as measured.
 
   compute, per device kind, measured with the model's own modules (shapes of a TP shard):
       block[t,b]  seconds of forward + backward of one transformer block, micro-batch b
