@@ -3,7 +3,7 @@ planner's predictions against measured runs. Writes JSON; uccl/parallel/RESULTS.
 
     sudo python benchmarks/testbed/run_trainer.py holmes   [--fast 1 --slow 0.1 ...]
     sudo python benchmarks/testbed/run_trainer.py hetero   [--quota-fast 0.3 --quota-slow 0.15]
-    sudo python benchmarks/testbed/run_trainer.py validate [--plans 8]
+    sudo python benchmarks/testbed/run_trainer.py validate [--plans 8]   # calibrates first (cached)
 
 2 clusters x 2 hosts x 2 ranks, torchrun per host (--nnodes 4). Each host's processes run in a
 cgroup with a CPU quota of (ranks x per-rank cores): the quota is the "device speed" and also
@@ -130,36 +130,100 @@ def hetero(a, rows):
     return rows
 
 
-def validate(a, rows):
-    """Planner on this bed (rates from the topology file, device speed profiled under the quota),
-    then every plan it lists run on the bed."""
-    from uccl.planner.estimate import Comm
-    from uccl.planner.search import describe_groups, plan_dict, search
+def calibrate_bed(a, bed, topo, cluster, model, quotas):
+    """The planner's calibration measured on this bed under the quotas (uccl.planner.calibrate),
+    cached in --cache-dir by what it was measured for; returns a Calibration."""
+    import tempfile
+    from uccl.planner import calibration as cb
+    spec = cb.make_spec(cluster, model, a.max_micro_batch, reps=a.calib_reps, min_s=a.calib_min_s)
+    key = {"method": 3, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
+    path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
+    if os.path.exists(path) and not a.recalibrate:
+        print(f"[validate] calibration from {path}", flush=True)
+        return cb.Calibration.load(path), path
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    la, t0 = load1(), time.time()
+    try:
+        doc = run_bed(bed, ["-m", "uccl.planner.calibrate", "--spec", f.name], quotas, topo, port=29519)
+    finally:
+        os.unlink(f.name)
+    # one share for every rank: the calibration scales to other shares by q0/q; measured under
+    # several shares, each group was measured at its real ones: quota 0 (no scaling)
+    doc.update(quota=(quotas and len(set(quotas.values())) == 1 and next(iter(quotas.values()))) or 0.0,
+               measured_for=key, load1_before=la, load1_after=load1(),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    cal = cb.Calibration(doc)
+    cal.save(path)
+    print(f"[validate] calibrated in {time.time() - t0:.0f} s ({len(spec['partitions'])} group shapes, "
+          f"load {la:.1f}): {path}", flush=True)
+    return cal, path
+
+
+def bed_cluster(a, topo):
+    """The planner's view of the bed (every rank a 'cpu' device at --quota-fast) and the model."""
     from uccl.planner import spec
+    with open(topo) as f:
+        tdoc = json.load(f)
+    doc = {"topology": tdoc, "devices": {"cpu": {"flops": 1e9, "memory_gib": 4, "cpu_quota": a.quota_fast}},
+           "hosts": {"default": {"device": "cpu", "count": RPH}},
+           "model": dict(layers=a.layers, hidden=a.hidden, heads=a.heads, seq=a.seq, vocab=a.vocab,
+                         global_batch=a.global_batch, bucket_bytes=1 << 20)}
+    return spec.cluster_from_dict(doc), spec.model_from_dict(doc["model"])
+
+
+def calibrate(a, rows):
+    """Only the calibration (at --quota-fast per rank), e.g. to check how its costs scale with
+    the CPU share: `calibrate --quota-fast 0.05` against the 0.1 one."""
+    bed, topo = bed_for(a, a.fast, a.slow, "v")
+    try:
+        cluster, model = bed_cluster(a, topo)
+        cal, path = calibrate_bed(a, bed, topo, cluster, model, {hc: a.quota_fast for hc in bed.all_hosts()})
+        rows.append({"calibration": path, "quota": a.quota_fast})
+    finally:
+        bed.close()
+    return rows
+
+
+def validate(a, rows):
+    """Planner on this bed, then every plan it lists run on the bed. Default: compute and
+    communication calibrated on the bed under the quota (calibrate_bed); --link-only: the
+    device speed profiled under the quota and communication priced from the links' rates."""
+    from uccl.planner.estimate import Comm, estimate
+    from uccl.planner.search import describe_groups, plan_dict, search
+    from uccl.planner import calibration as cb
     from uccl.planner.profile import profile_devices
     from uccl.planner.validate import trainer_args
     bed, topo = bed_for(a, a.fast, a.slow, "v")
     try:
-        with open(topo) as f:
-            tdoc = json.load(f)
-        doc = {"topology": tdoc, "devices": {"cpu": {"flops": 1e9, "memory_gib": 4, "cpu_quota": a.quota_fast}},
-               "hosts": {"default": {"device": "cpu", "count": RPH}},
-               "model": dict(layers=a.layers, hidden=a.hidden, heads=a.heads, seq=a.seq, vocab=a.vocab,
-                             global_batch=a.global_batch)}
-        cluster, model = spec.cluster_from_dict(doc), spec.model_from_dict(doc["model"])
+        cluster, model = bed_cluster(a, topo)
+        quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
+        link = Comm.from_uccl(cluster.topology())
         flops = profile_devices(cluster, model)
         for d in cluster.device_of_rank:
             d.flops = flops[d.name]
-        comm = Comm.from_uccl(cluster.topology())
+        cal_path = None
+        if a.link_only:
+            comm = link
+        else:
+            cal, cal_path = calibrate_bed(a, bed, topo, cluster, model, quotas)
+            comm = cb.apply(cal, cluster, link)
         plans, stats = search(model, cluster, comm, top=a.plans, max_micro_batch=a.max_micro_batch)
-        quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
         for i, (e, s) in enumerate(plans):
             d = plan_dict(e, s, describe_groups(cluster, comm, model, s))
+            if not a.link_only:  # the old model's figure for the same plan (links + FLOP/s profile)
+                kinds = {id(k): k for k in cluster.device_of_rank}.values()
+                saved = [(k, k.timings) for k in kinds]
+                for k in kinds:
+                    k.timings = None
+                d["predicted_link_only_s"] = estimate(model, cluster, link, s).time_s
+                for k, t in saved:
+                    k.timings = t
             la = load1()
             r = run_bed(bed, trainer_args(d, model, a.steps), quotas, topo)
             d.update(rank_predicted=i + 1, measured_s=r["step_s"], measured_all=r["step_s_all"],
                      error=d["predicted_s"] / r["step_s"] - 1, load1_before=la, load1_after=load1(),
-                     comm_s=r["comm_s"], device_flops=flops)
+                     comm_s=r["comm_s"], device_flops=flops, calibration=cal_path)
             rows.append(d)
             print(f"[validate] #{i + 1} t={s.tp} p={s.pp} d={s.dp} b={s.micro_batch} {s.layout} parts={s.parts} "
                   f"order={s.order}: predicted {e.time_s:.3f}s measured {r['step_s']:.3f}s "
@@ -171,7 +235,7 @@ def validate(a, rows):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("holmes", "hetero", "validate"))
+    ap.add_argument("what", choices=("holmes", "hetero", "validate", "calibrate"))
     ap.add_argument("--fast", type=float, default=1.0, help="Gbit/s of a fast link")
     ap.add_argument("--slow", type=float, default=0.05, help="Gbit/s of a slow link")
     ap.add_argument("--quota-fast", type=float, default=0.1, help="cores per rank, fast devices")
@@ -190,11 +254,18 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", default="")
+    ap.add_argument("--link-only", action="store_true",
+                    help="validate: the old model (links' rates, FLOP/s profile), no calibration")
+    ap.add_argument("--calibration", default="", help="validate: calibration file to use (measured if missing)")
+    ap.add_argument("--recalibrate", action="store_true", help="validate: measure again even if cached")
+    ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/uccl/planner"))
+    ap.add_argument("--calib-reps", type=int, default=3, help="calibration: timed repetitions per size")
+    ap.add_argument("--calib-min-s", type=float, default=1.0, help="calibration: seconds per compute timing")
     a = ap.parse_args()
     t0 = time.time()
     out = a.out or os.path.join(HERE, f"trainer_{a.what}.json")
     rows = Rows(out, {"config": vars(a), "cpus": os.cpu_count()}, t0)
-    {"holmes": holmes, "hetero": hetero, "validate": validate}[a.what](a, rows)
+    {"holmes": holmes, "hetero": hetero, "validate": validate, "calibrate": calibrate}[a.what](a, rows)
     print(f"wrote {out} ({time.time() - t0:.0f} s)")
 
 

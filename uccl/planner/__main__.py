@@ -4,9 +4,13 @@
     python -m uccl.planner --preset a100:1024 --model-preset gpt-145b
     python -m uccl.planner --cluster cluster.yaml --profile     # measure device speeds here first
     python -m uccl.planner --cluster cluster.yaml --validate 3  # run the top 3 with the trainer
+    python -m uccl.planner --cluster cluster.yaml --calibration cal.json  # measured costs (below)
 
 Communication is priced by uccl's own cost model (uccl.cost: the C++ topology reader, cost
-model and algorithm selection a communicator uses).
+model and algorithm selection a communicator uses). With --calibration (written by
+`torchrun ... -m uccl.planner.calibrate`, e.g. through benchmarks/testbed/run_trainer.py
+validate) every operation costs max(links' cost, the measured CPU-bound cost of its group
+shape) and compute comes from measured block times: see uccl/planner/calibration.py.
 """
 from __future__ import annotations
 
@@ -30,6 +34,14 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="measure each device kind's speed on this machine (a transformer layer of the model, "
                          "under the kind's cpu_quota if declared) before planning")
+    ap.add_argument("--calibration", metavar="FILE",
+                    help="a calibration (python -m uccl.planner.calibrate; run_trainer.py validate writes one): "
+                         "measured compute per device kind and communication per group shape; each operation "
+                         "is priced as the slower of the links' and the calibrated CPU-bound cost")
+    ap.add_argument("--calibration-spec", metavar="OUT",
+                    help="write the calibration run's input for this cluster and model to OUT and exit; then on "
+                         "the cluster: torchrun ... -m uccl.planner.calibrate --spec OUT (rank 0 prints "
+                         "'RESULT {json}': save the JSON and pass it as --calibration)")
     ap.add_argument("--validate", type=int, default=0, metavar="K",
                     help="run the top K plans with uccl.parallel.train here (torchrun, one host) and print "
                          "predicted against measured")
@@ -58,7 +70,21 @@ def main(argv=None) -> int:
     except (spec.PlanInputError, OSError, KeyError, ValueError) as e:
         print(f"uccl.planner: {e}", file=sys.stderr)
         return 2
+    if args.calibration_spec:
+        from .calibration import make_spec
+        with open(args.calibration_spec, "w") as f:
+            json.dump(make_spec(cluster, model, args.max_micro_batch), f, indent=1)
+        print(f"wrote {args.calibration_spec}: run it with torchrun -m uccl.planner.calibrate --spec "
+              f"{args.calibration_spec} on the cluster's {cluster.world} ranks")
+        return 0
     comm = Comm.from_uccl(topo)
+    if args.calibration:
+        from .calibration import Calibration, apply
+        try:
+            comm = apply(Calibration.load(args.calibration), cluster, comm)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"uccl.planner: calibration {args.calibration}: {e}", file=sys.stderr)
+            return 2
     plans, stats = search(model, cluster, comm, top=max(args.top, args.validate),
                           layouts=tuple(args.layouts.split(",")), max_micro_batch=args.max_micro_batch)
     elapsed = time.perf_counter() - t0

@@ -10,6 +10,11 @@ Per stage s (pipeline position order[s], layers parts[s], slowest device of the 
   stage s's gradients are final sum_{j<s} (B_j + q_j) before the pipeline drains at stage 0;
   then DP reduce_scatter + all_gather of its parameters (ZeRO-1) and the TP all_reduce of the
   TP-replicated gradients:  T = max_s (T_pipe - sum_{j<s}(B_j + q_j) + dp_s) + loss all_reduce.
+With measured timings (calibration.py, on the device kinds) c_s's compute is layers x the
+measured block time (+ the head's on the last stage) instead of FLOPs / speed, and the optimizer
+step (seconds per parameter of this rank's shard) is added after the drain, before the
+all_gather. DP gradients go in buckets of model.bucket_bytes when set (one operation each: the
+per-operation latency counts per bucket).
 Memory per device: weights + gradient + flat gradient buffer, optimizer state / d, and the
 activations of min(p - s, m) micro-batches in flight.
 The communication cost is injected (`Comm`): uccl.cost by default, a function in unit tests.
@@ -31,8 +36,10 @@ class Comm:
 
     def __init__(self, coll: Callable[[str, float, Sequence[int]], float], p2p: Callable[[int, int, float], float],
                  where: Optional[Callable[[Sequence[int]], str]] = None,
-                 algorithm: Optional[Callable[[str, float, Sequence[int]], str]] = None):
+                 algorithm: Optional[Callable[[str, float, Sequence[int]], str]] = None,
+                 p2p_concurrent: bool = False):
         self._coll, self._p2p, self._where, self._algo = coll, p2p, where, algorithm
+        self._p2p_concurrent = p2p_concurrent  # p2p(src, dst, nbytes, concurrent)
         self._cache: Dict[tuple, float] = {}
 
     def coll(self, collective: str, nbytes: float, ranks: Sequence[int]) -> float:
@@ -43,10 +50,16 @@ class Comm:
             self._cache[key] = float(self._coll(collective, float(nbytes), list(ranks)))
         return self._cache[key]
 
-    def p2p(self, src: int, dst: int, nbytes: float) -> float:
-        key = ("p2p", float(nbytes), (src, dst))
+    def p2p(self, src: int, dst: int, nbytes: float, concurrent: int = 1) -> float:
+        """One message; `concurrent`: how many such messages cross at the same time (the
+        pipeline's t * d pairs at a stage boundary), for models that price shared links
+        (calibrated_comm); a plain (src, dst, nbytes) function ignores it."""
+        key = ("p2p", float(nbytes), (src, dst), concurrent)
         if key not in self._cache:
-            self._cache[key] = float(self._p2p(src, dst, float(nbytes)))
+            if self._p2p_concurrent:
+                self._cache[key] = float(self._p2p(src, dst, float(nbytes), concurrent))
+            else:
+                self._cache[key] = float(self._p2p(src, dst, float(nbytes)))
         return self._cache[key]
 
     def where(self, ranks: Sequence[int]) -> str:
@@ -104,9 +117,37 @@ def stage_ranks(lay: Layout, pos: int) -> List[int]:
     return [(dd * p + pos) * t + tt for dd in range(d) for tt in range(t)]
 
 
+def _stage_kinds(cluster: Cluster, lay: Layout, pos: int):
+    return list({id(k): k for k in (cluster.device_of_rank[r] for r in stage_ranks(lay, pos))}.values())
+
+
 def _stage_devices(cluster: Cluster, lay: Layout, pos: int):
-    kinds = {id(k): k for k in (cluster.device_of_rank[r] for r in stage_ranks(lay, pos))}.values()
+    kinds = _stage_kinds(cluster, lay, pos)
     return min(k.flops for k in kinds), min(k.memory for k in kinds)
+
+
+def stage_compute(model: ModelSpec, kinds, t: int, b: int, layers: int, last: bool) -> float:
+    """Seconds of forward + backward of one micro-batch on the stage's slowest device kind:
+    measured block/head times where the kind has them for (t, b), else FLOPs / t / speed."""
+    from .calibration import block_time
+    worst = 0.0
+    for k in kinds:
+        blk = block_time(k.timings, "block", t, b) if k.timings else None
+        head = block_time(k.timings, "head", t, b) if (k.timings and last) else 0.0
+        if blk is not None and head is not None:
+            sec = layers * blk + head
+        else:
+            sec = (layers * model.layer_flops(b) + (model.head_flops(b) if last else 0.0)) / t / k.flops
+        worst = max(worst, sec)
+    return worst
+
+
+def bucketed(comm: "Comm", collective: str, nbytes: float, ranks, bucket: int) -> float:
+    """A collective over nbytes sent in buckets of `bucket` bytes (0: one operation)."""
+    if bucket <= 0 or nbytes <= bucket:
+        return comm.coll(collective, nbytes, ranks)
+    full, rest = divmod(nbytes, bucket)
+    return int(full) * comm.coll(collective, bucket, ranks) + (comm.coll(collective, rest, ranks) if rest else 0.0)
 
 
 def stage_speed(cluster: Cluster, lay: Layout, pos: int) -> float:
@@ -132,21 +173,23 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
     reps = [lay.rank(Coord(0, 0, st.order[s])) for s in range(p)]
     for s in range(p):
         pos, layers = st.order[s], st.parts[s]
-        speed = _stage_devices(cluster, lay, pos)[0]
+        kinds = _stage_kinds(cluster, lay, pos)
         groups = lay.groups_of(reps[s])
-        flops = layers * model.layer_flops(b) + (model.head_flops(b) if s == p - 1 else 0.0)
-        compute = flops / t / speed
+        compute = stage_compute(model, kinds, t, b, layers, s == p - 1)
         tp_comm = layers * 4 * (comm.coll("all_gather", act, groups["tp"]) + comm.coll("reduce_scatter", act,
                                                                                           groups["tp"]))
         c.append(compute + tp_comm)
         comp.append(compute)
         tpc.append(tp_comm)
         bwd.append(2.0 / 3.0 * compute + tp_comm / 2)
-        q.append(comm.p2p(reps[s], reps[s + 1], act / t) if s + 1 < p else 0.0)
+        q.append(comm.p2p(reps[s], reps[s + 1], act / t, concurrent=t * st.dp) if s + 1 < p else 0.0)
         replicated = (model.embed_params() if s == 0 else 0) + (model.head_params() if s == p - 1 else 0)
         params = layers * model.layer_params() / t + replicated
         nbytes = params * model.bytes_per_param
-        dp_t.append(comm.coll("reduce_scatter", nbytes, groups["dp"]) + comm.coll("all_gather", nbytes, groups["dp"])
+        bk = model.bucket_bytes
+        opt = max((k.timings or {}).get("adam_per_param", 0.0) for k in kinds) * params / st.dp
+        dp_t.append(bucketed(comm, "reduce_scatter", nbytes, groups["dp"], bk) + opt
+                    + bucketed(comm, "all_gather", nbytes, groups["dp"], bk)
                     + comm.coll("all_reduce", replicated * model.bytes_per_param / st.dp, groups["tp"]))
     e = [c[s] + q[s] + (q[s - 1] if s else 0.0) for s in range(p)]
     t_pipe = sum(c) + 2 * sum(q) + (m - 1) * max(e)

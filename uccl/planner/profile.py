@@ -15,7 +15,7 @@ import time
 
 
 def layer_flops_here(hidden: int, heads: int, seq: int, micro_batch: int = 1, min_s: float = 2.0) -> float:
-    """Median of repeated timings over at least min_s (CPU quotas throttle in 100 ms periods)."""
+    """Mean over repeated runs for at least min_s (CPU quotas throttle in 100 ms periods)."""
     import torch
     from ..parallel.model import Block, GPTConfig, TPComm, full_init
     from .spec import ModelSpec
@@ -24,14 +24,15 @@ def layer_flops_here(hidden: int, heads: int, seq: int, micro_batch: int = 1, mi
     blk = Block(cfg, 0, full_init(cfg), TPComm())
     x = torch.randn(seq, micro_batch, hidden, requires_grad=True)
     blk(x).sum().backward()
-    times, t_end = [], time.perf_counter() + min_s
-    while len(times) < 5 or time.perf_counter() < t_end:
-        t = time.perf_counter()
+    # The mean over the whole window, not a median of single timings: under a quota most
+    # single runs fit in one period's budget and look unthrottled (a median gave 28 GFLOP/s
+    # at 0.1 cores); the throttled waits fall on a few of them.
+    n, t0 = 0, time.perf_counter()
+    while n < 5 or time.perf_counter() - t0 < min_s:
         blk(x).sum().backward()
-        times.append(time.perf_counter() - t)
-    times.sort()
+        n += 1
     flops = ModelSpec(1, hidden, heads, seq, 8, 1).layer_flops(micro_batch)
-    return flops / times[len(times) // 2]
+    return flops * n / (time.perf_counter() - t0)
 
 
 def profile_devices(cluster, model, log=print) -> dict:
@@ -40,7 +41,7 @@ def profile_devices(cluster, model, log=print) -> dict:
     kinds = {d.name: d for d in cluster.device_of_rank}
     for name, kind in kinds.items():
         cmd = [sys.executable, "-m", "uccl.planner.profile", str(model.hidden), str(model.heads), str(model.seq), "1"]
-        q = CpuQuota(f"trainer-profile-{os.getpid()}-{name}", kind.cpu_quota) if kind.cpu_quota else None
+        q = CpuQuota(f"trainer-profile-{os.getpid()}-{name}", kind.cpu_quota, shares=8192) if kind.cpu_quota else None
         try:
             p = subprocess.run(q.wrap(cmd) if q else cmd, capture_output=True, text=True, timeout=600)
         finally:

@@ -4,9 +4,10 @@ the rail-only paper's constraints and search depth-first with a bottleneck bound
 Constraints: t * p * d = N; t divides the devices of every host (TP stays inside a host), the
 heads and the sequence; p <= layers; d divides the global batch and the micro-batch divides
 the per-replica batch; every stage's memory fits its devices.
-Bound at a (t, p, layout, b) node: T >= m * max_s c_s >= m * L * w / (t * sum_s v_s) (the
-slowest stage is at least as slow as a perfectly balanced split), with w one layer's FLOPs
-and v_s the stage speeds (an order only permutes them). Nodes are expanded depth-first
+Bound at a (t, p, layout, b) node: T >= m * max_s c_s >= m * L / sum_s v_s (the slowest
+stage is at least as slow as a perfectly balanced split), with v_s the layers per second of
+position s's slowest device (t * FLOP/s / one layer's FLOPs, or measured: 1 / block time; an
+order only permutes them). Nodes are expanded depth-first
 (orders, then layer splits) in order of their bound; a node whose bound is not below the k-th
 best time found is pruned with everything under it (and, the list being sorted, every later
 node).
@@ -20,7 +21,7 @@ from typing import List, Optional
 
 from ..parallel import partition
 from ..parallel.layout import Layout
-from .estimate import Comm, Estimate, Strategy, estimate, stage_speed
+from .estimate import Comm, Estimate, Strategy, _stage_kinds, estimate, stage_compute
 from .spec import Cluster, ModelSpec
 
 
@@ -48,7 +49,14 @@ def candidate_orders(speeds_by_pos: List[float], max_perm: int = 4) -> List[List
     return [ident, list(reversed(ident)), slow_first]
 
 
-def candidate_parts(model: ModelSpec, speeds: List[float], mem_layers: Optional[List[int]], b: int) -> List[List[int]]:
+def head_in_layers(model: ModelSpec, kinds, t: int, b: int) -> float:
+    """The head's cost in layers on the slowest of `kinds` (the self-adapting split's alpha)."""
+    one = stage_compute(model, kinds, t, b, 1, False)
+    return (stage_compute(model, kinds, t, b, 1, True) - one) / one
+
+
+def candidate_parts(model: ModelSpec, speeds: List[float], mem_layers: Optional[List[int]], b: int,
+                    alpha_last: Optional[float] = None) -> List[List[int]]:
     out = []
     try:
         out.append(partition.uniform(model.layers, len(speeds)))
@@ -56,7 +64,8 @@ def candidate_parts(model: ModelSpec, speeds: List[float], mem_layers: Optional[
         return []
     try:
         out.append(partition.self_adapting(model.layers, speeds,
-                                           alpha_last=model.head_flops(b) / model.layer_flops(b),
+                                           alpha_last=(model.head_flops(b) / model.layer_flops(b)
+                                                       if alpha_last is None else alpha_last),
                                            mem_caps=mem_layers))
     except partition.PartitionError:
         pass
@@ -74,6 +83,9 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
     tps = [t for t in divisors(min(host_sizes)) if all(h % t == 0 for h in host_sizes)
            and model.heads % t == 0 and model.seq % t == 0]
 
+    kinds = list({id(k): k for k in cluster.device_of_rank}.values())
+    alpha_by_tb = {(t, b): head_in_layers(model, kinds, t, b) for t in tps for b in range(1, max_micro_batch + 1)}
+
     def kth():
         return -best[0][0] if len(best) >= top else float("inf")
 
@@ -90,12 +102,14 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
                 continue
             for layout in layouts if (p > 1 and d > 1) else layouts[:1]:
                 lay = Layout(n, t, p, layout=layout)
-                speeds_pos = [stage_speed(cluster, lay, pos) for pos in range(p)]
+                kinds_pos = [_stage_kinds(cluster, lay, pos) for pos in range(p)]
                 for b in divisors(model.global_batch // d):
                     if b > max_micro_batch:
                         break
                     m = model.global_batch // (d * b)
-                    bound = m * model.layers * model.layer_flops(b) / (t * sum(speeds_pos))
+                    # per position: layers per second of its slowest device (measured or FLOPs)
+                    speeds_pos = [1.0 / stage_compute(model, kinds_pos[pos], t, b, 1, False) for pos in range(p)]
+                    bound = m * model.layers / sum(speeds_pos)
                     nodes.append((bound, t, p, d, layout, b, m, speeds_pos))
     nodes.sort(key=lambda x: x[:4] + (x[4], x[5]))
     for i, (bound, t, p, d, layout, b, m, speeds_pos) in enumerate(nodes):
@@ -106,7 +120,7 @@ def search(model: ModelSpec, cluster: Cluster, comm: Comm, top: int = 5, layouts
             break
         for order in candidate_orders(speeds_pos):
             speeds = [speeds_pos[o] for o in order]
-            for parts in candidate_parts(model, speeds, None, b):
+            for parts in candidate_parts(model, speeds, None, b, alpha_by_tb[(t, b)]):
                 st = Strategy(t, p, d, b, m, layout, parts, order)
                 est = estimate(model, cluster, comm, st)
                 stats.evaluated += 1

@@ -38,6 +38,7 @@ class ModelSpec:
     act_bytes: int = 4         # activations on the wire and in memory
     optimizer_bytes: int = 12  # Adam master + m + v per parameter (ZeRO-1: divided by d)
     recompute: str = "none"    # "selective": attention scores recomputed (Korthikanti): 34 sbh/t
+    bucket_bytes: int = 0      # DP gradient buckets (uccl.parallel's ZeRO: 1 MiB); 0: one op per stage
 
     def layer_params(self) -> int:
         h = self.hidden
@@ -71,6 +72,9 @@ class DeviceKind:
     flops: float        # effective FLOP/s of training math on this device
     memory: float       # bytes
     cpu_quota: float = 0.0  # testbed: cores this kind's processes get (cgroup), used by --profile
+    # measured seconds (calibration.py): {"block": {"t,b": s}, "head": {..}, "adam_per_param": s};
+    # when a (t, b) is there, the stage's compute is priced from it instead of flops
+    timings: Optional[dict] = None
 
     @staticmethod
     def parse(name: str, d: dict) -> "DeviceKind":
@@ -144,6 +148,8 @@ def cluster_from_dict(doc: dict, base_dir: str = ".") -> Cluster:
 def model_from_dict(d: dict) -> ModelSpec:
     try:
         m = ModelSpec(**{k: (v if k == "recompute" else int(v)) for k, v in d.items() if k != "name"})
+        if m.bucket_bytes < 0:
+            raise PlanInputError(f"model: bucket_bytes must be >= 0, got {m.bucket_bytes}")
     except TypeError as e:
         raise PlanInputError(f"model: {e}") from e
     for k in ("layers", "hidden", "heads", "seq", "vocab", "global_batch"):
