@@ -125,7 +125,8 @@ Result<std::shared_ptr<Communicator>> CommunicatorImpl::shrink(const CommOptions
     if (!c.ok()) {
       const Status why = c.status().with_context("shrink: forming the survivors' communicator (its store " + dec.store +
                                                  " is served by rank " + std::to_string(dec.ballot.rank) + ")");
-      if (mine || why.code() != Code::kRemoteError || inst + 1 >= static_cast<uint32_t>(size_)) return why;
+      const bool gone = why.code() == Code::kRemoteError || why.code() == Code::kTimeout;
+      if (mine || !gone || inst + 1 >= static_cast<uint32_t>(size_)) return why;
       UCCL_WARN("%s; agreeing again without it", why.message().c_str());
       continue;
     }
