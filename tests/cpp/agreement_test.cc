@@ -110,7 +110,7 @@ TEST_CASE("agreement: the survivors agree; a dead rank and a silent one are excl
     CHECK(got[r].value().prefix == got[0].value().prefix);
   }
   CHECK(got[0].value().ballot.rank == 0);
-  CHECK(ports[0]->store_server() != nullptr);
+  CHECK(static_cast<bool>(ports[0]->store_server()));
   got[4] = ports[4]->agree(rs.ctx(4, 1.0));  // late: it learns the decision, and that it is out
   CHECK(got[4].status().code() == Code::kAborted);
   CHECK(got[4].status().message().find("excluded") != std::string::npos);
