@@ -96,6 +96,14 @@ def test_coordinator_killed_during_the_agreement(point):
         assert res["size"] == 2 and res["rank"] == survivors.index(r) and res["exact"], res
 
 
+@pytest.mark.timeout(300)
+def test_shrink_with_a_job_key():
+    """Keyed mode: the agreement's MACs and the new store's challenge-response use the job key."""
+    results = run_world(3, "test_shrink:body_shrink_after_kill", args=([0], 2), expect_exit={0},
+                        env={"UCCL_JOB_KEY": "shrink-test-key-0123456789"}, timeout=120, grace=30, comm_timeout=20)
+    _check(results, 3, [0])
+
+
 def body_agreement_victim(ctx, victim, point):
     """Like body_shrink_after_kill, but the survivors' expected set is learned from the new size
     (rank 0 dies inside shrink, so it never returns)."""
