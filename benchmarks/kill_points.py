@@ -6,6 +6,17 @@ cleanly (exit code 0) without hanging, and /dev/shm must hold no uccl segment af
 Ranks 0,1 and 2,3 share a "host" (UCCL_HOST_ID), so both shm and tcp peers die.
 
     python benchmarks/kill_points.py --trials 50
+
+With --shrink, every survivor then calls comm.shrink() (cpp/core/agreement.h) and must get the
+same communicator of the survivors (ranks renumbered in order) and an exact all_reduce on it,
+without a hang. In every third trial the lowest survivor, which coordinates the agreement, is
+killed inside it too (UCCL_AGREE_KILL_POINT: after its PREPARE or ACCEPT phase, or after
+committing to one rank only). Victims include rank 0, whose process serves the store: the
+survivors then agree without it and the coordinator serves their new store. One all_reduce runs
+before the random operations (a job's first step: the ranks then know each other's agreement
+addresses even if the store dies next).
+
+    python benchmarks/kill_points.py --shrink --trials 100
 """
 import argparse
 import multiprocessing as mp
@@ -20,12 +31,16 @@ import time
 import numpy as np
 
 
-def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q):
+def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=False, agree_kill=""):
     os.environ["UCCL_HOST_ID"] = "a" if rank < 2 else "b"
+    if agree_kill:
+        os.environ["UCCL_AGREE_KILL_POINT"] = agree_kill
     import uccl
     store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=30)
     comm = uccl.Communicator(rank, world, store, timeout=60)
     rng = random.Random(seed)  # the same op sequence on every rank
+    if shrink:
+        comm.all_reduce(np.ones(world, np.float32))  # the first step
     try:
         for i in range(10000):
             kind = rng.choice(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"])
@@ -51,7 +66,29 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q):
         q.put(("no-error", rank, time.time(), ""))
     except uccl.UcclError as e:
         q.put(("error", rank, time.time(), f"{type(e).__name__}: {e}"))
+        if shrink:
+            shrink_and_check(comm, rank, world, q)
     sys.exit(0)  # a normal exit: communicator destructors run
+
+
+def shrink_and_check(comm, rank, world, q):
+    """The survivors' new communicator: its size and order, and an exact all_reduce of the old
+    ranks (the sum says which ranks are in it, so every survivor checks the same membership)."""
+    import uccl
+    t0 = time.time()
+    try:
+        new = comm.shrink()
+        x = np.full(4099, 1 << rank, np.float32)  # a bitmask of the members' old ranks
+        new.all_reduce(x)
+        members = int(x[0])
+        exact = bool((x == members).all())
+        new.barrier()  # rank 0 of the new communicator serves its store: leave together
+        q.put(("shrunk", rank, time.time() - t0, new.rank, new.size, members, exact))
+    except uccl.UcclError as e:
+        q.put(("shrink-error", rank, time.time() - t0, f"{type(e).__name__}: {e}"))
+
+
+worst_shrink = [0.0]  # slowest shrink over the trials (seconds)
 
 
 def trial(k, args):
@@ -59,18 +96,24 @@ def trial(k, args):
     world, victim = 4, rnd.randrange(4)
     kill_op = rnd.randrange(0, 40)
     kill_delay = rnd.choice([0, 0, rnd.uniform(0.0005, 0.02)])
+    coordinator = min(r for r in range(world) if r != victim)  # the lowest survivor
+    agree_kill = rnd.choice(["prepare", "accept", "commit"]) if args.shrink and k % 3 == 2 else ""
+    dead = {victim} | ({coordinator} if agree_kill else set())
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, q)) for r in range(world)]
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, q, args.shrink,
+                                                 agree_kill if r == coordinator else ""))
+             for r in range(world)]
     for p in procs:
         p.start()
-    deadline = time.time() + args.max_detect_s + 30
-    killed_at, reports = None, {}
-    while len(reports) < world - 1 and time.time() < deadline:
+    deadline = time.time() + args.max_detect_s + 30 + (150 if args.shrink else 0)
+    killed_at, reports, shrunk = None, {}, {}
+    want_shrunk = world - len(dead) if args.shrink else 0
+    while (len(reports) < world - 1 or len(shrunk) < want_shrunk) and time.time() < deadline:
         try:
             msg = q.get(timeout=1)
         except Exception:
@@ -79,6 +122,8 @@ def trial(k, args):
             continue
         if msg[0] == "kill":
             killed_at = msg[2]
+        elif msg[0] in ("shrunk", "shrink-error"):
+            shrunk[msg[1]] = msg
         else:
             reports[msg[1]] = msg
     if killed_at is None:
@@ -109,31 +154,49 @@ def trial(k, args):
             problems.append(f"rank {r}'s error does not name rank {victim}: {rep[3][:200]}")
         if took > args.max_detect_s:
             problems.append(f"rank {r} took {took:.1f}s")
-        if procs[r].exitcode not in (0, None):
+        if procs[r].exitcode not in (0, None) and r not in dead:
             problems.append(f"rank {r} exit code {procs[r].exitcode}")
+    if args.shrink:
+        survivors = [r for r in range(world) if r not in dead]
+        mask = sum(1 << r for r in survivors)
+        for r in survivors:
+            rep = shrunk.get(r)
+            if rep is None:
+                problems.append(f"rank {r} reported no shrink")
+            elif rep[0] != "shrunk":
+                problems.append(f"rank {r} shrink failed: {rep[3][:300]}")
+            else:
+                _, _, took, new_rank, new_size, members, exact = rep
+                worst_shrink[0] = max(worst_shrink[0], took)
+                if (new_rank, new_size, members, exact) != (survivors.index(r), len(survivors), mask, True):
+                    problems.append(f"rank {r}: new rank {new_rank} of {new_size}, members {members:b} "
+                                    f"(want {survivors.index(r)} of {len(survivors)}, {mask:b}), exact {exact}")
     # Only this trial's segments ("uccl-<pid>-..."): other jobs on the machine may hold their own.
     pids = {p.pid for p in procs}
     leftovers = [f for f in os.listdir("/dev/shm")
                  if f.startswith("uccl-") and f.split("-")[1].isdigit() and int(f.split("-")[1]) in pids]
     if leftovers:
         problems.append(f"/dev/shm leftovers {leftovers}")
-    return victim, kill_op, kill_delay, worst, problems
+    return victim, kill_op, kill_delay, worst, problems, agree_kill
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=50)
     p.add_argument("--max-detect-s", type=float, default=5.0)
+    p.add_argument("--shrink", action="store_true", help="survivors shrink and all_reduce on the new communicator")
     args = p.parse_args()
     failed, worst = 0, 0.0
     for k in range(args.trials):
-        victim, op, delay, w, problems = trial(k, args)
+        victim, op, delay, w, problems, agree_kill = trial(k, args)
         worst = max(worst, w)
         status = "ok" if not problems else "FAIL " + "; ".join(problems)
         failed += bool(problems)
-        print(f"trial {k:2d}: rank {victim} killed at op {op:2d} (+{delay * 1000:.1f} ms): "
+        extra = f", coordinator killed at {agree_kill}" if agree_kill else ""
+        print(f"trial {k:2d}: rank {victim} killed at op {op:2d} (+{delay * 1000:.1f} ms){extra}: "
               f"slowest survivor {w:.2f}s  {status}", flush=True)
-    print(f"{args.trials - failed}/{args.trials} trials clean; slowest detection {worst:.2f}s")
+    tail = f"; slowest shrink {worst_shrink[0]:.2f}s" if args.shrink else ""
+    print(f"{args.trials - failed}/{args.trials} trials clean; slowest detection {worst:.2f}s{tail}")
     sys.exit(1 if failed else 0)
 
 

@@ -8,7 +8,7 @@ secs=${1:-20}
 build=build/fuzz
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DUCCL_FUZZ=ON -DUCCL_BUILD_TESTS=OFF \
   -DUCCL_WITH_VERBS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build "$build" -j2 --target fuzz_handshake fuzz_tcp_stream fuzz_peer_info fuzz_auth
+cmake --build "$build" -j2 --target fuzz_handshake fuzz_tcp_stream fuzz_peer_info fuzz_auth fuzz_agreement
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # Seeds: a well-formed hello (wrong secret) so mutations start past the magic and version.
 mkdir -p "$build/corpus/fuzz_handshake"
@@ -30,7 +30,12 @@ open(os.path.join(d, "store_get"), "wb").write(b"\x02" + struct.pack("<IB3xqII",
 hello = struct.pack("<IHBB16sQiiIII", 0x4C434355, 1, 0, 0, b"\x11" * 16, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4)
 open(os.path.join(d, "rank_hello"), "wb").write(b"\x01" + hello + b"\x44" * 32 + b"tcp1")
 PY
-for t in fuzz_peer_info fuzz_handshake fuzz_tcp_stream fuzz_auth; do
+# fuzz_agreement (shrink): a proposal body, so mutations start from the known keys.
+mkdir -p "$build/corpus/fuzz_agreement"
+printf 'ballot 3 1\ninstance 1\ndecision 3 1\nfailed 0 2\nstore 127.0.0.1:4000\nprefix uccl/shrink/1.3.1/\n' \
+  >"$build/corpus/fuzz_agreement/accept"
+printf 'ballot 3 1\nok 1\npromised 3 1\n' >"$build/corpus/fuzz_agreement/reply"
+for t in fuzz_peer_info fuzz_handshake fuzz_tcp_stream fuzz_auth fuzz_agreement; do
   corpus=$build/corpus/$t
   mkdir -p "$corpus"
   echo "== $t for ${secs}s"

@@ -89,6 +89,19 @@ def test_dead_peer_from_c(capi_test):
     run_ranks(capi_test, "dead-peer", 3, expect_killed={2})
 
 
+@pytest.mark.timeout(900)
+def test_shrink_after_rank0_dies_from_c(capi_test):
+    """uccl_comm_shrink: rank 0 (it served the store) dies; the survivors agree, re-create the
+    store and all_reduce exactly on the new communicator."""
+    run_ranks(capi_test, "shrink", 3, expect_killed={0})
+
+
+@pytest.mark.timeout(900)
+def test_grow_by_a_joiner_from_c(capi_test):
+    """uccl_comm_grow on ranks 0, 1 and uccl_comm_join on rank 2 (the same store address and tag)."""
+    run_ranks(capi_test, "grow", 3)
+
+
 def build_examples(uccl_dir, build):
     run(["cmake", "-S", os.path.join(ROOT, "examples", "c"), "-B", str(build), "-G", "Ninja", f"-Duccl_DIR={uccl_dir}"])
     run(["cmake", "--build", str(build)])

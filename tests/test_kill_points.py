@@ -16,3 +16,16 @@ def test_fifty_random_kill_points_are_named_by_every_survivor():
     print("\n".join(verdicts))
     assert r.returncode == 0, "\n".join(line for line in verdicts if "FAIL" in line) or r.stderr[-3000:]
     assert f"{trials}/{trials} trials clean" in r.stdout
+
+
+def test_shrink_at_random_kill_points_gives_every_survivor_the_same_communicator():
+    """--shrink: the survivors shrink and all_reduce exactly on the new communicator; every
+    third trial also kills the agreement's coordinator inside it (CI runs fewer trials than the
+    100 of the benchmark)."""
+    trials = "12"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "kill_points.py"), "--shrink", "--trials", trials],
+                       capture_output=True, text=True, timeout=900)
+    verdicts = [line for line in r.stdout.splitlines() if line.startswith("trial") or "trials clean" in line]
+    print("\n".join(verdicts))
+    assert r.returncode == 0, "\n".join(line for line in verdicts if "FAIL" in line) or r.stderr[-3000:]
+    assert f"{trials}/{trials} trials clean" in r.stdout

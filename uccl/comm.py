@@ -114,6 +114,29 @@ class Communicator:
         c = self._c.new_group([int(r) for r in ranks], _options(**options))
         return None if c is None else Communicator(0, 0, self._store, _core_comm=c)
 
+    # -- fault tolerance and elasticity (protocol: cpp/core/agreement.h) ----------------------
+    def shrink(self, **options):
+        """Collective over the survivors after a failure: they agree on the failed ranks and get
+        a new communicator of the survivors (ranks renumbered in order) over a fresh store served
+        by its rank 0, so it works when the old store died. This communicator is aborted.
+
+        Raises AbortedError on a rank the others excluded (it did not answer within the
+        timeout), TimeoutError when no agreement was reached."""
+        return Communicator(0, 0, None, _core_comm=self._c.shrink(_options(**options)))
+
+    def grow(self, new_size, tag, **options):
+        """Collective at a step boundary: with new_size - size processes calling
+        Communicator.join(store, tag) on this communicator's store, returns the new communicator
+        of new_size ranks (current ranks keep their numbers). MismatchError names a version or
+        configuration difference."""
+        return Communicator(0, 0, self._store, _core_comm=self._c.grow(int(new_size), str(tag), _options(**options)))
+
+    @classmethod
+    def join(cls, store, tag, **options):
+        """A process started later joins the job's grow(new_size, tag) through its store; returns
+        the new communicator (rank = the old size + the order of arrival)."""
+        return cls(0, 0, store, _core_comm=_core.Communicator.join(as_core_store(store), str(tag), _options(**options)))
+
     # -- helpers -----------------------------------------------------------------------------
     def _finish(self, submit, keep, result, async_op, timeout=None):
         """Issues the operation (submit() returns the core's Work) and waits for it unless

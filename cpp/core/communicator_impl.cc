@@ -39,10 +39,13 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
   auto conns = std::make_unique<ConnectionManager>(rank, size, store, opts, timeout);
   Status s = conns->init();
   if (!s.ok()) return s.with_context("creating communicator (rank " + std::to_string(rank) + ")");
+  const int agree_fd = conns->release_agreement_fd();
   auto engine = std::make_shared<Engine>(rank, size, std::move(conns), timeout);
   engine->start_progress_thread();
   UCCL_INFO("communicator %s: rank %d of %d ready", opts.name.c_str(), rank, size);
-  return std::shared_ptr<Communicator>(std::make_shared<CommunicatorImpl>(rank, size, store, opts, engine));
+  auto impl = std::make_shared<CommunicatorImpl>(rank, size, store, opts, engine);
+  if (agree_fd >= 0) impl->set_agreement(std::make_shared<AgreementPort>(agree_fd), nullptr);
+  return std::shared_ptr<Communicator>(impl);
 }
 
 CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts,

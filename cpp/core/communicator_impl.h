@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "uccl/communicator.h"
+#include "core/agreement.h"
 #include "core/engine.h"
 #include "topology/topology.h"
 
@@ -37,6 +38,14 @@ class CommunicatorImpl : public Communicator {
   Result<WorkPtr> barrier() override;
   Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks, const CommOptions& opts) override;
+  Result<std::shared_ptr<Communicator>> shrink(const CommOptions& opts) override;
+  Result<std::shared_ptr<Communicator>> grow(int new_size, const std::string& tag, const CommOptions& opts) override;
+  // The agreement listener (core/agreement.h), and the one of the communicator this one was
+  // shrunk from: kept so that late survivors still learn the decision while this one lives.
+  void set_agreement(std::shared_ptr<AgreementPort> mine, std::shared_ptr<AgreementPort> inherited) {
+    agree_ = std::move(mine);
+    inherited_agree_ = std::move(inherited);
+  }
   std::shared_ptr<void> will_wait() override;
   void abort(const std::string& why) override;
   Status error() override;
@@ -86,7 +95,9 @@ class CommunicatorImpl : public Communicator {
   std::shared_ptr<const Topology> probed_;  // set once probed (or nothing to probe)
   std::atomic<bool> probed_set_{false};     // probed_ is set (never changes after): read it without probe_mu_
   Status probe_failed_;
-  std::atomic<bool> host_ranks_noted_{false};  // note_host_ranks() called (core/idle_wait.h)
+  std::atomic<bool> host_ranks_noted_{false};
+  std::shared_ptr<AgreementPort> agree_, inherited_agree_;
+  uint32_t next_shrink_instance_ = 0;  // the agreement instance shrink() runs next  // note_host_ranks() called (core/idle_wait.h)
 };
 
 }  // namespace uccl

@@ -36,6 +36,24 @@ void ConnectionManager::probe_lower_rank(int peer) {
                          peer));
 }
 
+void ConnectionManager::open_agreement_listener() {
+  // On the first interface that took a data listener: the survivors of a failure reach each
+  // other here (core/agreement.h), so it outlives close_all().
+  auto first = parse_address(me_.listen[0], 0);
+  if (!first.ok()) return;
+  SockAddr a = first.value();
+  a.set_port(0);
+  auto fd = listen_on(&a);
+  if (!fd.ok()) {
+    UCCL_WARN("no agreement listener (shrink will not reach this rank): %s", fd.status().message().c_str());
+    return;
+  }
+  agree_fd_ = fd.value();
+  me_.agree = a.to_string();
+  agree_ip_ = me_.agree.substr(0, me_.agree.rfind(':'));
+  if (!agree_ip_.empty() && agree_ip_.front() == '[') agree_ip_ = agree_ip_.substr(1, agree_ip_.size() - 2);
+}
+
 Status ConnectionManager::store_error(const Status& s) {
   if (s.code() == Code::kTimeout || store_rank_ < 0 || store_rank_ == rank_ || store_rank_ >= size_) return s;
   return Status(Code::kRemoteError, s.message() + " (the store is served by " + peer_context(store_rank_).describe() +

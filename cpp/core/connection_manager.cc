@@ -41,7 +41,10 @@ ConnectionManager::ConnectionManager(int rank, int size, std::shared_ptr<Store> 
   transports_.resize(kMaxTransports);
 }
 
-ConnectionManager::~ConnectionManager() { close_all(); }
+ConnectionManager::~ConnectionManager() {
+  close_all();
+  if (agree_fd_ >= 0) ::close(agree_fd_);
+}
 
 Status ConnectionManager::init() {
   Result<std::string> key = job_key();
@@ -95,6 +98,7 @@ Status ConnectionManager::init() {
     me_.nics.push_back({nif.name, "tcp", kCluster.get(), a.to_string(), nif.speed_gbps, nif.network});
   }
   if (listen_fds_.empty()) return Status(Code::kSystemError, "could not open any listening socket");
+  open_agreement_listener();
 
   char host[256] = {0};
   gethostname(host, sizeof host - 1);

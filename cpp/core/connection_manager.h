@@ -77,6 +77,18 @@ class ConnectionManager {
   void notify_failure(const std::string& why);
   // The rank whose process serves the store (0 under uccl.init()), -1 when unknown. Set by init().
   int store_rank() const { return store_rank_; }
+  // The agreement listener (core/agreement.h), opened by init() on the first interface and
+  // published as PeerInfo::agree; the communicator takes it over (-1 once taken). Not closed
+  // by close_all(): the survivors of a failure reach each other through it.
+  int release_agreement_fd() {
+    int fd = agree_fd_;
+    agree_fd_ = -1;
+    return fd;
+  }
+  const std::string& agreement_ip() const { return agree_ip_; }
+  uint64_t comm_id() const { return comm_id_; }
+  // The agreement's MAC key: the job key and this communicator's secret (never sent).
+  std::string agreement_key() const { return key_ + std::string(reinterpret_cast<const char*>(secret_), kSecretBytes); }
   // Accepted sockets whose handshake is still being read (the fuzzer watches this drain).
   size_t pending_handshakes() const { return incoming_.size(); }
 
@@ -95,6 +107,7 @@ class ConnectionManager {
   // A higher rank cannot see a lower rank that died before connecting: after a second of
   // waiting it probes the peer's listener, and a refusal fails the peer instead of a hang.
   void probe_lower_rank(int peer);
+  void open_agreement_listener();  // agree_fd_ and PeerInfo::agree (init())
   bool progress_outgoing();
   bool accept_new();
   bool progress_incoming();
@@ -134,6 +147,8 @@ class ConnectionManager {
   PeerInfo me_;
   std::string rail_why_;  // which per-local-rank UCCL_SOCKET_IFNAME entry was used ("" = no list)
   std::vector<int> listen_fds_;
+  int agree_fd_ = -1;
+  std::string agree_ip_;
   std::vector<std::unique_ptr<Transport>> transports_;  // indexed by transport id, created lazily
   std::vector<std::unique_ptr<Endpoint>> endpoints_;     // by peer rank
   std::vector<char> staged_;                             // by peer: endpoints_[peer] is a StagedEndpoint

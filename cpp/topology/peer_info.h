@@ -39,6 +39,8 @@ struct PeerInfo {
   // Staging chunk this rank offers (transports/staged: UCCL_STAGED), 0 when it offers none.
   // A pair is staged when either rank offers; both then cut messages by the smaller offer.
   size_t staging_chunk = 0;
+  // "ip:port" of this communicator's agreement listener (core/agreement.h: shrink), "" if none.
+  std::string agree;
 
   std::string serialize() const;
   static Result<PeerInfo> parse(const std::string& text);

@@ -62,6 +62,33 @@ class Communicator {
   virtual Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks,
                                                           const CommOptions& opts = {}) = 0;
 
+  // Fault tolerance (collective over the survivors; protocol in cpp/core/agreement.h).
+  // shrink(): the surviving ranks agree on which ranks failed (every survivor gets the same
+  // answer, also when a rank, the coordinator included, fails during the agreement) and get a
+  // new communicator of the survivors, ranks renumbered in their old order, over a fresh store
+  // served by the new rank 0's process (so it works when the old store died with its rank).
+  // This communicator is aborted first. A rank that the others excluded (it did not answer
+  // within the timeout) gets kAborted; no agreement within a few timeouts is kTimeout. Needs
+  // the peers' addresses: from the store, or cached by the first collective that read the
+  // topology (when the store died before anything fetched them, shrink fails with its error).
+  virtual Result<std::shared_ptr<Communicator>> shrink(const CommOptions& opts = {}) {
+    (void)opts;
+    return Status(Code::kNotSupported, "this communicator cannot shrink");
+  }
+  // grow(): every rank of this communicator calls it at the same step with the same new_size
+  // (>= size()) and tag; new_size - size() processes call join() with the same tag on this
+  // communicator's store. All get a new communicator of new_size ranks (the current ranks
+  // keep theirs, joiners follow in the order they arrived). Library version, protocols, job
+  // key mode and transport settings must match: otherwise every side gets kMismatch naming the
+  // difference. A joiner too many gets kInvalidArgument; a missing one, kTimeout.
+  virtual Result<std::shared_ptr<Communicator>> grow(int new_size, const std::string& tag,
+                                                     const CommOptions& opts = {}) {
+    (void)new_size, (void)tag, (void)opts;
+    return Status(Code::kNotSupported, "this communicator cannot grow");
+  }
+  static Result<std::shared_ptr<Communicator>> join(std::shared_ptr<Store> store, const std::string& tag,
+                                                    const CommOptions& opts = {});
+
   // Progress hint for a thread that issues operations and then waits for them itself (a
   // blocking call, a benchmark loop). While the returned token is alive, issuing does not wake
   // the background progress thread: that wake-up costs a futex call and a context switch, and

@@ -122,6 +122,20 @@ uccl_result_t uccl_comm_init_store(uccl_comm_t* comm, int nranks, int rank, cons
 uccl_result_t uccl_comm_split(uccl_comm_t comm, int color, int key, uccl_comm_t* newcomm,
                               const uccl_config_t* config);
 uccl_result_t uccl_comm_abort(uccl_comm_t comm); /* fails pending and future operations */
+/* Fault tolerance (Communicator::shrink, include/uccl/communicator.h): collective over the
+ * survivors of a failure; they agree on the failed ranks and get *newcomm of the survivors, ranks
+ * renumbered in order (comm is aborted; destroy it when done). UCCL_ERR_ABORTED on a rank that
+ * the others excluded (it did not answer within the timeout). */
+uccl_result_t uccl_comm_shrink(uccl_comm_t comm, uccl_comm_t* newcomm, const uccl_config_t* config);
+/* Elasticity: every rank of comm calls uccl_comm_grow with the same new_size (>= its size) and tag;
+ * new_size - size processes call uccl_comm_join with the same tag and comm's store address (the
+ * host:port of uccl_comm_init_store). All get *newcomm of new_size ranks (joiners numbered after the
+ * current ranks in order of arrival). UCCL_ERR_MISMATCH names a library version, protocol, job
+ * key mode or transport setting that differs. On rank 0 the store it serves moves to *newcomm. */
+uccl_result_t uccl_comm_grow(uccl_comm_t comm, int new_size, const char* tag, uccl_comm_t* newcomm,
+                             const uccl_config_t* config);
+uccl_result_t uccl_comm_join(const char* host, int port, const char* tag, uccl_comm_t* newcomm,
+                             const uccl_config_t* config);
 uccl_result_t uccl_comm_destroy(uccl_comm_t comm);
 uccl_result_t uccl_comm_rank(uccl_comm_t comm, int* rank);
 uccl_result_t uccl_comm_size(uccl_comm_t comm, int* size);

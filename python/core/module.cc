@@ -283,6 +283,21 @@ PYBIND11_MODULE(_core, m) {
              py::gil_scoped_release nogil;
              return unwrap(c.new_group(ranks, o));
            }, py::arg("ranks"), py::arg("options") = py::dict())
+      .def("shrink", [](C& c, py::dict opts) {
+             CommOptions o = options_from(opts);
+             py::gil_scoped_release nogil;
+             return unwrap(c.shrink(o));
+           }, py::arg("options") = py::dict())
+      .def("grow", [](C& c, int new_size, const std::string& tag, py::dict opts) {
+             CommOptions o = options_from(opts);
+             py::gil_scoped_release nogil;
+             return unwrap(c.grow(new_size, tag, o));
+           }, py::arg("new_size"), py::arg("tag"), py::arg("options") = py::dict())
+      .def_static("join", [](std::shared_ptr<Store> store, const std::string& tag, py::dict opts) {
+             CommOptions o = options_from(opts);
+             py::gil_scoped_release nogil;
+             return unwrap(C::join(store, tag, o));
+           }, py::arg("store"), py::arg("tag"), py::arg("options") = py::dict())
       .def("abort", &C::abort, py::arg("why") = "abort() called", release)
       .def("error", [](C& c) { check(c.error()); }, release)
       .def("describe", &C::describe, release);

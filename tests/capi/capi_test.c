@@ -5,7 +5,9 @@
  *
  * Scenarios: "collectives" (every collective, async requests, split), "errors" (bad arguments:
  * bad rank, wrong sizes, bad enums, NULL handles), "dead-peer" (rank SIZE-1 dies: the others get
- * UCCL_ERR_REMOTE naming it, then UCCL_ERR_REMOTE again from the failed communicator). */
+ * UCCL_ERR_REMOTE naming it, then UCCL_ERR_REMOTE again from the failed communicator), "shrink"
+ * (rank 0, which serves the store, dies: the others shrink and all_reduce exactly on the new
+ * communicator), "grow" (ranks 0..SIZE-2 grow their communicator by rank SIZE-1, which joins). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,9 +175,57 @@ static void dead_peer(uccl_comm_t comm, int n) {
   CHECK(r != UCCL_SUCCESS, "a failed communicator accepted a barrier");
 }
 
+static void shrink(uccl_comm_t comm, int n) {
+  float x[1024] = {0};
+  uccl_comm_t newcomm = NULL;
+  int nr = -1, ns = -1, i;
+  OK(uccl_all_reduce(x, x, 1024, uccl_float32, uccl_sum, comm, NULL)); /* the first step */
+  if (me == 0) raise(SIGKILL);
+  uccl_result_t r = uccl_all_reduce(x, x, 1024, uccl_float32, uccl_sum, comm, NULL);
+  CHECK(r == UCCL_ERR_REMOTE, "after the death -> %s: %s", uccl_error_string(r), uccl_last_error());
+  OK(uccl_comm_shrink(comm, &newcomm, NULL));
+  CHECK(newcomm != NULL, "shrink gave NULL");
+  if (!newcomm) return;
+  OK(uccl_comm_rank(newcomm, &nr));
+  OK(uccl_comm_size(newcomm, &ns));
+  CHECK(nr == me - 1 && ns == n - 1, "shrunk: rank %d of %d", nr, ns);
+  for (i = 0; i < 1024; ++i) x[i] = (float)me;
+  OK(uccl_all_reduce(x, x, 1024, uccl_float32, uccl_sum, newcomm, NULL));
+  CHECK(x[1023] == n * (n - 1) / 2.0f, "all_reduce on the survivors = %g", x[1023]);
+  OK(uccl_barrier(newcomm, NULL));
+  OK(uccl_comm_destroy(newcomm));
+  CHECK(uccl_comm_shrink(NULL, &newcomm, NULL) == UCCL_ERR_INVALID_ARGUMENT, "shrink(NULL)");
+}
+
+static int grow(int n, int port, const uccl_config_t* cfg) {
+  uccl_comm_t comm = NULL, newcomm = NULL;
+  int nr = -1, ns = -1, v = me + 1, sum = 0;
+  if (me < n - 1) {
+    OK(uccl_comm_init_store(&comm, n - 1, me, "127.0.0.1", port, cfg));
+    if (!comm) return 1;
+    OK(uccl_all_reduce(&v, &sum, 1, uccl_int32, uccl_sum, comm, NULL));
+    CHECK(uccl_comm_grow(comm, n, NULL, &newcomm, cfg) == UCCL_ERR_INVALID_ARGUMENT, "grow with a NULL tag");
+    OK(uccl_comm_grow(comm, n, "c-grow", &newcomm, cfg));
+  } else {
+    OK(uccl_comm_join("127.0.0.1", port, "c-grow", &newcomm, cfg));
+  }
+  if (!newcomm) return 1;
+  OK(uccl_comm_rank(newcomm, &nr));
+  OK(uccl_comm_size(newcomm, &ns));
+  CHECK(nr == me && ns == n, "grown: rank %d of %d", nr, ns);
+  OK(uccl_all_reduce(&v, &sum, 1, uccl_int32, uccl_sum, newcomm, NULL));
+  CHECK(sum == n * (n + 1) / 2, "all_reduce after grow = %d", sum);
+  OK(uccl_barrier(newcomm, NULL));
+  OK(uccl_comm_destroy(newcomm));
+  if (comm) OK(uccl_comm_destroy(comm));
+  if (failures) return 1;
+  printf("CAPI-OK %d\n", checks);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 5) {
-    fprintf(stderr, "usage: %s collectives|errors|dead-peer RANK SIZE PORT\n", argv[0]);
+    fprintf(stderr, "usage: %s collectives|errors|dead-peer|shrink|grow RANK SIZE PORT\n", argv[0]);
     return 2;
   }
   const char* scenario = argv[1];
@@ -183,12 +233,14 @@ int main(int argc, char** argv) {
   me = atoi(argv[2]);
   uccl_config_t cfg = UCCL_CONFIG_INITIALIZER;
   cfg.timeout_s = 60;
+  if (strcmp(scenario, "grow") == 0) return grow(n, port, &cfg);
   uccl_comm_t comm = NULL;
   OK(uccl_comm_init_store(&comm, n, me, "127.0.0.1", port, &cfg));
   if (!comm) return 1;
   if (strcmp(scenario, "collectives") == 0) collectives(comm, n);
   else if (strcmp(scenario, "errors") == 0) errors(comm, n);
   else if (strcmp(scenario, "dead-peer") == 0) dead_peer(comm, n);
+  else if (strcmp(scenario, "shrink") == 0) shrink(comm, n);
   else CHECK(0, "unknown scenario %s", scenario);
   OK(uccl_comm_destroy(comm));
   if (failures) return 1;
