@@ -282,7 +282,10 @@ void UcclBackend::shutdown() {
   // Settle what already completed, then let go of the communicator: uccl closes its
   // connections once the last reference (ours, or in-flight works') is gone.
   cq_->stop();
-  c.reset();
+  // The engine joins its progress thread, which may be dropping a tensor's last reference
+  // (needs the GIL): let go of the GIL meanwhile. At interpreter exit nothing gets the GIL again:
+  // the communicator is then left alive (leaked on purpose) rather than joined into a hang.
+  if (!run_without_gil([&] { c.reset(); })) new std::shared_ptr<uccl::Communicator>(std::move(c));
 }
 
 uccl::Status UcclBackend::last_error() {

@@ -82,7 +82,7 @@ PYBIND11_MODULE(_torch, m) {
       // Fails every pending work (their waits raise DistBackendError) and refuses new ops; never blocks.
       .def("abort", &UcclBackend::abort, py::call_guard<py::gil_scoped_release>())
       // Lets go of the communicator (its threads, sockets and shared memory go with the last work).
-      .def("shutdown", &UcclBackend::shutdown)
+      .def("shutdown", &UcclBackend::shutdown, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("timeout_s", [](UcclBackend& b) { return b.comm_options().timeout_s; })
       .def_property_readonly("transport", [](UcclBackend& b) { return b.comm_options().transport; })
       .def_property_readonly("algorithm", [](UcclBackend& b) { return b.comm_options().algorithm; })

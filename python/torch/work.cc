@@ -69,23 +69,24 @@ void CompletionQueue::stop() {
     }
   };
   // A thread may be running a Python future callback that needs the GIL, which our caller
-  // (a Python thread dropping the process group) may hold: release it while joining. While the
-  // interpreter is finalizing threads can never get the GIL again, so let them go instead.
+  // (a Python thread dropping the process group) may hold.
+  if (!run_without_gil(join_all))
+    for (auto& t : threads) t.detach();
+}
+
+bool run_without_gil(const std::function<void()>& fn) {
   if (Py_IsInitialized() && PyGILState_Check()) {
 #if PY_VERSION_HEX >= 0x030D0000
-    bool finalizing = Py_IsFinalizing();
+    if (Py_IsFinalizing()) return false;
 #else
-    bool finalizing = _Py_IsFinalizing();
+    if (_Py_IsFinalizing()) return false;
 #endif
-    if (finalizing) {
-      for (auto& t : threads) t.detach();
-      return;
-    }
     pybind11::gil_scoped_release nogil;
-    join_all();
-  } else {
-    join_all();
+    fn();
+    return true;
   }
+  fn();
+  return true;
 }
 
 void TrafficTotals::add(const uccl::OpStats& s) {

@@ -37,6 +37,14 @@ namespace uccl_torch {
 // every thread is busy or spoken for, post() starts another (up to kMaxThreads). Threads start
 // on demand, so a group that is never used costs none. After stop(), post() runs fn inline so
 // that late completions (e.g. failures delivered by abort) still settle their futures.
+// Runs fn with the GIL released when the calling thread holds it. fn joins threads that may be
+// waiting for the GIL: a future callback on a completion thread, or uccl's progress thread
+// dropping the last reference to a tensor whose Python object lives (torch then decrefs it
+// under the GIL) - joining those with the GIL held deadlocks (seen: a group shut down while
+// its DDP buckets' tensors were released). Returns false, without running fn, while the
+// interpreter is finalizing: no thread gets the GIL again, so the caller lets go instead.
+bool run_without_gil(const std::function<void()>& fn);
+
 class CompletionQueue {
  public:
   static constexpr size_t kMaxThreads = 16;
