@@ -107,6 +107,19 @@ Setting<bool>::Parser boolean() {
   };
 }
 
+Setting<double>::Parser number_at_least(double lo) {
+  return [lo](const std::string& text, double* out) -> std::string {
+    double v = 0;
+    if (to_double(text, &v) && v >= lo) {
+      *out = v;
+      return "";
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "a number >= %g", lo);
+    return buf;
+  };
+}
+
 Setting<double>::Parser number_above(double lo) {
   return [lo](const std::string& text, double* out) -> std::string {
     double v = 0;

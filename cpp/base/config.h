@@ -114,6 +114,7 @@ Setting<size_t>::Parser bytes_at_least(size_t lo);
 // 1/0, true/false, yes/no, on/off (any case); empty is false.
 Setting<bool>::Parser boolean();
 Setting<double>::Parser number_above(double lo);
+Setting<double>::Parser number_at_least(double lo);
 Setting<std::string>::Parser any_text();
 // One of `choices` (exact); "" is accepted only when listed.
 Setting<std::string>::Parser one_of(std::vector<std::string> choices);

@@ -21,24 +21,10 @@ namespace uccl {
 
 const DoubleSetting kSimCopyGbps("device", "UCCL_SIM_COPY_GBPS", "0",
                                  "simulated device: bandwidth of copies to/from its memory in GB/s (0: unthrottled)",
-                                 [](const std::string& t, double* out) -> std::string {
-                                   char* end = nullptr;
-                                   double v = std::strtod(t.c_str(), &end);
-                                   while (end && *end == ' ') ++end;
-                                   if (t.empty() || !end || *end || !(v >= 0)) return "a number >= 0";
-                                   *out = v;
-                                   return "";
-                                 });
+                                 number_at_least(0));
 const DoubleSetting kSimCopyLatencyUs("device", "UCCL_SIM_COPY_LATENCY_US", "0",
                                       "simulated device: latency added to every copy to/from its memory (us)",
-                                      [](const std::string& t, double* out) -> std::string {
-                                        char* end = nullptr;
-                                        double v = std::strtod(t.c_str(), &end);
-                                        while (end && *end == ' ') ++end;
-                                        if (t.empty() || !end || *end || !(v >= 0)) return "a number >= 0";
-                                        *out = v;
-                                        return "";
-                                      });
+                                      number_at_least(0));
 const IntSetting kSimDevices("device", "UCCL_SIM_DEVICES", "2", "simulated device: number of devices",
                              int_in(1, 64));
 

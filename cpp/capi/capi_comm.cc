@@ -13,6 +13,7 @@
 using uccl::Status;
 using uccl::capi::guard;
 using uccl::capi::invalid;
+using uccl::capi::options_of;
 using uccl::capi::record;
 
 namespace {
@@ -33,19 +34,6 @@ uccl_result_t to_result(uccl::Code c) {
     case uccl::Code::kUnauthenticated: return UCCL_ERR_UNAUTHENTICATED;
     default: return UCCL_ERR_INTERNAL;
   }
-}
-
-uccl::CommOptions options_of(const uccl_config_t* cfg) {
-  uccl::CommOptions o;
-  if (!cfg) return o;
-  auto field = [&](size_t end) { return cfg->size >= end; };  // only fields the caller's struct has
-  if (field(offsetof(uccl_config_t, timeout_s) + sizeof(double))) o.timeout_s = cfg->timeout_s;
-  if (field(offsetof(uccl_config_t, transport) + sizeof(char*)) && cfg->transport) o.transport = cfg->transport;
-  if (field(offsetof(uccl_config_t, algorithm) + sizeof(char*)) && cfg->algorithm) o.algorithm = cfg->algorithm;
-  if (field(offsetof(uccl_config_t, socket_ifname) + sizeof(char*)) && cfg->socket_ifname)
-    o.socket_ifname = cfg->socket_ifname;
-  if (field(offsetof(uccl_config_t, name) + sizeof(char*)) && cfg->name) o.name = cfg->name;
-  return o;
 }
 
 double store_timeout(const uccl::CommOptions& o) {
@@ -78,6 +66,19 @@ uccl_result_t create(uccl_comm_t* out, int nranks, int rank, const std::string& 
 }  // namespace
 
 namespace uccl::capi {
+
+uccl::CommOptions options_of(const uccl_config_t* cfg) {
+  uccl::CommOptions o;
+  if (!cfg) return o;
+  auto field = [&](size_t end) { return cfg->size >= end; };  // only fields the caller's struct has
+  if (field(offsetof(uccl_config_t, timeout_s) + sizeof(double))) o.timeout_s = cfg->timeout_s;
+  if (field(offsetof(uccl_config_t, transport) + sizeof(char*)) && cfg->transport) o.transport = cfg->transport;
+  if (field(offsetof(uccl_config_t, algorithm) + sizeof(char*)) && cfg->algorithm) o.algorithm = cfg->algorithm;
+  if (field(offsetof(uccl_config_t, socket_ifname) + sizeof(char*)) && cfg->socket_ifname)
+    o.socket_ifname = cfg->socket_ifname;
+  if (field(offsetof(uccl_config_t, name) + sizeof(char*)) && cfg->name) o.name = cfg->name;
+  return o;
+}
 
 uccl_result_t record(const Status& s) {
   if (!s.ok()) {

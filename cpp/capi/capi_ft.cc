@@ -8,24 +8,9 @@
 
 using uccl::capi::guard;
 using uccl::capi::invalid;
+using uccl::capi::options_of;
 using uccl::capi::record;
 
-namespace {
-
-uccl::CommOptions options_from(const uccl_config_t* cfg) {
-  uccl::CommOptions o;
-  if (!cfg) return o;
-  auto field = [&](size_t end) { return cfg->size >= end; };  // only fields the caller's struct has
-  if (field(offsetof(uccl_config_t, timeout_s) + sizeof(double))) o.timeout_s = cfg->timeout_s;
-  if (field(offsetof(uccl_config_t, transport) + sizeof(char*)) && cfg->transport) o.transport = cfg->transport;
-  if (field(offsetof(uccl_config_t, algorithm) + sizeof(char*)) && cfg->algorithm) o.algorithm = cfg->algorithm;
-  if (field(offsetof(uccl_config_t, socket_ifname) + sizeof(char*)) && cfg->socket_ifname)
-    o.socket_ifname = cfg->socket_ifname;
-  if (field(offsetof(uccl_config_t, name) + sizeof(char*)) && cfg->name) o.name = cfg->name;
-  return o;
-}
-
-}  // namespace
 
 extern "C" {
 
@@ -35,7 +20,7 @@ uccl_result_t uccl_comm_shrink(uccl_comm_t comm, uccl_comm_t* newcomm, const ucc
     if (!comm || !newcomm) return invalid(fn, comm ? "newcomm is NULL" : "comm is NULL");
     *newcomm = nullptr;
     if (config && config->size < sizeof(size_t)) return invalid(fn, "config->size is not set (use UCCL_CONFIG_INITIALIZER)");
-    auto r = comm->c->shrink(options_from(config));
+    auto r = comm->c->shrink(options_of(config));
     if (!r.ok()) return record(r.status().with_context(fn));
     *newcomm = new uccl_comm{r.take(), nullptr};
     return UCCL_SUCCESS;
@@ -49,7 +34,7 @@ uccl_result_t uccl_comm_grow(uccl_comm_t comm, int new_size, const char* tag, uc
     if (!comm || !newcomm || !tag) return invalid(fn, !comm ? "comm is NULL" : !newcomm ? "newcomm is NULL" : "tag is NULL");
     *newcomm = nullptr;
     if (config && config->size < sizeof(size_t)) return invalid(fn, "config->size is not set (use UCCL_CONFIG_INITIALIZER)");
-    auto r = comm->c->grow(new_size, tag, options_from(config));
+    auto r = comm->c->grow(new_size, tag, options_of(config));
     if (!r.ok()) return record(r.status().with_context(fn));
     // The store this process serves now serves the grown communicator too: it moves with it.
     *newcomm = new uccl_comm{r.take(), std::move(comm->server)};
@@ -65,7 +50,7 @@ uccl_result_t uccl_comm_join(const char* host, int port, const char* tag, uccl_c
     *newcomm = nullptr;
     if (port <= 0 || port > 65535) return invalid(fn, "port " + std::to_string(port) + " is not a TCP port");
     if (config && config->size < sizeof(size_t)) return invalid(fn, "config->size is not set (use UCCL_CONFIG_INITIALIZER)");
-    const uccl::CommOptions o = options_from(config);
+    const uccl::CommOptions o = options_of(config);
     auto store = uccl::connect_tcp_store(host, port, o.timeout_s > 0 ? o.timeout_s : uccl::kTimeoutS.get());
     if (!store.ok()) return record(store.status().with_context(fn));
     auto r = uccl::Communicator::join(store.take(), tag, o);

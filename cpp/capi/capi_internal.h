@@ -25,6 +25,9 @@ namespace uccl::capi {
 uccl_result_t record(const Status& s);
 // Records an invalid argument of `fn` and returns UCCL_ERR_INVALID_ARGUMENT.
 uccl_result_t invalid(const char* fn, const std::string& what);
+// The communicator options a uccl_config_t gives (NULL: defaults); reads only the fields the
+// caller's struct has (config->size).
+CommOptions options_of(const uccl_config_t* cfg);
 
 // Runs f, turning any escaping exception into UCCL_ERR_INTERNAL (no exception crosses C).
 template <class F>

@@ -163,7 +163,7 @@ void ConnectionManager::finish_incoming(int from) {
   } else {
     // The ack must be on the wire before the transport's first byte, so send it first for the
     // secondary sockets, and for channel 0 right after accept() produced the answer.
-    auto r = t->accept(ctx, a->offer, &answer, a->fds);
+    auto r = t->accept(transport_context(from, *t), a->offer, &answer, a->fds);
     if (r.ok()) ep = r.value();
     else err = r.status();
   }

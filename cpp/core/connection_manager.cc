@@ -195,6 +195,14 @@ PeerContext ConnectionManager::peer_context(int peer) {
     c.peer_host = it->second->hostname;
     c.peer_pid = it->second->pid;
     if (!it->second->listen.empty()) c.peer_address = it->second->listen[0];
+  }
+  return c;
+}
+
+PeerContext ConnectionManager::transport_context(int peer, const Transport& t) {
+  PeerContext c = peer_context(peer);
+  auto it = peer_infos_.find(peer);
+  if (it != peer_infos_.end() && t.stripes_over_networks()) {
     for (const StripeLane& l : pair_lanes(me_, *it->second)) {
       c.lane_gbps.push_back(l.gbps);
       c.lane_names.push_back(l.network);
@@ -241,7 +249,6 @@ Status ConnectionManager::start_connect(int peer) {
   if (!info.ok()) return info.status().code() == Code::kTimeout ? Status::Ok() : info.status();
   auto paths = paths_to(*info.value());
   if (!paths.ok()) return paths.status().with_context("connecting to " + peer_context(peer).describe());
-  PeerContext ctx = peer_context(peer);
   // Walk the candidates from where the last attempt stopped: a transport that answered
   // kNotSupported (here, or in the peer's accept) is a normal answer, and the next one is tried.
   for (size_t& i = next_path_[peer]; i < paths.value().size(); ++i) {
@@ -251,6 +258,7 @@ Status ConnectionManager::start_connect(int peer) {
       note_fallback(peer, path.name + " is not built here");
       continue;
     }
+    PeerContext ctx = transport_context(peer, *t);
     auto pending = t->start_connect(ctx);
     if (!pending.ok() && pending.status().code() == Code::kNotSupported) {
       note_fallback(peer, path.name + " refused here: " + pending.status().message());
@@ -260,7 +268,7 @@ Status ConnectionManager::start_connect(int peer) {
     return dial(peer, path, t, std::unique_ptr<PendingConnect>(pending.value()));
   }
   return Status(Code::kNotSupported,
-                "no transport could connect to " + ctx.describe() + ": " + fallback_notes_[peer], peer);
+                "no transport could connect to " + peer_context(peer).describe() + ": " + fallback_notes_[peer], peer);
 }
 
 Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, std::unique_ptr<PendingConnect> pending) {
@@ -271,31 +279,30 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   out->pending = std::move(pending);
   out->deadline = now_s() + timeout_s_;
   const std::string offer = out->pending->offer();
-  // Several common networks: socket c goes to the peer's address on lane c % lanes.
-  const std::vector<StripeLane> lanes = t->stripes_over_networks() ? pair_lanes(me_, *peer_infos_.at(peer)) : std::vector<StripeLane>{};
-  const int n = std::max<int>(t->sockets_per_connection(), static_cast<int>(lanes.size()));
+  // Each attempt lists the address of every socket's lane (socket c dials entry c % size): first,
+  // with several common networks, the peer's address on each (striping); then each of the peer's
+  // addresses alone, those on a network we share first (the cluster fabric before a routed
+  // path), so a lane that does not connect falls back to one network.
+  std::vector<std::vector<std::string>> attempts;
+  if (t->stripes_over_networks()) {
+    std::vector<std::string> lanes;
+    for (const StripeLane& l : pair_lanes(me_, *peer_infos_.at(peer))) lanes.push_back(l.peer_address);
+    if (!lanes.empty()) attempts.push_back(lanes);
+  }
+  for (const std::string& a : path.peer_addresses) attempts.push_back({a});
+  const int n = std::max<int>(t->sockets_per_connection(), attempts.empty() ? 1 : static_cast<int>(attempts[0].size()));
   out->offer = offer;
   out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
-  // The peer's addresses, those on a network we share first (the cluster fabric before a
-  // routed path): tcp then rides the best common network.
-  // With lanes, the first attempt stripes (the peer's addresses of the lanes), the next ones
-  // are the plain addresses (a lane that does not connect falls back to one network).
-  std::vector<std::string> attempts = path.peer_addresses;
-  if (!lanes.empty()) attempts.insert(attempts.begin(), "lanes");
-  for (const std::string& addr_text : attempts) {
-    const bool striped = addr_text == "lanes";
-    auto addr = parse_address(striped ? lanes[0].peer_address : addr_text, 0);
-    if (!addr.ok()) continue;
+  for (const std::vector<std::string>& attempt : attempts) {
+    const std::string addr_text = attempt.size() == 1 ? attempt[0] : "its address on each common network";
     std::vector<int> fds;
     Status s;
     for (int ch = 0; ch < n && s.ok(); ++ch) {
-      if (striped) {
-        addr = parse_address(lanes[ch % lanes.size()].peer_address, 0);
-        if (!addr.ok()) {
-          s = addr.status();
-          break;
-        }
+      auto addr = parse_address(attempt[ch % attempt.size()], 0);
+      if (!addr.ok()) {
+        s = addr.status();
+        break;
       }
       // The peer listens before it publishes its address, so a refusal means it is gone:
       // retry only briefly (a full accept backlog), and never hold the engine for long.

@@ -121,6 +121,9 @@ class ConnectionManager {
   Status send_failure_notice(int peer, const std::string& why, double deadline);
   // A hello from this rank to `peer` (authenticated; transport and channel fields left 0).
   HelloHeader hello_to(int peer, uint8_t flags) const;
+  // peer_context() plus what transport t needs of the pair (the networks tcp stripes over):
+  // what start_connect() and accept() get.
+  PeerContext transport_context(int peer, const Transport& t);
   // A socket to the first of the peer's listeners that accepts (each try bounded by per_try_s),
   // for the one-shot messages: the liveness probe and the failure notice.
   Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline);
