@@ -18,6 +18,7 @@ cmake --build "$build" -j2
 if [ "$kind" = tsan ]; then
   # TSan: the threaded whole-stack test is what exercises the engine's locking.
   "$build/tests/cpp/communicator_test"
+  "$build/tests/cpp/express_test"  # the blocking calls' inline operation (core/express.cc)
 else
   ctest --test-dir "$build" --output-on-failure
 fi

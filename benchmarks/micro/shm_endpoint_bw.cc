@@ -250,7 +250,7 @@ void suite(Peer& p, bool cma, int reps, Scope scope, const std::vector<size_t>& 
   say("\n== %s ==\n", cma ? "CMA on (cma_min <= message <= cma_max: process_vm_readv)" : "ring only (CMA off)");
   const Stat lat = repeat(reps, [&] { return pingpong(p, 200); });
   say("ping-pong 8 B: %.3f us half round trip (best %.3f)\n", lat.median * 1e6, lat.best * 1e6);
-  for (size_t n : {size_t(1024), size_t(8192), size_t(65536)}) {
+  for (size_t n : {size_t(8), size_t(1024), size_t(8192), size_t(65536)}) {
     // Small allreduces: the ring (two steps on halves) and the direct algorithm (one exchange
     // of the whole vector with a reduce receive), which is what small messages would use.
     const Stat ring = repeat(reps, [&] { return allreduce2(p, fdata, n, 100); });

@@ -43,6 +43,15 @@ uccl_result_t finish(const char* fn, uccl_comm_t comm, uccl_request_t* request, 
   return record(w.value()->wait(-1));
 }
 
+// The collectives with a blocking form (Communicator::run, the express path): that form when
+// request is NULL, else issued through `issue` and handed back.
+template <class Args>
+uccl_result_t finish_args(const char* fn, uccl_comm_t comm, uccl_request_t* request, const Args& a,
+                          uccl::Result<uccl::WorkPtr> (uccl::Communicator::*issue)(const Args&)) {
+  if (!request) return record(comm->c->run(a));
+  return finish(fn, comm, request, [&] { return ((*comm->c).*issue)(a); });
+}
+
 // counts[0..n) as a vector; NULL gives an empty vector (meaning "packed" for displacements).
 std::vector<size_t> vec(const size_t* a, int n) { return a ? std::vector<size_t>(a, a + n) : std::vector<size_t>(); }
 
@@ -71,7 +80,7 @@ uccl_result_t uccl_all_reduce(const void* send, void* recv, size_t count, uccl_d
     UCCL_CHECK(comm, datatype, &op);
     uccl::AllReduceArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.op = rop(op);
-    return finish(fn, comm, request, [&] { return comm->c->all_reduce(a); });
+    return finish_args(fn, comm, request, a, &uccl::Communicator::all_reduce);
   });
 }
 
@@ -82,7 +91,7 @@ uccl_result_t uccl_reduce(const void* send, void* recv, size_t count, uccl_datat
     UCCL_CHECK(comm, datatype, &op);
     uccl::ReduceArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.op = rop(op), a.root = root;
-    return finish(fn, comm, request, [&] { return comm->c->reduce(a); });
+    return finish_args(fn, comm, request, a, &uccl::Communicator::reduce);
   });
 }
 
@@ -93,7 +102,7 @@ uccl_result_t uccl_broadcast(const void* send, void* recv, size_t count, uccl_da
     UCCL_CHECK(comm, datatype);
     uccl::BroadcastArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype), a.root = root;
-    return finish(fn, comm, request, [&] { return comm->c->broadcast(a); });
+    return finish_args(fn, comm, request, a, &uccl::Communicator::broadcast);
   });
 }
 
@@ -104,7 +113,7 @@ uccl_result_t uccl_all_gather(const void* send, void* recv, size_t count, uccl_d
     UCCL_CHECK(comm, datatype);
     uccl::AllGatherArgs a;
     a.send = send, a.recv = recv, a.count = count, a.dtype = dt(datatype);
-    return finish(fn, comm, request, [&] { return comm->c->all_gather(a); });
+    return finish_args(fn, comm, request, a, &uccl::Communicator::all_gather);
   });
 }
 
@@ -129,7 +138,7 @@ uccl_result_t uccl_reduce_scatter(const void* send, void* recv, size_t recv_coun
     UCCL_CHECK(comm, datatype, &op);
     uccl::ReduceScatterArgs a;
     a.send = send, a.recv = recv, a.count = recv_count, a.dtype = dt(datatype), a.op = rop(op);
-    return finish(fn, comm, request, [&] { return comm->c->reduce_scatter(a); });
+    return finish_args(fn, comm, request, a, &uccl::Communicator::reduce_scatter);
   });
 }
 

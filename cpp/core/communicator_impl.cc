@@ -12,6 +12,7 @@
 #include "transports/registry.h"
 
 namespace uccl {
+
 namespace {
 
 // The path lines of describe(): the transports' choice for each pair (Topology cannot ask them).
@@ -52,7 +53,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> st
                                    std::shared_ptr<Engine> engine)
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)),
       algo_(parse_algorithm(algorithm_name(opts)).value()),
-      small_msg_bytes_(kSmallMsgBytes.get()) {
+      small_msg_bytes_(kSmallMsgBytes.get()), express_on_(kExpress.get()) {
   exec_.p2p_sent.assign(size, 0);
   exec_.p2p_recvd.assign(size, 0);
 }
@@ -80,13 +81,11 @@ Result<MemoryLoc> CommunicatorImpl::where(const char* what, std::initializer_lis
   return loc;
 }
 
-Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops,
-                                        const MemoryLoc& mem, uintptr_t stream) {
+Result<OpEnv> CommunicatorImpl::make_env(const Call& c, const MemoryLoc& mem, uintptr_t stream, OpStats* stats) {
   if (mem.is_device()) {  // a bad stream is the caller's error, refused before anything is queued
     auto us = mem.backend->wrap_stream(mem.ordinal, stream);
     if (!us.ok()) return Status(Code::kInvalidArgument, std::string(collective_name(c.coll)) + ": stream: " + us.status().message());
   }
-  auto w = std::make_shared<OpWork>(engine_, c.coll);
   OpEnv env;
   env.mem = mem;
   env.stream = stream;
@@ -99,7 +98,7 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
   env.envelope.root = c.root;
   env.scratch = mem.is_device() ? &dev_scratch_ : &scratch_;
   env.choices = &choices_;
-  env.stats = &w->stats_;
+  env.stats = stats;
   env.algo = algo_;
   env.small_msg_bytes = small_msg_bytes_;
   // Collectives whose algorithm choice reads the topology need everyone's PeerInfo (first time only).
@@ -114,6 +113,16 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
     host_ranks_noted_ = true;  // the waiting policy yields while spinning when they outnumber the cores
     note_host_ranks(static_cast<int>(env.topo->host_members(env.topo->host_of(rank_)).size()));
   }
+  return env;
+}
+
+Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops,
+                                        const MemoryLoc& mem, uintptr_t stream, Express* x) {
+  if (x && express_new(c, build, mem, x)) return WorkPtr();
+  auto w = std::make_shared<OpWork>(engine_, c.coll);
+  auto made = make_env(c, mem, stream, &w->stats_);
+  if (!made.ok()) return made.status();
+  OpEnv& env = made.value();
   std::lock_guard<std::mutex> lock(issue_mu_);
   if (p2p_ops) {
     // Point-to-point messages are numbered per peer pair, not per communicator: the other
@@ -157,8 +166,7 @@ Status CommunicatorImpl::check_common(const char* what, DataType dt, size_t coun
   if (count > 0 && !send) return InvalidArgument(std::string(what) + ": send buffer is null but count is " + std::to_string(count));
   if (count > 0 && need_recv && !recv)
     return InvalidArgument(std::string(what) + ": receive buffer is null but count is " + std::to_string(count));
-  Status e = engine_->error();
-  if (!e.ok()) return e;
+  if (engine_->has_failed()) return engine_->error();  // no lock (and no Status copy) per call otherwise
   return Status::Ok();
 }
 
@@ -185,40 +193,56 @@ Status CommunicatorImpl::check_root(const char* what, int root) {
   if (!var##_where.ok()) return var##_where.status();   \
   const MemoryLoc var = var##_where.value()
 
-Result<WorkPtr> CommunicatorImpl::all_reduce(const AllReduceArgs& a) {
+Result<WorkPtr> CommunicatorImpl::all_reduce_impl(const AllReduceArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("all_reduce", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("all_reduce", a.dtype, a.op));
   UCCL_WHERE(mem, "all_reduce", a.send, a.recv);
-  return issue({Collective::kAllReduce, a.count, a.dtype, a.op, -1},
-               [a](const OpEnv& e, Schedule* s) { return build_all_reduce(a, e, s); }, nullptr, mem, a.stream);
+  const Call c{Collective::kAllReduce, a.count, a.dtype, a.op, -1};
+  if (x && express_cached(c, mem, x)) return WorkPtr();
+  return issue(c,
+               [a](const OpEnv& e, Schedule* s) { return build_all_reduce(a, e, s); }, nullptr, mem, a.stream, x);
 }
 
-Result<WorkPtr> CommunicatorImpl::reduce(const ReduceArgs& a) {
+Result<WorkPtr> CommunicatorImpl::all_reduce(const AllReduceArgs& a) { return all_reduce_impl(a, nullptr); }
+
+Result<WorkPtr> CommunicatorImpl::reduce_impl(const ReduceArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_root("reduce", a.root));
   UCCL_RETURN_IF_ERROR(check_common("reduce", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
   UCCL_RETURN_IF_ERROR(check_op("reduce", a.dtype, a.op));
   UCCL_WHERE(mem, "reduce", a.send, a.recv);
-  return issue({Collective::kReduce, a.count, a.dtype, a.op, a.root},
-               [a](const OpEnv& e, Schedule* s) { return build_reduce(a, e, s); }, nullptr, mem, a.stream);
+  const Call c{Collective::kReduce, a.count, a.dtype, a.op, a.root};
+  if (x && express_cached(c, mem, x)) return WorkPtr();
+  return issue(c,
+               [a](const OpEnv& e, Schedule* s) { return build_reduce(a, e, s); }, nullptr, mem, a.stream, x);
 }
 
-Result<WorkPtr> CommunicatorImpl::broadcast(const BroadcastArgs& a) {
+Result<WorkPtr> CommunicatorImpl::reduce(const ReduceArgs& a) { return reduce_impl(a, nullptr); }
+
+Result<WorkPtr> CommunicatorImpl::broadcast_impl(const BroadcastArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_root("broadcast", a.root));
   const bool root = rank_ == a.root;
   UCCL_RETURN_IF_ERROR(check_common("broadcast", a.dtype, a.count, root ? a.send : a.recv, a.recv, !root));
   UCCL_WHERE(mem, "broadcast", root ? a.send : nullptr, a.recv);
-  return issue({Collective::kBroadcast, a.count, a.dtype, RedOp::kSum, a.root},
-               [a](const OpEnv& e, Schedule* s) { return build_broadcast(a, e, s); }, nullptr, mem, a.stream);
+  const Call c{Collective::kBroadcast, a.count, a.dtype, RedOp::kSum, a.root};
+  if (x && express_cached(c, mem, x)) return WorkPtr();
+  return issue(c,
+               [a](const OpEnv& e, Schedule* s) { return build_broadcast(a, e, s); }, nullptr, mem, a.stream, x);
 }
 
-Result<WorkPtr> CommunicatorImpl::all_gather(const AllGatherArgs& a) {
+Result<WorkPtr> CommunicatorImpl::broadcast(const BroadcastArgs& a) { return broadcast_impl(a, nullptr); }
+
+Result<WorkPtr> CommunicatorImpl::all_gather_impl(const AllGatherArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("all_gather", a.dtype, a.count, a.send, a.recv));
-  const Blocks b = even_blocks(a.count * size_, size_);
   UCCL_WHERE(mem, "all_gather", a.send, a.recv);
-  return issue({Collective::kAllGather, a.count, a.dtype, RedOp::kSum, -1}, [a, b](const OpEnv& e, Schedule* s) {
+  const Call c{Collective::kAllGather, a.count, a.dtype, RedOp::kSum, -1};
+  if (x && express_cached(c, mem, x)) return WorkPtr();
+  const Blocks b = even_blocks(a.count * size_, size_);
+  return issue(c, [a, b](const OpEnv& e, Schedule* s) {
     return build_all_gather_v(a.send, a.recv, b, a.dtype, e, s);
-  }, nullptr, mem, a.stream);
+  }, nullptr, mem, a.stream, x);
 }
+
+Result<WorkPtr> CommunicatorImpl::all_gather(const AllGatherArgs& a) { return all_gather_impl(a, nullptr); }
 
 Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
   if (a.recv_counts.size() != static_cast<size_t>(size_) ||
@@ -232,15 +256,19 @@ Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
   }, nullptr, mem, a.stream);
 }
 
-Result<WorkPtr> CommunicatorImpl::reduce_scatter(const ReduceScatterArgs& a) {
+Result<WorkPtr> CommunicatorImpl::reduce_scatter_impl(const ReduceScatterArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("reduce_scatter", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("reduce_scatter", a.dtype, a.op));
-  const Blocks b = even_blocks(a.count * size_, size_);
   UCCL_WHERE(mem, "reduce_scatter", a.send, a.recv);
-  return issue({Collective::kReduceScatter, a.count, a.dtype, a.op, -1}, [a, b](const OpEnv& e, Schedule* s) {
+  const Call c{Collective::kReduceScatter, a.count, a.dtype, a.op, -1};
+  if (x && express_cached(c, mem, x)) return WorkPtr();
+  const Blocks b = even_blocks(a.count * size_, size_);
+  return issue(c, [a, b](const OpEnv& e, Schedule* s) {
     return build_reduce_scatter_v(a.send, a.recv, b, a, e, s);
-  }, nullptr, mem, a.stream);
+  }, nullptr, mem, a.stream, x);
 }
+
+Result<WorkPtr> CommunicatorImpl::reduce_scatter(const ReduceScatterArgs& a) { return reduce_scatter_impl(a, nullptr); }
 
 Result<WorkPtr> CommunicatorImpl::reduce_scatter_v(const ReduceScatterVArgs& a) {
   if (a.recv_counts.size() != static_cast<size_t>(size_))

@@ -6,14 +6,18 @@
 #include <atomic>
 #include <initializer_list>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "uccl/communicator.h"
+#include "base/config.h"
 #include "core/agreement.h"
 #include "core/engine.h"
 #include "topology/topology.h"
 
 namespace uccl {
+
+extern const BoolSetting kExpress;  // UCCL_EXPRESS (core/express.cc)
 
 class CommunicatorImpl : public Communicator {
  public:
@@ -36,6 +40,12 @@ class CommunicatorImpl : public Communicator {
   Result<WorkPtr> scatter(const ScatterArgs& a) override;
   Result<WorkPtr> p2p(const std::vector<P2POp>& ops) override;
   Result<WorkPtr> barrier() override;
+  // The blocking forms, with the express path (core/express.cc).
+  Status run(const AllReduceArgs& a, double timeout_s) override;
+  Status run(const ReduceArgs& a, double timeout_s) override;
+  Status run(const BroadcastArgs& a, double timeout_s) override;
+  Status run(const AllGatherArgs& a, double timeout_s) override;
+  Status run(const ReduceScatterArgs& a, double timeout_s) override;
   Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks, const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> shrink(const CommOptions& opts) override;
@@ -60,8 +70,36 @@ class CommunicatorImpl : public Communicator {
     RedOp op;
     int root;
   };
+  // What an operation's task sees (OpEnv) for a call; reads the topology first if it must.
+  Result<OpEnv> make_env(const Call& c, const MemoryLoc& mem, uintptr_t stream, OpStats* stats);
+  // The express path (core/express.cc). A blocking call (run) passes an Express to the
+  // collective's *_impl; express_cached() runs it on the cached task when its key matches and
+  // the engine is idle, issue() on a new task (kept for next time) when only the latter holds.
+  // Otherwise the call is issued as usual and run() waits for its Work.
+  struct ExpressKey {
+    Call c;
+    const void* send;
+    const void* recv;
+    double scalar;
+    bool same(const ExpressKey& o) const;
+  };
+  struct Express {
+    ExpressKey key;
+    double timeout_s;
+    Status status;
+    bool ran = false;
+  };
+  bool express_cached(const Call& c, const MemoryLoc& mem, Express* x);
+  bool express_new(const Call& c, ScheduleTask::Builder& build, const MemoryLoc& mem, Express* x);
+  bool express_start(std::unique_lock<std::mutex>& issue_lock, Express* x);  // with express_task_ set
+  Status finish_run(Result<WorkPtr> w, Express& x);
+  Result<WorkPtr> all_reduce_impl(const AllReduceArgs& a, Express* x);
+  Result<WorkPtr> reduce_impl(const ReduceArgs& a, Express* x);
+  Result<WorkPtr> broadcast_impl(const BroadcastArgs& a, Express* x);
+  Result<WorkPtr> all_gather_impl(const AllGatherArgs& a, Express* x);
+  Result<WorkPtr> reduce_scatter_impl(const ReduceScatterArgs& a, Express* x);
   Result<WorkPtr> issue(const Call& c, ScheduleTask::Builder build, std::vector<P2POp>* p2p_ops = nullptr,
-                        const MemoryLoc& mem = MemoryLoc(), uintptr_t stream = 0);
+                        const MemoryLoc& mem = MemoryLoc(), uintptr_t stream = 0, Express* x = nullptr);
   // Where the call's buffers live: host, or one device of one backend (a mix is refused).
   Result<MemoryLoc> where(const char* what, std::initializer_list<const void*> bufs);
   Status check_common(const char* what, DataType dt, size_t count, const void* send, const void* recv,
@@ -86,6 +124,11 @@ class CommunicatorImpl : public Communicator {
   ScratchArena dev_scratch_;  // device operations' scratch (on the device of the executing op)
   SelectionState choices_;  // the algorithm choices this communicator remembers (select.h)
   ExecState exec_;  // reused by each executing operation in turn (see ExecState)
+  // The express path's task, kept for the next call with the same key (under issue_mu_).
+  std::optional<ScheduleTask> express_task_;
+  ExpressKey express_key_{};
+  OpStats express_stats_;
+  const bool express_on_;  // UCCL_EXPRESS
   std::mutex issue_mu_;          // sequence numbers are assigned in issue order
   uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)
   uint64_t subcomm_seq_ = 0;     // split/new_group calls, for unique store prefixes

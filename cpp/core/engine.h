@@ -66,6 +66,23 @@ class OpWork : public Work {
   std::vector<std::function<void(const Status&)>> callbacks_;
 };
 
+// An operation the calling thread runs without a Work or a queue entry (Engine::run_inline,
+// the express path of the blocking calls, core/express.cc).
+struct InlineOp {
+  ScheduleTask* task = nullptr;
+  Collective coll = Collective::kAllReduce;
+  uint64_t seq = 0;
+  Status result;  // valid once done()
+  std::atomic<bool> finished{false};  // set under the engine lock; another waiter may drive it
+  bool done() const { return finished.load(std::memory_order_acquire); }
+  Status status() const { return result; }
+  std::string label() const;
+  void finish(const Status& s) {
+    result = s;
+    finished.store(true, std::memory_order_release);
+  }
+};
+
 class Engine {
  public:
   Engine(int rank, int size, std::unique_ptr<ConnectionManager> conns, double timeout_s);
@@ -74,6 +91,14 @@ class Engine {
   // Queues an operation. Fails at once (without queuing) if the communicator already failed.
   Status submit(const std::shared_ptr<OpWork>& w);
   Status wait(OpWork* w, double timeout_s);
+  // The express path (core/express.cc). start_inline(): if nothing is queued or running and
+  // the communicator has not failed, makes `op` the running operation (the caller holds the
+  // communicator's issue lock, so whatever is issued later queues behind it) and returns true.
+  // wait_inline(): drives it in this thread like wait() (progress_once runs it before the
+  // queue); a failure fails the communicator like any operation's. Returns its status.
+  bool start_inline(InlineOp* op);
+  bool idle();  // what start_inline checks, without starting anything
+  Status wait_inline(InlineOp* op, double timeout_s);
   // Communicator::will_wait(): counts as a waiter, so submit() does not wake the progress
   // thread; end_will_wait() wakes it if operations are left and nobody else waits.
   void begin_will_wait() { waiters_.fetch_add(1); }
@@ -82,6 +107,8 @@ class Engine {
   void poll_once();
   void abort(const Status& why);
   Status error();
+  // error() without the lock for the common case: false until the communicator failed.
+  bool has_failed() const { return failed_flag_.load(std::memory_order_acquire); }
   void shutdown();
   std::string describe();
   double timeout_s() const { return timeout_s_; }
@@ -91,6 +118,11 @@ class Engine {
  private:
   using Callbacks = std::vector<std::function<void()>>;
   bool progress_once(Callbacks* done);  // requires mu_
+  // One step of a task: progress, and once more after the endpoints moved (requires mu_).
+  Status step(ScheduleTask* t, bool* finished, bool* moved);
+  // Engine::wait's loop, for an OpWork or an InlineOp (done(), label(), status()).
+  template <class Op>
+  Status wait_for(Op* w, double timeout_s);
   void fail_everything(const Status& why, Callbacks* done);  // requires mu_
   void thread_main();
   // Sleeps until a pending endpoint is signalled, or at most a few milliseconds (longer the
@@ -110,6 +142,7 @@ class Engine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<OpWork>> queue_;
+  InlineOp* inline_ = nullptr;  // the express operation running ahead of the queue (under mu_)
   Status failed_;
   Status cause_for_peers_;  // the root cause, handed to endpoints (they forward it to the peer)
   uint32_t passes_ = 0;     // progress passes (under mu_), for the occasional deadline check

@@ -1,5 +1,6 @@
 #include "core/schedule_executor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/log.h"
@@ -231,6 +232,7 @@ Status ScheduleTask::progress(bool* done) {
                 static_cast<unsigned long long>(e.count), dtype_name(static_cast<DataType>(e.dtype)),
                 x_->sched.num_phases());
     }
+    x_->built_by = this;
     x_->send_steps.assign(env_.size, 0);
     x_->recv_steps.assign(env_.size, 0);
   }
@@ -261,6 +263,20 @@ Status ScheduleTask::progress(bool* done) {
   }
   *done = true;
   return Status::Ok();
+}
+
+void ScheduleTask::restart(uint64_t op_seq) {
+  env_.envelope.op_seq = op_seq;
+  phase_ = 0;
+  posted_ = false;
+  locals_queued_ = false;
+  user_ready_ = true;
+  if (built_ && exec_->built_by == this) {
+    std::fill(exec_->send_steps.begin(), exec_->send_steps.end(), 0);
+    std::fill(exec_->recv_steps.begin(), exec_->recv_steps.end(), 0);
+  } else {
+    built_ = false;
+  }
 }
 
 std::string ScheduleTask::waiting_for() const {

@@ -44,6 +44,8 @@ struct ExecState {
   // follows issue order, and an any-source receive learns its peer only when it matches.
   std::vector<uint64_t> p2p_sent, p2p_recvd;
   int any_source_next = 0;  // where the next any-source receive starts looking (fairness)
+  // The task whose schedule `sched` holds (ScheduleTask::restart reuses it while it does).
+  const void* built_by = nullptr;
 };
 
 class ScheduleTask {
@@ -57,6 +59,10 @@ class ScheduleTask {
 
   // Advances the operation; never blocks. Sets *done when finished.
   Status progress(bool* done);
+  // Makes a finished (host memory) task run again as operation `op_seq` with the same
+  // arguments: the express path's cached schedule (core/express.cc). The schedule is rebuilt
+  // only if another operation's schedule replaced it in the ExecState meanwhile.
+  void restart(uint64_t op_seq);
   // What the operation is waiting for (for timeout messages).
   std::string waiting_for() const;
   OpEnv& env() { return env_; }

@@ -55,6 +55,20 @@ class Communicator {
   virtual Result<WorkPtr> p2p(const std::vector<P2POp>& ops) = 0;
   virtual Result<WorkPtr> barrier() = 0;
 
+  // Blocking forms: issue and wait in the calling thread, like MPI_Allreduce or a C call with
+  // a NULL request (timeout_s < 0: the communicator's timeout). The default issues the
+  // operation and waits for its Work. The library's own communicators run an operation that
+  // finds the communicator idle (nothing queued or running) and its buffers in host memory on
+  // the express path: no Work, no queue entry, and the schedule built for the same call
+  // (arguments and buffers) the time before is run again instead of being rebuilt (issue 18:
+  // an 8-byte all_reduce spent most of its time in that machinery, not on the wire). Results
+  // and messages are exactly those of the asynchronous call.
+  virtual Status run(const AllReduceArgs& a, double timeout_s = -1);
+  virtual Status run(const ReduceArgs& a, double timeout_s = -1);
+  virtual Status run(const BroadcastArgs& a, double timeout_s = -1);
+  virtual Status run(const AllGatherArgs& a, double timeout_s = -1);
+  virtual Status run(const ReduceScatterArgs& a, double timeout_s = -1);
+
   // Collective over this communicator: ranks with the same color form a new communicator,
   // ordered by (key, old rank). color < 0 returns nullptr (the rank joins no group).
   virtual Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts = {}) = 0;
