@@ -127,7 +127,6 @@ class CommunicatorImpl : public Communicator {
   // The express path's task, kept for the next call with the same key (under issue_mu_).
   std::optional<ScheduleTask> express_task_;
   ExpressKey express_key_{};
-  OpStats express_stats_;
   const bool express_on_;  // UCCL_EXPRESS
   std::mutex issue_mu_;          // sequence numbers are assigned in issue order
   uint64_t coll_seq_ = 0;        // collectives issued (every rank counts the same)
