@@ -1,8 +1,9 @@
-"""uccl vs Open MPI when the CPU is busy: all_reduce beside N busy-loop processes.
+"""uccl vs Open MPI when the CPU is busy: all_reduce (or all_gather) beside N busy-loop processes.
 
     python benchmarks/busy_cpu.py --busy 0,1,2,3 --ranks 2 --sizes 8,4K,64K,256K,1M
     python benchmarks/busy_cpu.py --busy 0 --ranks 4          # oversubscribed: 4 ranks, 2 cores
     python benchmarks/busy_cpu.py --loops python --busy 2      # the Python APIs (compare.py)
+    python benchmarks/busy_cpu.py --coll all_gather --busy 0 --sizes 64K,256K   # MPI_Allgather
 
 Training processes share their cores with data loaders, Python threads and other ranks; a
 library whose waiting (spinning, yielding, sleeping, a helper thread) fights the scheduler pays a
@@ -51,6 +52,8 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--busy", default="0,1,2,3", help="numbers of busy loops, comma separated (default 0,1,2,3)")
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--coll", choices=["all_reduce", "all_gather"], default="all_reduce",
+                   help="all_gather sizes are the gathered bytes (nccl-tests' convention), as for uccl-perf")
     p.add_argument("--sizes", default="8,4K,64K,256K,1M", help="bytes, comma separated (K/M suffixes)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per size (median reported)")
     p.add_argument("--loops", default="c", help="c, python or c,python")
@@ -105,7 +108,7 @@ def run(cmd, env=None, timeout=600):
 
 def uccl_c(a, size, iters, tmp, env):
     out = os.path.join(tmp, "u.json")
-    perf = a.uccl_perf.split() + ["all_reduce", "-b", str(size), "-e", str(size), "-n", str(iters), "-w", "10", "-c", "0",
+    perf = a.uccl_perf.split() + [a.coll, "-b", str(size), "-e", str(size), "-n", str(iters), "-w", "10", "-c", "0",
             "-z", "1", "-J", out]
     cmd = MPIRUN + ["-np", str(a.ranks)] + [x for kv in a.uccl_env for x in ("-x", kv)] + perf \
         if a.launcher == "mpirun" else perf + ["-N", str(a.ranks)]
@@ -115,7 +118,8 @@ def uccl_c(a, size, iters, tmp, env):
 
 
 def mpi_c(a, size, iters, exe):
-    text = run(MPIRUN + ["-np", str(a.ranks), exe, str(iters), str(size), "1"])
+    text = run(MPIRUN + ["-np", str(a.ranks), exe, str(iters), str(size), "1",
+                         "allgather" if a.coll == "all_gather" else "allreduce"])
     m = re.search(r"^\s*%d bytes\s+([\d.]+) us" % size, text or "", re.M)
     return float(m.group(1)) if m else None
 
@@ -142,7 +146,7 @@ def python_loops(a, env):
     with tempfile.TemporaryDirectory(prefix="uccl-busy-") as tmp:
         out = os.path.join(tmp, "cmp")
         cmd = MPIRUN + ["-np", str(a.ranks)] + [x for kv in a.uccl_env for x in ("-x", kv)] + [
-            sys.executable, os.path.join(HERE, "compare.py"), "all_reduce", "--libs", "uccl,mpi",
+            sys.executable, os.path.join(HERE, "compare.py"), a.coll, "--libs", "uccl,mpi",
             "--sizes", ",".join(str(s) for s in a.sizes), "-R", str(max(a.rounds, 3)), "--out", out]
         if run(cmd, env=env, timeout=1800) is None:
             return rows
@@ -179,7 +183,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="uccl-busy-") as tmp:
         exe = os.path.join(tmp, "mpi_c_latency")
         subprocess.run(["mpicc", "-O2", "-o", exe, os.path.join(HERE, "mpi_c_latency.c")], check=True)
-        print(f"# busy_cpu: all_reduce float sum, {a.ranks} ranks on {os.cpu_count()} cpus, rounds {a.rounds}, "
+        print(f"# busy_cpu: {a.coll} float{' sum' if a.coll == 'all_reduce' else ''}, {a.ranks} ranks on {os.cpu_count()} cpus, rounds {a.rounds}, "
               f"uccl launcher {a.launcher}, uccl env {' '.join(a.uccl_env) or '-'}")
         for n in a.busy:
             for kind in a.loops:

@@ -47,10 +47,10 @@ unsigned grid_for(size_t items) {
   return static_cast<unsigned>(g == 0 ? 1 : g);
 }
 
-template <class K, class Op>
-__global__ void reduce_kernel(typename Elem<K>::S* d, const typename Elem<K>::S* a,
-                              const typename Elem<K>::S* b, size_t n, bool vec, Op op) {
-  using S = typename Elem<K>::S;
+// The one grid-stride loop every kernel is: d[i] = f(a[i], b[i]) (b is read only for Binary).
+// 16-byte vectors when every pointer allows it, element by element for the tail.
+template <bool Binary, class S, class F>
+__global__ void map_kernel(S* d, const S* a, const S* b, size_t n, bool vec, F f) {
   constexpr int V = 16 / sizeof(S);
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -58,56 +58,45 @@ __global__ void reduce_kernel(typename Elem<K>::S* d, const typename Elem<K>::S*
   for (size_t i = tid; i < nvec; i += stride) {
     Vec<S> x, y, z;
     x.u = reinterpret_cast<const uint4*>(a)[i];
-    y.u = reinterpret_cast<const uint4*>(b)[i];
+    if constexpr (Binary) y.u = reinterpret_cast<const uint4*>(b)[i];
 #pragma unroll
-    for (int j = 0; j < V; ++j) z.e[j] = elem::combine<K>(x.e[j], y.e[j], op);
+    for (int j = 0; j < V; ++j) z.e[j] = f(x.e[j], Binary ? y.e[j] : x.e[j]);
     reinterpret_cast<uint4*>(d)[i] = z.u;
   }
-  for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = elem::combine<K>(a[i], b[i], op);
+  for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = f(a[i], Binary ? b[i] : a[i]);
 }
 
-template <class K>
-__global__ void scale_kernel(typename Elem<K>::S* d, const typename Elem<K>::S* s, size_t n, bool vec,
-                             typename Elem<K>::C f) {
+template <bool Binary, class S, class F>
+int launch_map(void* dst, const void* a, const void* b, size_t n, F f, cudaStream_t st) {
+  const bool vec = aligned16(dst) && aligned16(a) && (!Binary || aligned16(b));
+  const size_t items = vec ? n / (16 / sizeof(S)) + 1 : n;
+  map_kernel<Binary, S, F><<<grid_for(items), kThreads, 0, st>>>(static_cast<S*>(dst), static_cast<const S*>(a),
+                                                                  static_cast<const S*>(b), n, vec, f);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// The per-element work of each kernel (cpp/base/elementwise.h, shared with the host).
+template <class K, class Op>
+struct Combine {
   using S = typename Elem<K>::S;
-  constexpr int V = 16 / sizeof(S);
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t nvec = vec ? n / V : 0;
-  for (size_t i = tid; i < nvec; i += stride) {
-    Vec<S> x, z;
-    x.u = reinterpret_cast<const uint4*>(s)[i];
-#pragma unroll
-    for (int j = 0; j < V; ++j) z.e[j] = elem::scale_one<K>(x.e[j], f);
-    reinterpret_cast<uint4*>(d)[i] = z.u;
-  }
-  for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = elem::scale_one<K>(s[i], f);
-}
-
+  Op op;
+  __device__ S operator()(S x, S y) const { return elem::combine<K>(x, y, op); }
+};
+template <class K>
+struct Scale {
+  using S = typename Elem<K>::S;
+  typename Elem<K>::C f;
+  __device__ S operator()(S x, S) const { return elem::scale_one<K>(x, f); }
+};
 template <class T>
-__global__ void divide_kernel(T* d, const T* s, size_t n, bool vec, T by) {
-  constexpr int V = 16 / sizeof(T);
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t nvec = vec ? n / V : 0;
-  for (size_t i = tid; i < nvec; i += stride) {
-    Vec<T> x, z;
-    x.u = reinterpret_cast<const uint4*>(s)[i];
-#pragma unroll
-    for (int j = 0; j < V; ++j) z.e[j] = elem::divide_one(x.e[j], by);
-    reinterpret_cast<uint4*>(d)[i] = z.u;
-  }
-  for (size_t i = nvec * V + tid; i < n; i += stride) d[i] = elem::divide_one(s[i], by);
-}
+struct Divide {
+  T by;
+  __device__ T operator()(T x, T) const { return elem::divide_one(x, by); }
+};
 
 template <class K, class Op>
 int run_reduce(void* dst, const void* a, const void* b, size_t n, Op op, cudaStream_t st) {
-  using S = typename Elem<K>::S;
-  const bool vec = aligned16(dst) && aligned16(a) && aligned16(b);
-  const size_t items = vec ? n / (16 / sizeof(S)) + 1 : n;
-  reduce_kernel<K, Op><<<grid_for(items), kThreads, 0, st>>>(
-      static_cast<S*>(dst), static_cast<const S*>(a), static_cast<const S*>(b), n, vec, op);
-  return static_cast<int>(cudaGetLastError());
+  return launch_map<true, typename Elem<K>::S>(dst, a, b, n, Combine<K, Op>{op}, st);
 }
 
 template <class K>
@@ -135,21 +124,12 @@ int reduce_typed(void* dst, const void* a, const void* b, size_t n, RedOp op, cu
 
 template <class K>
 int scale_typed(void* dst, const void* src, size_t n, double factor, cudaStream_t st) {
-  using S = typename Elem<K>::S;
-  const bool vec = aligned16(dst) && aligned16(src);
-  const size_t items = vec ? n / (16 / sizeof(S)) + 1 : n;
-  scale_kernel<K><<<grid_for(items), kThreads, 0, st>>>(static_cast<S*>(dst), static_cast<const S*>(src), n,
-                                                         vec, elem::scale_factor<K>(factor));
-  return static_cast<int>(cudaGetLastError());
+  return launch_map<false, typename Elem<K>::S>(dst, src, nullptr, n, Scale<K>{elem::scale_factor<K>(factor)}, st);
 }
 
 template <class T>
 int divide_typed(void* dst, const void* src, size_t n, int by, cudaStream_t st) {
-  const bool vec = aligned16(dst) && aligned16(src);
-  const size_t items = vec ? n / (16 / sizeof(T)) + 1 : n;
-  divide_kernel<T><<<grid_for(items), kThreads, 0, st>>>(static_cast<T*>(dst), static_cast<const T*>(src), n,
-                                                          vec, static_cast<T>(by));
-  return static_cast<int>(cudaGetLastError());
+  return launch_map<false, T>(dst, src, nullptr, n, Divide<T>{static_cast<T>(by)}, st);
 }
 
 }  // namespace
