@@ -1,5 +1,7 @@
 #include "algorithms/schedule.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -81,6 +83,10 @@ void ScratchArena::set_device(DeviceBackend* backend, int ordinal) {
   ordinal_ = ordinal;
 }
 
+namespace {
+constexpr size_t kHugeScratch = size_t(2) << 20;  // one x86 huge page
+}  // namespace
+
 void* ScratchArena::get(size_t bytes) {
   if (bytes > cap_) {
     release();
@@ -90,6 +96,15 @@ void* ScratchArena::get(size_t bytes) {
       buf_ = p.ok() ? p.value() : nullptr;
       error_ = p.status();
       if (!buf_) cap_ = 0;
+    } else if (cap_ >= kHugeScratch) {
+      // Large scratch on transparent huge pages where the system offers them (as numpy does
+      // for its large arrays): the algorithms stream through it once per operation, and 4 KiB
+      // pages cost TLB misses and, for a peer's CMA read, one page walk each. Measured: a
+      // 4-rank 64 MiB all_reduce of a torch tensor (4 KiB pages) took 35-38 ms against 30-31
+      // for a numpy array (huge pages) of the same size.
+      cap_ = (cap_ + kHugeScratch - 1) & ~(kHugeScratch - 1);
+      buf_ = std::aligned_alloc(kHugeScratch, cap_);
+      if (buf_) madvise(buf_, cap_, MADV_HUGEPAGE);  // a hint: fine if refused
     } else {
       buf_ = std::aligned_alloc(64, cap_);
     }
