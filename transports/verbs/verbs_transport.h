@@ -44,6 +44,11 @@ struct VerbsOptions {
   int retry_cnt = kIbRetryCnt.default_value();
   int tc = kIbTc.default_value();  // RoCE traffic class
   int sl = kIbSl.default_value();
+  // Stripe large messages over every ACTIVE port `hca` selects that the peer has a port beside
+  // (transports/verbs/verbs_lanes.h); false (UCCL_STRIPE_NETWORKS=off): the first port only.
+  bool stripe = true;
+  // Tests: lane `fail_lane_for_testing` (>= 1) fails to connect on this side (-1: none).
+  int fail_lane_for_testing = -1;
   static VerbsOptions from_config();
 };
 
