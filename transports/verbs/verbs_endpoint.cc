@@ -124,6 +124,9 @@ void VerbsEndpoint::layout_lanes() {
 // READY named the lanes the active side connected (0 from a peer that does not stripe).
 void VerbsEndpoint::keep_lanes(uint64_t mask) {
   mask |= 1;  // lane 0 always
+  bool all = true;
+  for (auto& l : lanes_) all &= (mask >> l.id & 1) != 0;
+  if (all) return;
   std::vector<VerbsLane> kept;
   for (auto& l : lanes_) {
     if (mask >> l.id & 1) {
@@ -133,7 +136,6 @@ void VerbsEndpoint::keep_lanes(uint64_t mask) {
     left_out_ += (left_out_.empty() ? "" : "; ") + l.ch->device().name() + ": not connected by the peer";
     l.ch->to_error();
   }
-  if (kept.size() == lanes_.size()) return;
   lanes_ = std::move(kept);  // nothing was posted on a dropped lane yet (we had not sent a thing)
   ch_ = lanes_[0].ch.get();
   layout_lanes();

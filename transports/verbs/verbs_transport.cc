@@ -96,7 +96,7 @@ class VerbsPendingConnect : public PendingConnect {
       for (auto& a : remote.value().lanes)
         if (a.index == l.id) r = a.info.get();
       if (!r) {
-        note(l.ch->device().name() + ": the peer has no free port on its fabric");
+        note(l.ch->device().name() + ": not paired by the peer (no free port of its own on that fabric, or it failed there)");
         continue;
       }
       Status ls = r->qpn.size() > l.ch->nqp() ? Internal("the answer has more QPs than offered") : Status::Ok();
