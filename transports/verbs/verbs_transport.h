@@ -17,6 +17,9 @@
 //    sends a clear-to-send with address/rkey; the sender RDMA-WRITEs, striped across the QPs,
 //    the last write per QP with an immediate. Reduce receives target a registered scratch
 //    region, then reduce into dst.
+//  * With several usable ports (UCCL_IB_HCA selects them, no rail port picked), the connection
+//    has a lane (channel) per pair of ports on one fabric and large messages are cut over the
+//    lanes by their rates (verbs_lanes.h); lane 0 carries the control stream.
 #pragma once
 
 #include <cstddef>
