@@ -114,7 +114,7 @@ def body_striped(ctx):
 def test_one_connection_striped_over_both_ports():
     """UCCL_IB_HCA=rxe selects both ports on each rank: the connection stripes over rxe0 and rxe1
     (the passive side pairs each offered port with its other one, so both lanes cross the veth
-    pair), and each veth carries a large share of the bytes. UCCL_STRIPE_NETWORKS=off: one port."""
+    pair), and each veth carries a large share of the bytes."""
     env = {"UCCL_IB_HCA": "rxe", "UCCL_IB_TIMEOUT": "14"}
     results = run_world(2, "test_verbs_collectives:body_striped", host_ids=["h0", "h1"], env=env,
                         transport="verbs", timeout=600, comm_timeout=120)
@@ -125,11 +125,33 @@ def test_one_connection_striped_over_both_ports():
     # all_reduce moves 2 x 1.2 MB per rank, all_gather 1.2 MB per rank, send 1 MiB: ~8.2 MB in
     # all, half per lane; each veth must carry at least a quarter of it.
     total = 2 * (2 * 1_200_004 + 1_200_028) + (1 << 20)
-    print("striped: counters", d, "payload", total)
+    print("striped:", peer.strip(), "| counters", d, "| payload", total)
     assert d["veth0"] >= total // 4 and d["veth1"] >= total // 4, d
     assert d["rxe0"] > 0 and d["rxe1"] > 0, d
 
-    off = run_world(2, "test_verbs_collectives:body_striped", host_ids=["h0", "h1"],
-                    env=dict(env, UCCL_STRIPE_NETWORKS="off"), transport="verbs", timeout=600, comm_timeout=120)
-    peer = [l for l in off[0]["describe"].splitlines() if l.strip().startswith("peer 1:")][0]
-    assert "striped" not in peer and "verbs rxe0:1" in peer, peer
+
+
+def body_one_large(ctx):
+    import numpy as np
+    c, me, n = ctx.comm, ctx.rank, ctx.world
+    count = 100_003
+    ctx.check.equal(c.all_reduce(np.full(count, me + 1, np.float32)), np.full(count, n * (n + 1) / 2, np.float32),
+                    "all_reduce")
+    return c.describe()
+
+
+def test_one_port_when_striping_is_off_or_the_rank_is_pinned():
+    """UCCL_STRIPE_NETWORKS=off keeps one port; a per-local-rank UCCL_IB_HCA list ("=rxe0;=rxe1")
+    keeps each local rank on its own port (the rail choice), with no striping."""
+    def peer_line(desc, p):
+        return [l for l in desc.splitlines() if l.strip().startswith(f"peer {p}:")][0]
+    env = {"UCCL_IB_HCA": "rxe", "UCCL_IB_TIMEOUT": "14", "UCCL_STRIPE_NETWORKS": "off"}
+    off = run_world(2, "test_verbs_collectives:body_one_large", host_ids=["h0", "h1"], env=env, transport="verbs",
+                    timeout=600, comm_timeout=120)
+    line = peer_line(off[0], 1)
+    assert "striped" not in line and "verbs rxe0:1" in line, line
+    pinned = run_world(2, "test_verbs_collectives:body_one_large", host_ids=["h0", "h1"], transport="verbs",
+                       env={"UCCL_IB_HCA": "=rxe0;=rxe1", "UCCL_IB_TIMEOUT": "14", "LOCAL_WORLD_SIZE": "2"},
+                       rank_env=lambda r: {"LOCAL_RANK": str(r)}, timeout=600, comm_timeout=120)
+    assert "verbs rxe0:1" in peer_line(pinned[0], 1) and "striped" not in peer_line(pinned[0], 1), pinned[0]
+    assert "verbs rxe1:1" in peer_line(pinned[1], 0) and "striped" not in peer_line(pinned[1], 0), pinned[1]

@@ -52,12 +52,6 @@ int lane_qps(const VerbsOptions& o, size_t lanes) {
   return std::max(1, std::min(o.qps_per_connection, static_cast<int>(kMaxConnQps / std::max<size_t>(1, lanes))));
 }
 
-std::string lane_list(const std::vector<VerbsLane>& lanes) {
-  std::string s;
-  for (auto& l : lanes) s += (s.empty() ? "" : ", ") + l.ch->device().name();
-  return s;
-}
-
 class VerbsPendingConnect : public PendingConnect {
  public:
   VerbsPendingConnect(std::vector<VerbsLane> lanes, const VerbsOptions& o, const PeerContext& peer, std::string notes)
