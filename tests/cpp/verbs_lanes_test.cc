@@ -184,7 +184,7 @@ TEST_CASE("offer/answer: lanes round-trip, rates exactly; a peer without lanes r
   CHECK((plain.value().lanes.empty() && plain.value().gbps == 0 && plain.value().fabric.empty()));
 
   const std::string good = c.serialize();
-  for (const char* bad : {" lane1=rxe1:1|roce|0", " lane0=a|roce|0|00000000000000000000000000000000|1|3|1|f|1|1",
+  for (const char* bad : {" lane1=rxe1:1|roce|0", " lane8=a|roce|0|00000000000000000000000000000000|1|3|1|f|1|1", " lane0=a|roce|0|00000000000000000000000000000000|1|3|1|f|1|1",
                           " lane1=a|xx|0|00000000000000000000000000000000|1|3|1|f|1|1",
                           " lane1=a|roce|0|00000000000000000000000000000000|1|3|-1|f|1|1",
                           " lane1=a|roce|0|00000000000000000000000000000000|1|3|1|f|1,2|1", " gbps=fast"}) {

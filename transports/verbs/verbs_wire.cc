@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "transports/verbs/verbs_lanes.h"
+
 namespace uccl {
 namespace {
 
@@ -149,7 +151,7 @@ Result<VerbsConnInfo> VerbsConnInfo::parse(const std::string& text) {
   for (auto& e : kv) {
     if (e.first.compare(0, 4, "lane") != 0) continue;
     uint64_t index;
-    if (!parse_u64(e.first.substr(4), &index) || index < 1 || index >= 64) return bad("lane index " + e.first);
+    if (!parse_u64(e.first.substr(4), &index) || index < 1 || index >= kMaxLanes) return bad("lane index " + e.first);
     const std::vector<std::string> f = split_bars(e.second);
     auto lane = std::make_shared<VerbsConnInfo>();
     VerbsConnInfo& l = *lane;
