@@ -6,12 +6,6 @@
 namespace uccl {
 namespace {
 
-const TextSetting kStripeNetworks("tcp", "UCCL_STRIPE_NETWORKS", "auto",
-                                  "auto: a tcp connection between ranks that share several subnets stripes its sockets "
-                                  "over all of them, weighted by their rates (one rank over several NICs); off: the "
-                                  "best network only",
-                                  one_of({"auto", "off"}));
-
 std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out;
   size_t b = 0;
@@ -47,6 +41,13 @@ PathChoice make_choice(const TransportEntry& e, const PathVerdict& v, const std:
 }
 
 }  // namespace
+
+const TextSetting kStripeNetworks("network", "UCCL_STRIPE_NETWORKS", "auto",
+                                  "auto: a tcp connection between ranks that share several subnets stripes its sockets "
+                                  "over all of them, and a verbs connection its QPs over every HCA port the rank may "
+                                  "use that the peer has a port beside, weighted by their rates (one rank over "
+                                  "several NICs); off: the best network / one port only",
+                                  one_of({"auto", "off"}));
 
 Status check_transport_names(const std::string& forced) {
   if (forced.empty() || forced == "auto") return Status::Ok();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "topology/peer_info.h"
 #include "transports/transport.h"
 
@@ -50,5 +51,8 @@ PathChoice choose_path(const PeerInfo& me, const PeerInfo& peer);
 // order; empty with UCCL_STRIPE_NETWORKS=off or fewer than two common subnets. Transports that
 // stripe (Transport::stripes_over_networks) put socket c on lane c % size.
 std::vector<StripeLane> pair_lanes(const PeerInfo& me, const PeerInfo& peer);
+
+// UCCL_STRIPE_NETWORKS: auto | off (off: tcp keeps one network, verbs one HCA port).
+extern const TextSetting kStripeNetworks;
 
 }  // namespace uccl

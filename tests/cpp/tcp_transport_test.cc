@@ -485,7 +485,7 @@ TEST_CASE("sockets striped over networks of different rates: exact data, weighte
 }
 
 TEST_CASE("weighted_parts: shares follow the weights, 4 KiB cuts, nothing lost") {
-  using tcp::weighted_parts;
+  using uccl::weighted_parts;
   auto parts = weighted_parts(1 << 20, {1, 3}, 0);
   REQUIRE(parts.size() == 2);
   CHECK((parts[0].socket == 0 && parts[0].offset == 0 && parts[0].bytes == (256 << 10)));

@@ -33,7 +33,8 @@ grep -q 'UCCL_BUILT_VERBS "ON"' "$BUILD/generated/build_info.h" || { echo "SKIP:
 
 # doctest (Debian doctest-dev) from the host's /usr/include: the VM shares the host's root.
 g++ -std=c++17 -O2 -g -Wall -Wextra "${SAN[@]}" -Iinclude -Icpp -I. -Itests/cpp -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
-  tests/cpp/verbs/verbs_transport_vmtest.cc tests/cpp/verbs/verbs_vmtest_failures.cc tests/cpp/doctest_main.cc \
+  tests/cpp/verbs/verbs_transport_vmtest.cc tests/cpp/verbs/verbs_vmtest_failures.cc tests/cpp/verbs/verbs_stripe_vmtest.cc \
+  tests/cpp/doctest_main.cc \
   -L"$BUILD" -luccl -Wl,-rpath,"$BUILD" -o "$OUT/verbs_transport_vmtest"
 
 echo "== running in vm-run (Soft-RoCE; ~1-2 minutes)"

@@ -23,26 +23,6 @@ const BytesSetting kTcpStripeMinBytes("tcp", "UCCL_TCP_STRIPE_MIN_BYTES", "256K"
                                       bytes_at_least(0));
 namespace tcp {
 
-std::vector<StripePart> weighted_parts(size_t bytes, const std::vector<double>& weights, size_t first) {
-  const size_t n = weights.size();
-  double total = 0;
-  for (double w : weights) total += w;
-  std::vector<StripePart> out;
-  size_t begin = 0;
-  double cum = 0;
-  for (size_t i = 0; i < n && begin < bytes; ++i) {
-    const size_t sock = (first + i) % n;
-    cum += weights[sock];
-    size_t end = i + 1 == n ? bytes : static_cast<size_t>(static_cast<double>(bytes) * (cum / total));
-    end = i + 1 == n ? bytes : std::min(bytes, end / kStripeAlign * kStripeAlign);
-    if (end > begin) {
-      out.push_back({sock, begin, end - begin});
-      begin = end;
-    }
-  }
-  return out;
-}
-
 Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds, bool tls, bool server) {
   auto close_all = [&] {
     for (int fd : fds) close(fd);
@@ -102,9 +82,8 @@ TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds
   // Socket i runs over lane i % lanes (the core dialed it so): weigh it by that lane's rate.
   const std::vector<double>& g = peer.lane_gbps;
   if (!g.empty()) {
-    double known = 0;
-    for (double x : g) known = std::max(known, x);
-    for (size_t i = 0; i < fds.size(); ++i) weights_.push_back(g[i % g.size()] > 0 ? g[i % g.size()] : known > 0 ? known : 1);
+    const std::vector<double> w = rate_weights(g);
+    for (size_t i = 0; i < fds.size(); ++i) weights_.push_back(w[i % w.size()]);
     if (std::all_of(weights_.begin(), weights_.end(), [&](double w) { return w == weights_[0]; })) weights_.clear();
   }
   SockAddr a;

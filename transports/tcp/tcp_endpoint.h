@@ -7,7 +7,8 @@
 // Small messages go whole on socket (seq % nsocks); large ones are cut into nsocks parts
 // aligned to 4096 bytes, part i on socket (seq + i) % nsocks. When the core spread the sockets
 // over several networks (PeerContext::lane_gbps: one rank over several NICs, issue 18) and
-// their rates differ, each part's share follows its socket's lane rate (weighted_parts).
+// their rates differ, each part's share follows its socket's lane rate (weighted_parts,
+// transports/stripe.h: the helper verbs stripes over HCA ports with too).
 //
 // Receiving: each socket has a small staging buffer; headers and small payloads arrive there
 // in one recv (many small messages per syscall). Large plain payloads are read straight into
@@ -53,6 +54,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "transports/stripe.h"
 #include "transports/tcp/tcp_tls.h"
 #include "transports/transport.h"
 
@@ -63,7 +65,6 @@ extern const BytesSetting kTcpStripeMinBytes;
 namespace tcp {
 
 constexpr uint32_t kPartMagic = 0x31544355;  // "UCT1" as little-endian bytes
-constexpr size_t kStripeAlign = 4096;
 constexpr size_t kStageBytes = 8192;        // per socket: headers and small payloads
 constexpr size_t kBounceBytes = 256 << 10;  // per thread: reduce receives (fits in L2)
 
@@ -72,15 +73,6 @@ constexpr size_t kBounceBytes = 256 << 10;  // per thread: reduce receives (fits
 // is shut down, so a receiver that finds the peer gone reads through what is left in the
 // stream (skipping parts nobody will receive any more) to find it.
 constexpr uint16_t kPartAbort = 1;
-
-// How a message of `bytes` is cut when its sockets run over networks of different rates
-// (PeerContext::lane_gbps): part i goes to socket (first + i) % weights.size() and carries a
-// share of the bytes in proportion to that socket's weight, cut at kStripeAlign boundaries (the
-// last part takes the rest; empty parts are left out). Returns (socket, offset, length) triples.
-struct StripePart {
-  size_t socket, offset, bytes;
-};
-std::vector<StripePart> weighted_parts(size_t bytes, const std::vector<double>& weights, size_t first);
 
 // 72 bytes in front of every part; host byte order (all supported hosts are little-endian).
 struct PartHeader {

@@ -14,18 +14,21 @@ Status verbs_error(const VerbsDevice& d, const std::string& what, int err) {
 
 }  // namespace
 
-Result<std::unique_ptr<VerbsChannel>> VerbsChannel::create(std::shared_ptr<VerbsDevice> dev, int nqp) {
+Result<std::unique_ptr<VerbsChannel>> VerbsChannel::create(std::shared_ptr<VerbsDevice> dev, int nqp, size_t lane) {
   std::unique_ptr<VerbsChannel> ch(new VerbsChannel());
   ch->dev_ = dev;
+  ch->lane_ = lane;
+  const bool ctrl = lane == 0;
+  const size_t area_bytes = ctrl ? kAreaBytes : 4096;  // a data lane needs no control buffers
   ch->api_ = dev->api();
   const IbvApi* api = ch->api_;
   if (nqp < 1) nqp = 1;
   if (nqp > 16) nqp = 16;
 
-  ch->area_ = static_cast<char*>(std::aligned_alloc(4096, kAreaBytes));
+  ch->area_ = static_cast<char*>(std::aligned_alloc(4096, area_bytes));
   if (!ch->area_) return Status(Code::kSystemError, "verbs: out of memory for the control area");
-  std::memset(ch->area_, 0, kAreaBytes);
-  ch->mr_ = api->reg_mr(dev->pd(), ch->area_, kAreaBytes,
+  std::memset(ch->area_, 0, area_bytes);
+  ch->mr_ = api->reg_mr(dev->pd(), ch->area_, area_bytes,
                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!ch->mr_) return verbs_error(*dev, "ibv_reg_mr (control area)", errno);
 
@@ -41,7 +44,7 @@ Result<std::unique_ptr<VerbsChannel>> VerbsChannel::create(std::shared_ptr<Verbs
     qa.qp_type = IBV_QPT_RC;
     qa.sq_sig_all = 0;
     qa.cap.max_send_wr = kMaxSendWr;
-    qa.cap.max_recv_wr = i == 0 ? kCtrlSlots : kDataWqes;
+    qa.cap.max_recv_wr = i == 0 && ctrl ? kCtrlSlots : kDataWqes;
     qa.cap.max_send_sge = 1;
     qa.cap.max_recv_sge = 1;
     ibv_qp* qp = api->create_qp(dev->pd(), &qa);
@@ -57,8 +60,9 @@ Result<std::unique_ptr<VerbsChannel>> VerbsChannel::create(std::shared_ptr<Verbs
     int rc = api->modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     if (rc) return verbs_error(*dev, "ibv_modify_qp(INIT)", rc);
   }
-  for (uint32_t s = 0; s < kCtrlSlots; ++s) UCCL_RETURN_IF_ERROR(ch->post_ctrl_recv(s));
-  for (int q = 1; q < nqp; ++q)
+  if (ctrl)
+    for (uint32_t s = 0; s < kCtrlSlots; ++s) UCCL_RETURN_IF_ERROR(ch->post_ctrl_recv(s));
+  for (int q = ctrl ? 1 : 0; q < nqp; ++q)
     for (uint32_t k = 0; k < kDataWqes; ++k) UCCL_RETURN_IF_ERROR(ch->post_data_recv(q));
   return ch;
 }
@@ -87,6 +91,8 @@ VerbsConnInfo VerbsChannel::local_info() const {
   c.mbox_rkey = mr_->rkey;
   c.ctrl_slots = kCtrlSlots;
   c.ctrl_slot_bytes = kCtrlSlotBytes;
+  c.gbps = p.nic.gbps;
+  c.fabric = p.nic.fabric;
   return c;
 }
 
@@ -171,7 +177,7 @@ Status VerbsChannel::post_ctrl_recv(uint32_t slot) {
 
 Status VerbsChannel::post_data_recv(size_t qp) {
   ibv_recv_wr wr{};
-  wr.wr_id = make_wr_id(WrKind::kDataRecv, qp, 0);
+  wr.wr_id = make_wr_id(WrKind::kDataRecv, wr_qp_field(lane_, qp), 0);
   wr.sg_list = nullptr;
   wr.num_sge = 0;  // a write with immediate places no bytes in the receive buffer
   ibv_recv_wr* bad = nullptr;

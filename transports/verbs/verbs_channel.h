@@ -32,6 +32,9 @@ constexpr uint32_t kDataWqes = 128;        // zero-length receives on QPs 1.. (f
 
 // Work request ids: what completed, on which QP, and which slot / message it belongs to.
 enum class WrKind : uint8_t { kCtrlRecv = 1, kCtrlSend = 2, kData = 3, kMailbox = 4, kDataRecv = 5 };
+// The 8-bit QP field names the lane and the QP inside it (lane * 32 + qp; verbs_lanes.h caps
+// lanes at 8, and a channel has at most 16 QPs).
+inline size_t wr_qp_field(size_t lane, size_t qp) { return lane * 32 + qp; }
 inline uint64_t make_wr_id(WrKind kind, size_t qp, uint64_t index) {
   return (uint64_t(kind) << 56) | (uint64_t(qp & 0xff) << 48) | (index & ((uint64_t(1) << 48) - 1));
 }
@@ -41,7 +44,9 @@ inline uint64_t wr_index(uint64_t id) { return id & ((uint64_t(1) << 48) - 1); }
 
 class VerbsChannel {
  public:
-  static Result<std::unique_ptr<VerbsChannel>> create(std::shared_ptr<VerbsDevice> dev, int nqp);
+  // `lane`: the connection's lane this channel is (verbs_lanes.h); lanes after the first carry
+  // only RDMA writes, so all their QPs get zero-length receives and no control buffers.
+  static Result<std::unique_ptr<VerbsChannel>> create(std::shared_ptr<VerbsDevice> dev, int nqp, size_t lane = 0);
   ~VerbsChannel();
 
   VerbsConnInfo local_info() const;
@@ -51,7 +56,8 @@ class VerbsChannel {
   void to_error();
 
   Status post_ctrl_recv(uint32_t slot);
-  Status post_data_recv(size_t qp);  // a zero-length receive on QP >= 1
+  Status post_data_recv(size_t qp);  // a zero-length receive on a data QP (>= 1 on lane 0)
+  size_t lane() const { return lane_; }
   char* recv_slot(uint32_t i) const { return area_ + kRecvOffset + size_t(i) * kCtrlSlotBytes; }
   char* send_slot(uint32_t i) const { return area_ + kSendOffset + size_t(i) * kCtrlSlotBytes; }
   // The peer RDMA-writes its credit counter here; we write ours to the peer from mbox_src().
@@ -73,6 +79,7 @@ class VerbsChannel {
 
   VerbsChannel() = default;
   std::shared_ptr<VerbsDevice> dev_;
+  size_t lane_ = 0;
   const IbvApi* api_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_qp*> qps_;

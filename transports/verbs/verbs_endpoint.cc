@@ -60,17 +60,24 @@ bool remote_side(ibv_wc_status s) {
 
 }  // namespace
 
-VerbsEndpoint::VerbsEndpoint(std::unique_ptr<VerbsChannel> channel, const VerbsConnInfo& remote,
-                             const PeerContext& peer, int liveness_fd, bool active)
-    : ch_(std::move(channel)), remote_(remote), peer_(peer), fd_(liveness_fd), peer_ready_(active) {
-  sq_used_.assign(ch_->nqp(), 0);
-  data_credits_.assign(ch_->nqp(), kDataWqes);
+VerbsEndpoint::VerbsEndpoint(std::vector<VerbsLane> lanes, const VerbsConnInfo& remote, const PeerContext& peer,
+                             int liveness_fd, bool active, std::string left_out)
+    : lanes_(std::move(lanes)),
+      ch_(lanes_[0].ch.get()),
+      left_out_(std::move(left_out)),
+      remote_(remote),
+      peer_(peer),
+      fd_(liveness_fd),
+      peer_ready_(active) {
+  layout_lanes();
   for (uint32_t s = kCtrlSendSlots; s > 0; --s) free_send_slots_.push_back(s - 1);
   slot_final_of_.assign(kCtrlSendSlots, -1);
   if (active) {
-    // Our QPs are in RTS and the passive side's were before it answered: say so, so it may send.
+    // Our QPs are in RTS and the passive side's were before it answered: say so, so it may send,
+    // and name the lanes we connected (the passive side drops the others).
     CtrlMsg ready;
     ready.type = static_cast<uint8_t>(CtrlType::kReady);
+    for (auto& l : lanes_) ready.addr |= uint64_t(1) << l.id;
     Status s = post_ctrl(ready, nullptr, 0, -1);
     if (!s.ok()) fatal(s);
   }
@@ -79,25 +86,21 @@ VerbsEndpoint::VerbsEndpoint(std::unique_ptr<VerbsChannel> channel, const VerbsC
 }
 
 VerbsEndpoint::~VerbsEndpoint() {
-  std::shared_ptr<VerbsDevice> dev = ch_->device_ptr();
-  ch_->to_error();
-  ch_.reset();  // QPs gone: nothing can touch the buffers below any more
-  for (auto& op : sends_) dev->mr_cache().release(&op.mr);
-  for (auto& op : recvs_) dev->mr_cache().release(&op.mr);
-  for (auto& s : scratch_) {
-    dev->api()->dereg_mr(s->mr);
-    std::free(s->ptr);
+  std::vector<std::shared_ptr<VerbsDevice>> devs;
+  for (auto& l : lanes_) {
+    devs.push_back(l.ch->device_ptr());
+    l.ch->to_error();
   }
+  for (auto& l : lanes_) l.ch.reset();  // QPs gone: nothing can touch the buffers below any more
+  ch_ = nullptr;
+  for (size_t l = 0; l < devs.size(); ++l) {
+    for (auto& op : sends_) devs[l]->mr_cache().release(&op.mr[l]);
+    for (auto& op : recvs_) devs[l]->mr_cache().release(&op.mr[l]);
+    for (auto& s : scratch_)
+      if (l < s->mr.size() && s->mr[l]) devs[l]->api()->dereg_mr(s->mr[l]);
+  }
+  for (auto& s : scratch_) std::free(s->ptr);
   if (fd_ >= 0) ::close(fd_);
-}
-
-std::string VerbsEndpoint::describe() const {
-  const VerbsDevice& d = ch_->device();
-  std::string s = "verbs " + d.name() + " " + d.port().nic.link_layer;
-  if (d.port().gid_index >= 0) s += " gid-idx " + std::to_string(d.port().gid_index);
-  size_t n = ch_->nqp();
-  return s + " mtu " + std::to_string(mtu_bytes(ch_->path_mtu())) + " (" + std::to_string(n) +
-         (n == 1 ? " QP)" : " QPs)");
 }
 
 // ---- posting -----------------------------------------------------------------------------------
@@ -177,16 +180,24 @@ bool VerbsEndpoint::progress() {
 }
 
 void VerbsEndpoint::poll_completions(bool* moved) {
+  for (size_t l = 0; l < lanes_.size() && !dead_; ++l) {
+    int budget = 4;
+    poll_cq(*lanes_[l].ch, &budget, moved);
+  }
+}
+
+void VerbsEndpoint::poll_cq(VerbsChannel& ch, int* budget, bool* moved) {
   ibv_wc wc[32];
-  for (int round = 0; round < 4 && !dead_; ++round) {
-    int n = ibv_poll_cq(ch_->cq(), 32, wc);
+  for (; *budget > 0 && !dead_; --*budget) {
+    int n = ibv_poll_cq(ch.cq(), 32, wc);
     if (n < 0) return fatal(Status(Code::kSystemError, describe() + ": ibv_poll_cq failed", peer_.peer_rank));
     if (n == 0) break;
     *moved = true;
     for (int i = 0; i < n; ++i) {
       const ibv_wc& c = wc[i];
       WrKind kind = wr_kind(c.wr_id);
-      size_t qp = wr_qp(c.wr_id);
+      const size_t field = wr_qp(c.wr_id);
+      const size_t qp = qp_base_[lane_pos_[(field >> 5) % kMaxLanes]] + (field & 31);  // across the connection
       uint64_t idx = wr_index(c.wr_id);
       const bool is_recv = kind == WrKind::kCtrlRecv || kind == WrKind::kDataRecv;
       if (!is_recv && qp < sq_used_.size()) --sq_used_[qp];
@@ -216,9 +227,9 @@ void VerbsEndpoint::poll_completions(bool* moved) {
         } else {
           on_ctrl(static_cast<uint32_t>(idx), c.byte_len);
         }
-      } else if (kind == WrKind::kDataRecv) {
+      } else if (kind == WrKind::kDataRecv && qp < qp_local_.size()) {
         on_imm(qp, ntohl(c.imm_data));
-        Status s = dead_ ? Status::Ok() : ch_->post_data_recv(qp);
+        Status s = dead_ ? Status::Ok() : ch.post_data_recv(qp_local_[qp]);
         if (!s.ok()) return fatal(s);
         ++data_credits_[qp];
       }
@@ -256,7 +267,7 @@ void VerbsEndpoint::fatal(const Status& why) {
   if (dead_) return;
   dead_ = true;
   error_ = why;
-  ch_->to_error();  // the HCA drops late writes into buffers we are about to hand back
+  for (auto& l : lanes_) l.ch->to_error();  // the HCA drops late writes into buffers we are about to hand back
   if (fd_ >= 0) {
     // The peer learns at once instead of by timeouts, and why (see kMaxCloseNoteBytes).
     if (!peer_gone_) send_close_note(fd_, why.message());
@@ -265,13 +276,12 @@ void VerbsEndpoint::fatal(const Status& why) {
   if (has_pending())
     UCCL_WARN("%s: failing %zu sends and %zu receives: %s", describe().c_str(), sends_.size(), recvs_.size(),
               why.to_string().c_str());
-  MrCache& cache = ch_->device().mr_cache();
   for (auto& op : sends_) {
-    cache.release(&op.mr);
+    release_mrs(op.mr);
     fail(op.req, why);
   }
   for (auto& op : recvs_) {
-    cache.release(&op.mr);
+    release_mrs(op.mr);
     if (op.scratch) op.scratch->busy = false;
     fail(op.req, why);
   }
@@ -283,10 +293,9 @@ void VerbsEndpoint::fatal(const Status& why) {
 void VerbsEndpoint::fail_all(const Status& why) { fatal(why); }
 
 void VerbsEndpoint::finalize(bool* moved) {
-  MrCache& cache = ch_->device().mr_cache();
   while (!sends_.empty() && sends_.front().finished) {
     SendOp& op = sends_.front();
-    cache.release(&op.mr);
+    release_mrs(op.mr);
     if (op.error.ok()) {
       counters_.bytes_sent += op.req->bytes;
       ++counters_.messages_sent;
@@ -300,7 +309,7 @@ void VerbsEndpoint::finalize(bool* moved) {
   while (!recvs_.empty() && recvs_.front().done) {
     RecvOp& op = recvs_.front();
     release_data_credits(op);
-    cache.release(&op.mr);
+    release_mrs(op.mr);
     if (op.scratch) op.scratch->busy = false;
     if (op.error.ok()) {
       counters_.bytes_received += op.req->bytes;
@@ -358,28 +367,30 @@ Status VerbsEndpoint::post_ctrl(CtrlMsg m, const void* payload, size_t len, int6
   return Status::Ok();
 }
 
-Status VerbsEndpoint::post_write(SendOp& op, size_t qp, size_t off, size_t len, bool with_imm) {
+Status VerbsEndpoint::post_write(SendOp& op, const LanePiece& p) {
+  const size_t local = qp_local_[p.qp];
+  VerbsLane& lane = lanes_[p.lane];
   ibv_sge sge{};
-  sge.addr = reinterpret_cast<uint64_t>(static_cast<const char*>(op.req->data) + off);
-  sge.length = static_cast<uint32_t>(len);
-  sge.lkey = op.mr.lkey;
+  sge.addr = reinterpret_cast<uint64_t>(static_cast<const char*>(op.req->data) + p.offset);
+  sge.length = static_cast<uint32_t>(p.bytes);
+  sge.lkey = op.mr[p.lane].lkey;
   ibv_send_wr wr{};
-  wr.wr_id = make_wr_id(WrKind::kData, qp, op.seq);
+  wr.wr_id = make_wr_id(WrKind::kData, wr_qp_field(lane.id, local), op.seq);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.opcode = p.with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.imm_data = htonl(static_cast<uint32_t>(op.seq));
   wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = op.cts.addr + off;
-  wr.wr.rdma.rkey = op.cts.rkey;
+  wr.wr.rdma.remote_addr = op.cts.addr + p.offset;
+  wr.wr.rdma.rkey = lane_rkey(op.cts, p.lane);
   ibv_send_wr* bad = nullptr;
-  int rc = ibv_post_send(ch_->qp(qp), &wr, &bad);
+  int rc = ibv_post_send(lane.ch->qp(local), &wr, &bad);
   if (rc)
-    return Status(Code::kSystemError, describe() + ": ibv_post_send (RDMA write) failed: " + std::strerror(rc),
-                  peer_.peer_rank);
-  ++sq_used_[qp];
+    return Status(Code::kSystemError, describe() + ": ibv_post_send (RDMA write on " + lane.ch->device().name() +
+                                          ") failed: " + std::strerror(rc), peer_.peer_rank);
+  ++sq_used_[p.qp];
   ++op.writes_inflight;
-  if (with_imm && qp == 0) ++ctrl_sent_;  // it consumes one of the peer's control buffers
+  if (p.with_imm && p.qp == 0) ++ctrl_sent_;  // it consumes one of the peer's control buffers
   ++activity_;
   return Status::Ok();
 }

@@ -47,17 +47,18 @@
 
 #include "transports/transport.h"
 #include "transports/verbs/verbs_channel.h"
+#include "transports/verbs/verbs_lanes.h"
 #include "transports/verbs/verbs_mr_cache.h"
 
 namespace uccl {
 
-// How a rendezvous message is cut: `pieces` writes of `stripe` bytes (the last shorter), piece p
-// on QP p % nqp; the last piece on each QP carries the immediate. Both sides compute it.
-struct StripePlan {
-  size_t stripe = 0;
-  size_t pieces = 0;
-  size_t qps_used = 0;
-  static StripePlan make(size_t bytes, size_t nqp);
+// One lane of a connection (verbs_lanes.h): a channel on one of our ports, paired with one of
+// the peer's ports.
+struct VerbsLane {
+  std::unique_ptr<VerbsChannel> ch;
+  uint32_t id = 0;          // its index in the active side's offer (both sides order lanes by it)
+  std::string peer_device;  // the peer's port ("rxe1:1")
+  double gbps = 0;          // the lane's rate (the slower port's), 0 unknown
 };
 
 class VerbsEndpoint : public Endpoint {
@@ -66,8 +67,12 @@ class VerbsEndpoint : public Endpoint {
   // side that its QPs are in RTS. The passive side posts nothing before that (its own QPs were
   // ready before it answered), so no packet ever reaches a QP that is not yet in RTR. The
   // liveness socket carries one thing only: the note a failing side sends before closing.
-  VerbsEndpoint(std::unique_ptr<VerbsChannel> channel, const VerbsConnInfo& remote, const PeerContext& peer,
-                int liveness_fd, bool active);
+  // `lanes`: lane 0 first (its QP 0 carries the control stream); with more than one, large
+  // messages are striped over them (verbs_lanes.h). The passive side learns from READY which
+  // of its lanes the active side connected and drops the others. `left_out`: lanes that did
+  // not connect and why, for describe().
+  VerbsEndpoint(std::vector<VerbsLane> lanes, const VerbsConnInfo& remote, const PeerContext& peer, int liveness_fd,
+                bool active, std::string left_out);
   ~VerbsEndpoint() override;
 
   void post_send(SendRequest* r) override;
@@ -88,8 +93,9 @@ class VerbsEndpoint : public Endpoint {
     bool rts_sent = false;
     bool have_cts = false;
     CtrlMsg cts;
-    MrRef mr;
-    size_t next_off = 0;        // bytes covered by posted writes
+    MrRef mr[kMaxLanes];        // the buffer's registration on each lane's port (its own PD)
+    std::vector<LanePiece> pieces;  // the writes (computed once the CTS is accepted)
+    size_t next_piece = 0;      // pieces posted
     int writes_inflight = 0;
     bool final_posted = false;  // nothing left to post (EAGER, last write or DONE is out)
     bool finished = false;      // its completion arrived (or nothing is left to send)
@@ -97,7 +103,7 @@ class VerbsEndpoint : public Endpoint {
   struct Scratch {
     char* ptr = nullptr;
     size_t cap = 0;
-    ibv_mr* mr = nullptr;
+    std::vector<ibv_mr*> mr;  // one per lane (each lane's port has its own PD)
     bool busy = false;
   };
   struct RecvOp {
@@ -107,10 +113,10 @@ class VerbsEndpoint : public Endpoint {
     Status error;
     bool invalid = false;
     bool cts_sent = false;
-    uint32_t imm_wait = 0;        // bit q: the immediate of the last write on QP q is awaited
+    uint64_t imm_wait = 0;        // bit q: the immediate of the last write on QP q is awaited
     bool reject_pending = false;  // a CTS with kFlagReject must still go out
     bool done = false;
-    MrRef mr;
+    MrRef mr[kMaxLanes];
     Scratch* scratch = nullptr;
   };
   struct Stashed {  // a control message that arrived before its receive was posted
@@ -118,14 +124,20 @@ class VerbsEndpoint : public Endpoint {
     int slot = -1;  // receive buffer still held (EAGER payload), -1 if released
   };
 
-  // ---- verbs_endpoint.cc: life cycle, completions, liveness, failure
+  // ---- verbs_endpoint.cc: life cycle, lanes, completions, liveness, failure
+  void layout_lanes();
+  void keep_lanes(uint64_t mask);
+  void release_mrs(MrRef* mrs);
+  void free_scratch(Scratch& s);
+  uint32_t lane_rkey(const CtrlMsg& cts, size_t lane) const { return lane == 0 ? cts.rkey : cts.lane_rkey[lane - 1]; }
   void poll_completions(bool* moved);
+  void poll_cq(VerbsChannel& ch, int* budget, bool* moved);
   void on_completion_error(const ibv_wc& wc);
   void check_liveness();
   void fatal(const Status& why);
   void finalize(bool* moved);
   Status post_ctrl(CtrlMsg m, const void* payload, size_t len, int64_t final_of_send);
-  Status post_write(SendOp& op, size_t qp, size_t off, size_t len, bool with_imm);
+  Status post_write(SendOp& op, const LanePiece& piece);
   void maybe_advertise_credits();
   bool can_post() const { return peer_ready_ && !peer_gone_ && !dead_; }
   bool ctrl_ok(bool may_hold) const;
@@ -145,7 +157,14 @@ class VerbsEndpoint : public Endpoint {
   RecvOp* recv_op(uint64_t seq);
   SendOp* send_op(uint64_t seq);
 
-  std::unique_ptr<VerbsChannel> ch_;
+  std::vector<VerbsLane> lanes_;
+  VerbsChannel* ch_ = nullptr;  // lane 0's channel: the control stream
+  std::string left_out_;        // lanes that did not connect, and why
+  // Across the connection: QP q is lane qp_lane_[q]'s QP qp_local_[q]; lane l's first QP is
+  // qp_base_[l]; lane_pos_[id] is the lane with that id. weights_/lane_qps_ feed lane_pieces().
+  std::vector<size_t> qp_lane_, qp_local_, qp_base_, lane_qps_;
+  size_t lane_pos_[kMaxLanes] = {};
+  std::vector<double> weights_;
   VerbsConnInfo remote_;
   PeerContext peer_;
   int fd_ = -1;

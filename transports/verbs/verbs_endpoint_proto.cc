@@ -11,27 +11,12 @@
 namespace uccl {
 namespace {
 
-constexpr size_t kMinStripe = 64 << 10;          // smaller messages stay on one QP
-constexpr size_t kMaxWrite = size_t(1) << 30;    // bytes per RDMA write (IB allows 2 GiB)
 constexpr size_t kMaxScratchBytes = size_t(1) << 30;
 constexpr int kSqReserveForCtrl = 8;             // QP 0 send slots data writes leave to control
 
 bool matches(const RecvRequest* r, const CtrlMsg& m) { return r->expect.same_call(m.env) && r->bytes == m.bytes; }
 
 }  // namespace
-
-StripePlan StripePlan::make(size_t bytes, size_t nqp) {
-  StripePlan p;
-  p.stripe = bytes;
-  if (nqp > 1) {
-    p.stripe = std::max(kMinStripe, (bytes + nqp - 1) / nqp);
-    p.stripe = (p.stripe + 4095) / 4096 * 4096;
-  }
-  p.stripe = std::max<size_t>(1, std::min(p.stripe, kMaxWrite));
-  p.pieces = (bytes + p.stripe - 1) / p.stripe;
-  p.qps_used = std::min(nqp, p.pieces);
-  return p;
-}
 
 VerbsEndpoint::RecvOp* VerbsEndpoint::recv_op(uint64_t seq) {
   if (recvs_.empty() || seq < recvs_.front().seq) return nullptr;
@@ -70,6 +55,7 @@ void VerbsEndpoint::on_ctrl(uint32_t slot, uint32_t byte_len) {
   const CtrlType type = static_cast<CtrlType>(m.type);
 
   if (type == CtrlType::kReady) {  // the active side reached RTS: we may send
+    keep_lanes(m.addr);
     peer_ready_ = true;
     return repost(slot);
   }
@@ -112,12 +98,12 @@ void VerbsEndpoint::on_imm(size_t qp, uint32_t imm) {
     uint64_t base = recvs_.front().seq;
     op = recv_op(base + static_cast<uint32_t>(imm - static_cast<uint32_t>(base)));
   }
-  if (!op || !(op->imm_wait & (1u << qp))) {
+  if (!op || !(op->imm_wait >> qp & 1)) {
     return fatal(Status(Code::kRemoteError, describe() + ": " + peer_.describe() +
                                                 " wrote data it was not cleared for (QP " + std::to_string(qp) +
                                                 ", message " + std::to_string(imm) + ")", peer_.peer_rank));
   }
-  op->imm_wait &= ~(1u << qp);  // its receive is reposted by the caller: the reservation ends
+  op->imm_wait &= ~(uint64_t(1) << qp);  // its receive is reposted by the caller: the reservation ends
   if (op->imm_wait || op->done) return;
   RecvRequest* r = op->req;
   if (r->reduce)
@@ -129,7 +115,7 @@ void VerbsEndpoint::on_imm(size_t qp, uint32_t imm) {
 // reserved on QPs 1.. .
 void VerbsEndpoint::release_data_credits(RecvOp& op) {
   for (size_t q = 1; q < data_credits_.size(); ++q)
-    if (op.imm_wait & (1u << q)) ++data_credits_[q];
+    if (op.imm_wait >> q & 1) ++data_credits_[q];
   op.imm_wait = 0;
 }
 
@@ -210,23 +196,32 @@ void VerbsEndpoint::advance_recv(RecvOp& op) {
   }
   if (!op.rndv || op.cts_sent || !ctrl_ok(false)) return;
   RecvRequest* r = op.req;
-  const StripePlan plan = StripePlan::make(r->bytes, ch_->nqp());
-  for (size_t q = 1; q < plan.qps_used; ++q)
-    if (data_credits_[q] == 0) return;  // too many clear-to-sends out on this QP: later
+  // The writes the sender will post (it computes the same list): which QPs deliver an immediate,
+  // which lanes' ports must be able to write into the buffer.
+  const std::vector<LanePiece> pieces = lane_pieces(r->bytes, weights_, lane_qps_);
+  const uint64_t mask = imm_mask(pieces);
+  for (size_t q = 1; q < data_credits_.size(); ++q)
+    if ((mask >> q & 1) && data_credits_[q] == 0) return;  // too many clear-to-sends out on this QP: later
+  bool used[kMaxLanes] = {};
+  for (const LanePiece& p : pieces) used[p.lane] = true;
   uint64_t addr;
-  uint32_t rkey;
+  uint32_t rkey[kMaxLanes] = {};
   if (r->reduce) {
     if (!op.scratch && !(op.scratch = get_scratch(r->bytes))) return;  // wait for scratch to free up
     addr = reinterpret_cast<uint64_t>(op.scratch->ptr);
-    rkey = op.scratch->mr->rkey;
+    for (size_t l = 0; l < lanes_.size(); ++l) rkey[l] = op.scratch->mr[l]->rkey;
   } else {
-    if (!op.mr) {
-      auto m = ch_->device().mr_cache().acquire(r->dst, r->bytes, true);
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+      if (!used[l] || op.mr[l]) {
+        rkey[l] = op.mr[l].rkey;
+        continue;
+      }
+      auto m = lanes_[l].ch->device().mr_cache().acquire(r->dst, r->bytes, true);
       if (!m.ok()) return fatal(m.status().with_context("receive from " + peer_.describe()));
-      op.mr = m.value();
+      op.mr[l] = m.value();
+      rkey[l] = op.mr[l].rkey;
     }
     addr = reinterpret_cast<uint64_t>(r->dst);
-    rkey = op.mr.rkey;
   }
   CtrlMsg c;
   c.type = static_cast<uint8_t>(CtrlType::kCts);
@@ -234,14 +229,14 @@ void VerbsEndpoint::advance_recv(RecvOp& op) {
   c.env = r->expect;
   c.bytes = r->bytes;
   c.addr = addr;
-  c.rkey = rkey;
+  c.rkey = rkey[0];
+  for (size_t l = 1; l < lanes_.size(); ++l) c.lane_rkey[l - 1] = rkey[l];
   Status s = post_ctrl(c, nullptr, 0, -1);
   if (!s.ok()) return fatal(s);
   op.cts_sent = true;
-  for (size_t q = 0; q < plan.qps_used; ++q) {
-    op.imm_wait |= 1u << q;
-    if (q) --data_credits_[q];
-  }
+  op.imm_wait = mask;
+  for (size_t q = 1; q < data_credits_.size(); ++q)
+    if (mask >> q & 1) --data_credits_[q];
 }
 
 VerbsEndpoint::Scratch* VerbsEndpoint::get_scratch(size_t bytes) {
@@ -263,8 +258,7 @@ VerbsEndpoint::Scratch* VerbsEndpoint::get_scratch(size_t bytes) {
         ++it;
         continue;
       }
-      ch_->device().api()->dereg_mr((*it)->mr);
-      std::free((*it)->ptr);
+      free_scratch(**it);
       scratch_bytes_ -= (*it)->cap;
       it = scratch_.erase(it);
     }
@@ -272,11 +266,14 @@ VerbsEndpoint::Scratch* VerbsEndpoint::get_scratch(size_t bytes) {
   }
   std::unique_ptr<Scratch> s(new Scratch());
   s->ptr = static_cast<char*>(std::aligned_alloc(4096, cap));
-  if (s->ptr)
-    s->mr = ch_->device().api()->reg_mr(ch_->device().pd(), s->ptr, cap,
-                                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!s->ptr || !s->mr) {
-    std::free(s->ptr);
+  bool ok = s->ptr != nullptr;
+  for (size_t l = 0; ok && l < lanes_.size(); ++l) {  // every lane's port writes into it
+    VerbsDevice& d = lanes_[l].ch->device();
+    s->mr.push_back(d.api()->reg_mr(d.pd(), s->ptr, cap, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+    ok = s->mr.back() != nullptr;
+  }
+  if (!ok) {
+    free_scratch(*s);
     fatal(Status(Code::kSystemError, describe() + ": cannot register a " + std::to_string(cap) +
                                          "-byte reduce scratch buffer", peer_.peer_rank));
     return nullptr;
@@ -348,28 +345,33 @@ Status VerbsEndpoint::send_rendezvous(SendOp& op) {
     op.final_posted = true;
     return Status::Ok();
   }
-  if (!op.mr) {
-    auto m = ch_->device().mr_cache().acquire(r->data, r->bytes, false);
-    if (!m.ok()) return m.status().with_context("send to " + peer_.describe());
-    op.mr = m.value();
-  }
-  // Stripes: one contiguous piece per QP (at least kMinStripe), written in parallel; the last
-  // piece on each QP carries the immediate that tells the receiver it has landed.
-  const size_t nqp = ch_->nqp();
-  const StripePlan plan = StripePlan::make(r->bytes, nqp);
-  while (op.next_off < r->bytes) {
-    size_t piece = op.next_off / plan.stripe;
-    size_t qp = piece % nqp;
-    bool with_imm = piece + nqp >= plan.pieces;
-    int limit = qp == 0 ? kMaxSendWr - kSqReserveForCtrl : kMaxSendWr;
-    if (sq_used_[qp] >= limit) return Status::Ok();  // send queue full: continue next time
-    if (with_imm && qp == 0 && !ctrl_ok(false)) return Status::Ok();  // needs a control buffer
-    size_t len = std::min(plan.stripe, r->bytes - op.next_off);
-    UCCL_RETURN_IF_ERROR(post_write(op, qp, op.next_off, len, with_imm));
-    op.next_off += len;
+  // The writes: the lanes' shares in proportion to their rates, each cut over its lane's QPs in
+  // contiguous pieces written in parallel; the last piece on each QP carries the immediate that
+  // tells the receiver it has landed (verbs_lanes.h; the receiver computed the same list).
+  if (op.pieces.empty()) op.pieces = lane_pieces(r->bytes, weights_, lane_qps_);
+  while (op.next_piece < op.pieces.size()) {
+    const LanePiece& p = op.pieces[op.next_piece];
+    if (!op.mr[p.lane]) {
+      auto m = lanes_[p.lane].ch->device().mr_cache().acquire(r->data, r->bytes, false);
+      if (!m.ok()) return m.status().with_context("send to " + peer_.describe());
+      op.mr[p.lane] = m.value();
+    }
+    int limit = p.qp == 0 ? kMaxSendWr - kSqReserveForCtrl : kMaxSendWr;
+    if (sq_used_[p.qp] >= limit) return Status::Ok();  // send queue full: continue next time
+    if (p.with_imm && p.qp == 0 && !ctrl_ok(false)) return Status::Ok();  // needs a control buffer
+    UCCL_RETURN_IF_ERROR(post_write(op, p));
+    ++op.next_piece;
   }
   op.final_posted = true;  // finished when the last acknowledgement arrives
   return Status::Ok();
+}
+
+void VerbsEndpoint::free_scratch(Scratch& s) {
+  for (size_t l = 0; l < s.mr.size() && l < lanes_.size(); ++l)
+    if (s.mr[l]) lanes_[l].ch->device().api()->dereg_mr(s.mr[l]);
+  s.mr.clear();
+  std::free(s.ptr);
+  s.ptr = nullptr;
 }
 
 }  // namespace uccl

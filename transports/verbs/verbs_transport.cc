@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/config.h"
 #include "base/log.h"
@@ -18,11 +19,19 @@
 #include "topology/rails.h"
 #include "transports/verbs/verbs_channel.h"
 #include "transports/verbs/verbs_device.h"
+#include "transports/path_choice.h"
 #include "transports/verbs/verbs_endpoint.h"
+#include "transports/verbs/verbs_lanes.h"
 #include "transports/verbs/verbs_mr_cache.h"
 
 namespace uccl {
 namespace {
+
+std::string gid_to_string_raw(const uint8_t* raw) {
+  ibv_gid g;
+  std::memcpy(g.raw, raw, 16);
+  return gid_to_string(g);
+}
 
 // Exactly one liveness socket is expected; extras are closed (we own them).
 int take_liveness_fd(const std::vector<int>& fds) {
@@ -34,12 +43,26 @@ void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
+LanePort lane_port(const VerbsConnInfo& c) {
+  return {c.device, c.link_layer, c.fabric, gid_to_string_raw(c.gid) + "/" + std::to_string(c.lid), c.gbps};
+}
+
+// QPs per lane: UCCL_IB_QPS_PER_CONNECTION each, as long as the connection's mask has room.
+int lane_qps(const VerbsOptions& o, size_t lanes) {
+  return std::max(1, std::min(o.qps_per_connection, static_cast<int>(kMaxConnQps / std::max<size_t>(1, lanes))));
+}
+
 class VerbsPendingConnect : public PendingConnect {
  public:
-  VerbsPendingConnect(std::unique_ptr<VerbsChannel> ch, const VerbsOptions& o, const PeerContext& peer)
-      : ch_(std::move(ch)), options_(o), peer_(peer) {}
+  VerbsPendingConnect(std::vector<VerbsLane> lanes, const VerbsOptions& o, const PeerContext& peer, std::string notes)
+      : lanes_(std::move(lanes)), options_(o), peer_(peer), notes_(std::move(notes)) {}
 
-  std::string offer() override { return ch_->local_info().serialize(); }
+  std::string offer() override {
+    VerbsConnInfo c = lanes_[0].ch->local_info();
+    for (size_t i = 1; i < lanes_.size(); ++i)
+      c.lanes.push_back({lanes_[i].id, std::make_shared<VerbsConnInfo>(lanes_[i].ch->local_info())});
+    return c.serialize();
+  }
 
   Result<Endpoint*> finish(const std::string& answer, const std::vector<int>& fds) override {
     int fd = take_liveness_fd(fds);
@@ -48,20 +71,56 @@ class VerbsPendingConnect : public PendingConnect {
       return s.with_context("verbs connect to " + peer_.describe());
     };
     if (fd < 0) return fail(Internal("verbs finish() needs one liveness socket"));
-    if (!ch_) return fail(Internal("verbs finish() called twice"));
+    if (lanes_.empty()) return fail(Internal("verbs finish() called twice"));
     auto remote = VerbsConnInfo::parse(answer);
     if (!remote.ok()) return fail(remote.status());
-    if (remote.value().qpn.size() > ch_->nqp()) return fail(Internal("the answer has more QPs than offered"));
-    ch_->trim(remote.value().qpn.size());
-    Status s = ch_->connect(remote.value(), options_);
+    VerbsChannel& ch = *lanes_[0].ch;
+    if (remote.value().qpn.size() > ch.nqp()) return fail(Internal("the answer has more QPs than offered"));
+    ch.trim(remote.value().qpn.size());
+    Status s = ch.connect(remote.value(), options_);
     if (!s.ok()) return fail(s);
-    return static_cast<Endpoint*>(new VerbsEndpoint(std::move(ch_), remote.value(), peer_, fd, true));
+    lanes_[0].peer_device = remote.value().device;
+    lanes_[0].gbps = lane_rate(lane_port(ch.local_info()), lane_port(remote.value()));
+    // The other lanes: those the peer paired with one of its ports and that connect here too.
+    std::vector<VerbsLane> kept;
+    kept.push_back(std::move(lanes_[0]));
+    for (size_t i = 1; i < lanes_.size(); ++i) {
+      VerbsLane& l = lanes_[i];
+      const VerbsConnInfo* r = nullptr;
+      for (auto& a : remote.value().lanes)
+        if (a.index == l.id) r = a.info.get();
+      if (!r) {
+        note(l.ch->device().name() + ": not paired by the peer (no free port of its own on that fabric, or it failed there)");
+        continue;
+      }
+      Status ls = r->qpn.size() > l.ch->nqp() ? Internal("the answer has more QPs than offered") : Status::Ok();
+      if (ls.ok()) {
+        l.ch->trim(r->qpn.size());
+        ls = options_.fail_lane_for_testing == static_cast<int>(l.id) ? Status(Code::kSystemError, "test: lane refused")
+                                                                      : l.ch->connect(*r, options_);
+      }
+      if (!ls.ok()) {
+        note(l.ch->device().name() + ": " + ls.message());
+        continue;
+      }
+      l.peer_device = r->device;
+      l.gbps = lane_rate(lane_port(l.ch->local_info()), lane_port(*r));
+      kept.push_back(std::move(l));
+    }
+    lanes_.clear();
+    return static_cast<Endpoint*>(new VerbsEndpoint(std::move(kept), remote.value(), peer_, fd, true, notes_));
   }
 
  private:
-  std::unique_ptr<VerbsChannel> ch_;
+  void note(const std::string& what) {
+    UCCL_INFO("verbs connect to %s: lane left out: %s", peer_.describe().c_str(), what.c_str());
+    notes_ += (notes_.empty() ? "" : "; ") + what;
+  }
+
+  std::vector<VerbsLane> lanes_;
   VerbsOptions options_;
   PeerContext peer_;
+  std::string notes_;  // lanes left out, for describe()
 };
 
 class VerbsTransport : public Transport {
@@ -71,11 +130,24 @@ class VerbsTransport : public Transport {
   int sockets_per_connection() const override { return 1; }
 
   Result<PendingConnect*> start_connect(const PeerContext& peer) override {
-    auto dev = device();
-    if (!dev.ok()) return dev.status();
-    auto ch = VerbsChannel::create(dev.value(), options_.qps_per_connection);
-    if (!ch.ok()) return ch.status().with_context("verbs connect to " + peer.describe());
-    return static_cast<PendingConnect*>(new VerbsPendingConnect(ch.take(), options_, peer));
+    auto devs = devices();
+    if (!devs.ok()) return devs.status();
+    std::string notes;
+    std::vector<VerbsLane> lanes;
+    const int nqp = lane_qps(options_, devs.value().size());
+    for (size_t i = 0; i < devs.value().size(); ++i) {
+      auto ch = VerbsChannel::create(devs.value()[i], nqp, lanes.size());
+      if (!ch.ok() && i == 0) return ch.status().with_context("verbs connect to " + peer.describe());
+      if (!ch.ok()) {
+        notes += (notes.empty() ? "" : "; ") + devs.value()[i]->name() + ": " + ch.status().message();
+        continue;
+      }
+      VerbsLane l;
+      l.id = static_cast<uint32_t>(lanes.size());
+      l.ch = ch.take();
+      lanes.push_back(std::move(l));
+    }
+    return static_cast<PendingConnect*>(new VerbsPendingConnect(std::move(lanes), options_, peer, notes));
   }
 
   Result<Endpoint*> accept(const PeerContext& peer, const std::string& offer, std::string* answer,
@@ -83,32 +155,85 @@ class VerbsTransport : public Transport {
     // On failure the fds stay the core's: it answers the refusal on them and closes them.
     auto fail = [&](const Status& s) -> Result<Endpoint*> { return s.with_context("verbs accept from " + peer.describe()); };
     if (fds.empty()) return fail(Internal("verbs accept() needs one liveness socket"));
-    auto dev = device();
-    if (!dev.ok()) return fail(dev.status());
-    auto remote = VerbsConnInfo::parse(offer);
-    if (!remote.ok()) return fail(remote.status());
-    int nqp = std::min<int>(static_cast<int>(remote.value().qpn.size()), std::max(1, options_.qps_per_connection));
-    auto ch = VerbsChannel::create(dev.value(), nqp);
-    if (!ch.ok()) return fail(ch.status());
-    Status s = ch.value()->connect(remote.value(), options_);
-    if (!s.ok()) return fail(s);
-    *answer = ch.value()->local_info().serialize();
+    auto devs = devices();
+    if (!devs.ok()) return fail(devs.status());
+    auto parsed = VerbsConnInfo::parse(offer);
+    if (!parsed.ok()) return fail(parsed.status());
+    const VerbsConnInfo& remote = parsed.value();
+    // Pair each offered lane with one of our ports (verbs_lanes.h); lane 0 falls back to our
+    // first port when none is on its fabric (the peer's offer may predate fabrics in offers).
+    std::vector<LanePort> offered{lane_port(remote)}, local;
+    for (auto& l : remote.lanes) offered.push_back(lane_port(*l.info));
+    for (auto& d : devs.value()) {
+      const PortInfo& p = d->port();
+      local.push_back({p.nic.name, p.nic.link_layer, p.nic.fabric, gid_to_string_raw(p.gid.raw) + "/" + std::to_string(p.lid),
+                       p.nic.gbps});
+    }
+    const std::vector<int> match = match_lanes(offered, local);
+    const size_t nlanes = 1 + std::count_if(match.begin() + 1, match.end(), [](int m) { return m >= 0; });
+    const int per_lane = lane_qps(options_, match[0] >= 0 ? nlanes : 1);
+    std::string notes;
+    std::vector<VerbsLane> lanes;
+    for (size_t i = 0; i < offered.size(); ++i) {
+      if (i > 0 && match[0] < 0) break;  // lane 0 on a port of another fabric: no striping
+      const VerbsConnInfo& r = i == 0 ? remote : *remote.lanes[i - 1].info;
+      const uint32_t id = i == 0 ? 0 : remote.lanes[i - 1].index;
+      if (i > 0 && match[i] < 0) {
+        notes += (notes.empty() ? "" : "; ") + r.device + " (peer): no free port of ours on " + r.fabric;
+        continue;
+      }
+      std::shared_ptr<VerbsDevice> dev = devs.value()[match[i] >= 0 ? match[i] : 0];
+      const int nqp = std::min<int>(static_cast<int>(r.qpn.size()), per_lane);
+      auto ch = VerbsChannel::create(dev, nqp, id);
+      Status s = ch.ok() ? Status::Ok() : ch.status();
+      if (s.ok() && i > 0 && options_.fail_lane_for_testing == static_cast<int>(id))
+        s = Status(Code::kSystemError, "test: lane refused");
+      if (s.ok()) s = ch.value()->connect(r, options_);
+      if (!s.ok() && i == 0) return fail(s);
+      if (!s.ok()) {
+        notes += (notes.empty() ? "" : "; ") + dev->name() + ": " + s.message();
+        continue;
+      }
+      VerbsLane l;
+      l.id = id;
+      l.ch = ch.take();
+      l.peer_device = r.device;
+      l.gbps = lane_rate(local[match[i] >= 0 ? match[i] : 0], offered[i]);
+      lanes.push_back(std::move(l));
+    }
+    VerbsConnInfo mine = lanes[0].ch->local_info();
+    for (size_t i = 1; i < lanes.size(); ++i)
+      mine.lanes.push_back({lanes[i].id, std::make_shared<VerbsConnInfo>(lanes[i].ch->local_info())});
+    *answer = mine.serialize();
     const int fd = take_liveness_fd(fds);
-    return static_cast<Endpoint*>(new VerbsEndpoint(ch.take(), remote.value(), peer, fd, false));
+    return static_cast<Endpoint*>(new VerbsEndpoint(std::move(lanes), remote, peer, fd, false, notes));
   }
 
  private:
-  // Opened on first use, so constructing a transport never fails and costs nothing.
-  Result<std::shared_ptr<VerbsDevice>> device() {
-    if (device_) return device_;
-    auto d = VerbsDevice::open(options_);
-    if (!d.ok()) return d.status();
-    device_ = d.value();
-    return device_;
+  // The ports this rank stripes over, the first ACTIVE one selected by UCCL_IB_HCA first (the
+  // port a connection used before striping), then the other ACTIVE ones; only the first with
+  // UCCL_STRIPE_NETWORKS=off. Opened on first use, so constructing a transport never fails.
+  Result<std::vector<std::shared_ptr<VerbsDevice>>> devices() {
+    if (!devices_.empty()) return devices_;
+    auto first = VerbsDevice::open(options_);
+    if (!first.ok()) return first.status();
+    devices_.push_back(first.value());
+    if (!options_.stripe) return devices_;
+    auto ports = enumerate_ports(options_.hca, options_.gid_index);
+    if (!ports.ok()) return devices_;
+    for (const PortInfo& p : ports.value()) {
+      if (!p.nic.active || p.nic.name == first.value()->name() || devices_.size() >= kMaxLanes) continue;
+      VerbsOptions o = options_;
+      o.hca = "=" + p.nic.device + ":" + std::to_string(p.nic.port);
+      auto d = VerbsDevice::open(o);
+      if (d.ok()) devices_.push_back(d.value());
+      else UCCL_INFO("verbs: port %s left out of striping: %s", p.nic.name.c_str(), d.status().message().c_str());
+    }
+    return devices_;
   }
 
   VerbsOptions options_;
-  std::shared_ptr<VerbsDevice> device_;
+  std::vector<std::shared_ptr<VerbsDevice>> devices_;
 };
 
 }  // namespace
@@ -161,6 +286,7 @@ VerbsOptions VerbsOptions::from_config() {
   o.retry_cnt = kIbRetryCnt.get();
   o.tc = kIbTc.get();
   o.sl = kIbSl.get();
+  o.stripe = kStripeNetworks.get() != "off";
   return o;
 }
 

@@ -17,6 +17,9 @@
 //    sends a clear-to-send with address/rkey; the sender RDMA-WRITEs, striped across the QPs,
 //    the last write per QP with an immediate. Reduce receives target a registered scratch
 //    region, then reduce into dst.
+//  * With several usable ports (UCCL_IB_HCA selects them, no rail port picked), the connection
+//    has a lane (channel) per pair of ports on one fabric and large messages are cut over the
+//    lanes by their rates (verbs_lanes.h); lane 0 carries the control stream.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +47,11 @@ struct VerbsOptions {
   int retry_cnt = kIbRetryCnt.default_value();
   int tc = kIbTc.default_value();  // RoCE traffic class
   int sl = kIbSl.default_value();
+  // Stripe large messages over every ACTIVE port `hca` selects that the peer has a port beside
+  // (transports/verbs/verbs_lanes.h); false (UCCL_STRIPE_NETWORKS=off): the first port only.
+  bool stripe = true;
+  // Tests: lane `fail_lane_for_testing` (>= 1) fails to connect on this side (-1: none).
+  int fail_lane_for_testing = -1;
   static VerbsOptions from_config();
 };
 

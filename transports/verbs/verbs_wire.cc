@@ -1,9 +1,12 @@
 #include "transports/verbs/verbs_wire.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
+
+#include "transports/verbs/verbs_lanes.h"
 
 namespace uccl {
 namespace {
@@ -37,19 +40,62 @@ bool parse_list(const std::string& s, std::vector<uint32_t>* out) {
   return !out->empty();
 }
 
+std::string gid_hex(const uint8_t* gid) {
+  std::string g;
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    std::snprintf(hex, sizeof hex, "%02x", gid[i]);
+    g += hex;
+  }
+  return g;
+}
+
+bool parse_gid(const std::string& g, uint8_t* gid) {
+  uint64_t v;
+  if (g.size() != 32) return false;
+  for (int i = 0; i < 16; ++i) {
+    if (!parse_u64(g.substr(2 * i, 2), &v, 16)) return false;
+    gid[i] = static_cast<uint8_t>(v);
+  }
+  return true;
+}
+
+bool parse_rate(const std::string& s, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || !end || *end || !(v >= 0) || v > 1e6) return false;
+  *out = v;
+  return true;
+}
+
+std::vector<std::string> split_bars(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t e = s.find('|', i);
+    if (e == std::string::npos) e = s.size();
+    out.push_back(s.substr(i, e - i));
+    i = e + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string VerbsConnInfo::serialize() const {
-  std::string g;
-  char hex[3];
-  for (uint8_t b : gid) {
-    std::snprintf(hex, sizeof hex, "%02x", b);
-    g += hex;
-  }
+  const std::string g = gid_hex(gid);
   std::ostringstream o;
+  o.precision(17);  // rates round-trip exactly: both sides must cut messages alike
   o << "uccl-verbs v=" << version << " dev=" << device << " ll=" << link_layer << " lid=" << lid << " gid=" << g
     << " gidx=" << gid_index << " mtu=" << mtu << " qpn=" << join(qpn) << " psn=" << join(psn) << " mbox=" << std::hex
     << mbox_addr << ":" << mbox_rkey << std::dec << " ctrl=" << ctrl_slots << "x" << ctrl_slot_bytes;
+  if (gbps > 0) o << " gbps=" << gbps;
+  if (!fabric.empty()) o << " fab=" << fabric;
+  for (const Lane& l : lanes) {
+    const VerbsConnInfo& c = *l.info;
+    o << " lane" << l.index << "=" << c.device << "|" << c.link_layer << "|" << c.lid << "|" << gid_hex(c.gid) << "|"
+      << c.gid_index << "|" << c.mtu << "|" << c.gbps << "|" << c.fabric << "|" << join(c.qpn) << "|" << join(c.psn);
+  }
   return o.str();
 }
 
@@ -80,12 +126,7 @@ Result<VerbsConnInfo> VerbsConnInfo::parse(const std::string& text) {
   if (c.link_layer != "ib" && c.link_layer != "roce") return bad("link layer");
   if (!parse_u64(kv["lid"], &v) || v > 0xffff) return bad("lid");
   c.lid = static_cast<uint32_t>(v);
-  const std::string& g = kv["gid"];
-  if (g.size() != 32) return bad("gid");
-  for (int i = 0; i < 16; ++i) {
-    if (!parse_u64(g.substr(2 * i, 2), &v, 16)) return bad("gid");
-    c.gid[i] = static_cast<uint8_t>(v);
-  }
+  if (!parse_gid(kv["gid"], c.gid)) return bad("gid");
   c.gid_index = std::atoi(kv["gidx"].c_str());
   if (!parse_u64(kv["mtu"], &v) || v < 1 || v > 5) return bad("mtu");
   c.mtu = static_cast<int>(v);
@@ -105,6 +146,32 @@ Result<VerbsConnInfo> VerbsConnInfo::parse(const std::string& text) {
     return bad("ctrl");
   c.ctrl_slots = static_cast<uint32_t>(slots);
   c.ctrl_slot_bytes = static_cast<uint32_t>(bytes);
+  if (kv.count("gbps") && !parse_rate(kv["gbps"], &c.gbps)) return bad("gbps");
+  if (kv.count("fab")) c.fabric = kv["fab"];
+  for (auto& e : kv) {
+    if (e.first.compare(0, 4, "lane") != 0) continue;
+    uint64_t index;
+    if (!parse_u64(e.first.substr(4), &index) || index < 1 || index >= kMaxLanes) return bad("lane index " + e.first);
+    const std::vector<std::string> f = split_bars(e.second);
+    auto lane = std::make_shared<VerbsConnInfo>();
+    VerbsConnInfo& l = *lane;
+    if (f.size() != 10) return bad("lane " + e.first);
+    l.device = f[0];
+    l.link_layer = f[1];
+    if (l.link_layer != "ib" && l.link_layer != "roce") return bad("lane link layer");
+    if (!parse_u64(f[2], &v) || v > 0xffff) return bad("lane lid");
+    l.lid = static_cast<uint32_t>(v);
+    if (!parse_gid(f[3], l.gid)) return bad("lane gid");
+    l.gid_index = std::atoi(f[4].c_str());
+    if (!parse_u64(f[5], &v) || v < 1 || v > 5) return bad("lane mtu");
+    l.mtu = static_cast<int>(v);
+    if (!parse_rate(f[6], &l.gbps)) return bad("lane gbps");
+    l.fabric = f[7];
+    if (!parse_list(f[8], &l.qpn) || !parse_list(f[9], &l.psn) || l.qpn.size() != l.psn.size())
+      return bad("lane qpn/psn");
+    c.lanes.push_back({static_cast<uint32_t>(index), lane});
+  }
+  std::sort(c.lanes.begin(), c.lanes.end(), [](const Lane& a, const Lane& b) { return a.index < b.index; });
   return c;
 }
 

@@ -10,9 +10,11 @@
 //                                  size ride along so the sender can refuse a mismatch before
 //                                  writing a byte); flag REJECT: "do not send, I failed it"
 //   DONE  seq env bytes            sender refuses a CTS (flag MISMATCH): nothing was written
-//   READY                          the active side's first message: its QPs are in RTS, so the
+//   READY lanes                    the active side's first message: its QPs are in RTS, so the
 //                                  passive side may send (before, its packets could reach a QP
-//                                  still in INIT and cost a retry timeout)
+//                                  still in INIT and cost a retry timeout); `addr` is the mask
+//                                  of the lanes it connected (verbs_lanes.h), 0 from a build
+//                                  that does not stripe (lane 0 alone)
 // The data of a rendezvous needs no control message: the last RDMA write on each QP carries
 // the immediate (uint32) low 32 bits of seq; on QP 0 it consumes a control buffer (a credit).
 // An EAGER with flag INVALID tells the receiver the sender's request was bad (no payload).
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,12 +50,13 @@ struct CtrlMsg {
   uint16_t reserved = 0;
   uint64_t seq = 0;      // message number in this direction (0, 1, 2, ...)
   uint64_t bytes = 0;    // sender: size of the message; CTS: the size the receiver expects
-  uint64_t addr = 0;     // CTS: where to write
-  uint32_t rkey = 0;     // CTS
+  uint64_t addr = 0;     // CTS: where to write; READY: the mask of connected lanes
+  uint32_t rkey = 0;     // CTS: the key of lane 0's port
   uint32_t reserved2 = 0;
   uint64_t credits = 0;  // cumulative control buffers reposted by the writer of this message
   Envelope env;          // sender: its envelope; CTS: the receiver's expected envelope
-  uint8_t pad[48] = {};
+  uint32_t lane_rkey[7] = {};  // CTS: the keys of lanes 1..7 (each lane's port has its own PD)
+  uint8_t pad[20] = {};
 };
 static_assert(sizeof(CtrlMsg) == 128, "CtrlMsg is part of the wire protocol; payload starts 64-aligned");
 
@@ -71,6 +75,19 @@ struct VerbsConnInfo {
   uint32_t mbox_rkey = 0;
   uint32_t ctrl_slots = 0;   // control buffers pre-posted on QP 0
   uint32_t ctrl_slot_bytes = 0;  // each = sizeof(CtrlMsg) + eager payload limit
+  double gbps = 0;           // the port's rated speed (0 unknown): lanes are weighted by it
+  std::string fabric;        // "roce:10.77.0.0/24": lanes pair ports on one fabric
+
+  // Striping over several ports (verbs_lanes.h): the fields above describe lane 0; each entry
+  // here one more lane: in an offer the active side's lane `index` (1, 2, ...), in an answer the
+  // passive side's port for the offered lane `index`. Only the port and QP fields are used.
+  // Optional on the wire ("lane<index>=dev|ll|lid|gid|gidx|mtu|gbps|fabric|qpn,..|psn,.."): a
+  // peer that does not stripe ignores them and answers for lane 0 alone.
+  struct Lane {
+    uint32_t index = 0;
+    std::shared_ptr<VerbsConnInfo> info;
+  };
+  std::vector<Lane> lanes;
 
   // "uccl-verbs v=1 dev=rxe0:1 ll=roce lid=0 gid=<32 hex> gidx=1 mtu=3 qpn=17,18 psn=..,.. ..."
   std::string serialize() const;

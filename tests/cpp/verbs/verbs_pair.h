@@ -128,9 +128,11 @@ inline bool wait_all(uccl::Endpoint* ep, std::initializer_list<uccl::Request*> r
 
 // Forks rank 0 and rank 1 (hca0 / hca1 select their devices), connects them, runs body(rank)
 // in each; returns true if both exit 0 (rank `killed` may instead die by SIGKILL: the tests of
-// a peer killed mid-transfer). `options` supplies everything but the device.
+// a peer killed mid-transfer). `options` supplies everything but the device;
+// options.fail_lane_for_testing applies to rank `fail_lane_rank` only (both ranks: -1).
 inline bool run_pair(const std::string& hca0, const std::string& hca1, uccl::VerbsOptions options,
-                     const std::function<int(Rank&)>& body, int timeout_s = 120, int killed = -1) {
+                     const std::function<int(Rank&)>& body, int timeout_s = 120, int killed = -1,
+                     int fail_lane_rank = -1) {
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -160,6 +162,7 @@ inline bool run_pair(const std::string& hca0, const std::string& hca1, uccl::Ver
       Rank r;
       r.rank = rank;
       options.hca = rank == 0 ? hca0 : hca1;
+      if (fail_lane_rank >= 0 && rank != fail_lane_rank) options.fail_lane_for_testing = -1;
       if (!connect_rank(r, fd, options)) std::_Exit(2);
       int rc = body(r);
       std::fflush(stdout);

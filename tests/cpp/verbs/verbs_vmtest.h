@@ -14,14 +14,14 @@ namespace vmtest {
 // run_pair() with rank bodies that use doctest checks: a failed check (or REQUIRE) in a rank
 // becomes that rank's exit code, which run_pair() reports; messages name the rank.
 inline bool run_checked_pair(const std::string& hca0, const std::string& hca1, uccl::VerbsOptions options,
-                             int (*body)(Rank&), int timeout_s = 120, int killed = -1) {
+                             int (*body)(Rank&), int timeout_s = 120, int killed = -1, int fail_lane_rank = -1) {
   return run_pair(
       hca0, hca1, options,
       [body](Rank& r) {
         INFO("rank " << r.rank);
         return uccl_test::child_exit_code([&] { return body(r); });
       },
-      timeout_s, killed);
+      timeout_s, killed, fail_lane_rank);
 }
 
 inline uint8_t pattern(size_t i, uint32_t seed) { return static_cast<uint8_t>((i * 2654435761u + seed) >> 7); }
