@@ -235,6 +235,9 @@ bool Engine::idle() {
 bool Engine::start_inline(InlineOp* op) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!queue_.empty() || inline_ || failed_flag_.load()) return false;
+  // Only now, under the lock: until the queue was seen empty, a queued operation may still have
+  // been executing on the ExecState the restart reads.
+  op->task->restart(op->seq);
   inline_ = op;
   return true;
 }

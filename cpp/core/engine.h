@@ -92,7 +92,8 @@ class Engine {
   Status submit(const std::shared_ptr<OpWork>& w);
   Status wait(OpWork* w, double timeout_s);
   // The express path (core/express.cc). start_inline(): if nothing is queued or running and
-  // the communicator has not failed, makes `op` the running operation (the caller holds the
+  // the communicator has not failed, restarts op->task as operation op->seq (under the lock:
+  // nothing else executes on the ExecState then) and makes `op` the running operation (the caller holds the
   // communicator's issue lock, so whatever is issued later queues behind it) and returns true.
   // wait_inline(): drives it in this thread like wait() (progress_once runs it before the
   // queue); a failure fails the communicator like any operation's. Returns its status.

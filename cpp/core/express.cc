@@ -37,8 +37,7 @@ bool CommunicatorImpl::express_start(std::unique_lock<std::mutex>& issue_lock, E
   op.task = &*express_task_;
   op.coll = x->key.c.coll;
   op.seq = coll_seq_ + 1;
-  express_task_->restart(op.seq);  // before the engine can see it
-  if (!engine_->start_inline(&op)) return false;
+  if (!engine_->start_inline(&op)) return false;  // restarts the task as operation op.seq
   coll_seq_ = op.seq;
   issue_lock.unlock();  // what is issued from now on queues behind it
   x->status = engine_->wait_inline(&op, x->timeout_s);
