@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <cerrno>
 #include <vector>
 
@@ -83,20 +86,73 @@ void note_host_ranks(int n) {
 }
 
 namespace {
-const DoubleSetting kSpinUs("general", "UCCL_SPIN_US", "5000",
+constexpr double kDefaultSpinUs = 5000;
+const DoubleSetting kSpinUs("general", "UCCL_SPIN_US", "auto",
                             "microseconds a waiting rank spins (progress passes) before it sleeps until a peer's "
-                            "write wakes it",
-                            number_above(-1));
+                            "write wakes it; auto: 5000, or 0 when the process's cgroup has a CPU quota below one "
+                            "core (spinning would spend the quota its compute needs)",
+                            [](const std::string& text, double* out) -> std::string {
+                              if (text == "auto" || text.empty()) {
+                                *out = -1;  // decided in idle_policy()
+                                return "";
+                              }
+                              return number_at_least(0)(text, out);
+                            });
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 const TextSetting kWaitYield("general", "UCCL_WAIT_YIELD", "auto",
                              "sched_yield between the spin's passes: auto does when more ranks share the host than "
                              "it has CPUs (like Open MPI when oversubscribed), 1 always, 0 never",
                              one_of({"auto", "", "0", "1"}));
 }  // namespace
 
+double cgroup_cpu_limit(const std::string& proc_cgroup, const std::string& root) {
+  std::istringstream lines(proc_cgroup);
+  std::string line;
+  while (std::getline(lines, line)) {
+    // "hierarchy-id:controllers:path"; v2 is "0::path"
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string ctrl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (ctrl.empty()) {  // v2: cpu.max = "quota period" or "max period"
+      std::istringstream m(read_text(root + path + "/cpu.max"));
+      std::string quota;
+      double period = 0;
+      double q = 0;
+      if (m >> quota >> period && quota != "max" && period > 0 && std::istringstream(quota) >> q) return q / period;
+      continue;
+    }
+    std::istringstream cs(ctrl);
+    std::string c;
+    bool cpu = false;
+    while (std::getline(cs, c, ',')) cpu |= c == "cpu";
+    if (!cpu) continue;
+    for (const std::string& dir : {root + "/" + ctrl + path, root + "/cpu" + path}) {
+      std::istringstream q(read_text(dir + "/cpu.cfs_quota_us")), p(read_text(dir + "/cpu.cfs_period_us"));
+      double quota = 0, period = 0;
+      if (q >> quota && p >> period) return quota > 0 && period > 0 ? quota / period : 0;
+    }
+  }
+  return 0;
+}
+
 IdlePolicy idle_policy() {
   static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   IdlePolicy p;
-  p.spin_s = kSpinUs.get() * 1e-6;
+  const double spin_us = kSpinUs.get();
+  if (spin_us >= 0) {
+    p.spin_s = spin_us * 1e-6;
+  } else {
+    // Read once: a launcher puts a rank into its cgroup before exec (uccl/parallel/cpuquota.py).
+    static const double limit = cgroup_cpu_limit(read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
+    p.spin_s = limit > 0 && limit < 1 ? 0 : kDefaultSpinUs * 1e-6;
+  }
   const std::string& y = kWaitYield.get();
   p.yield = y == "auto" || y.empty() ? host_ranks.load(std::memory_order_relaxed) > cpus : y == "1";
   return p;

@@ -7,7 +7,7 @@
 // every wait slept at once, 0.7-1.8 us spinning first), and sched_yield beside a busy loop
 // hands it a whole time slice (the old 5 us spin then yield: 4-30 us with 1-3 busy loops beside
 // two ranks, Open MPI 0.5 us). So, like Open MPI's shared-memory path, a waiter:
-//   1. spins (progress passes) for UCCL_SPIN_US (5 ms, longer than a scheduler time slice, so a
+//   1. spins (progress passes) for UCCL_SPIN_US (auto: 5 ms, longer than a scheduler time slice, so a
 //      peer preempted once does not cost a sleep and a wake-up): the peer answers a small
 //      message in 1-2 us when it runs, and a rank that keeps its core gets its fair share of it.
 //      It calls sched_yield between passes instead where spinning would keep the peer off the
@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "transports/transport.h"
 
@@ -44,6 +45,14 @@ struct IdlePolicy {
   bool yield;     // sched_yield between the passes of the spin
 };
 IdlePolicy idle_policy();
+// The CPU limit of the process's cgroup in cores (cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us,
+// v2 cpu.max), or 0 when there is none. `proc_cgroup` is /proc/self/cgroup's text, `root` where
+// the cgroup filesystems are mounted (/sys/fs/cgroup); parameters so that tests can fake both.
+// Why: under a quota, spinning is paid out of the same budget as the rank's compute. The
+// planner's validation runs (0.1 cores per rank) measured two plans 38-46% slower than
+// predicted because waits spun 5 ms each; with UCCL_SPIN_US=0 they were not (uccl/parallel/
+// RESULTS.md). So UCCL_SPIN_US=auto spins only while the process has whole cores of its own.
+double cgroup_cpu_limit(const std::string& proc_cgroup, const std::string& root);
 // Ranks of some communicator of this process that share its host (from the topology): with
 // more of them than online CPUs, UCCL_WAIT_YIELD=auto yields while spinning.
 void note_host_ranks(int n);

@@ -1,0 +1,61 @@
+// cgroup_cpu_limit (core/idle_wait.h): the CPU quota that makes UCCL_SPIN_US=auto stop spinning,
+// read from fake /proc/self/cgroup texts and cgroup trees (v1 and v2).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/idle_wait.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempTree {
+  fs::path root = fs::temp_directory_path() / ("uccl-cgroup-test-" + std::to_string(getpid()));
+  TempTree() { fs::create_directories(root); }
+  ~TempTree() { fs::remove_all(root); }
+  void write(const std::string& rel, const std::string& text) {
+    fs::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel) << text;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cgroup v1: cpu.cfs_quota_us / cpu.cfs_period_us of the cpu controller's group") {
+  TempTree t;
+  t.write("cpu,cpuacct/job/rank0/cpu.cfs_quota_us", "10000\n");
+  t.write("cpu,cpuacct/job/rank0/cpu.cfs_period_us", "100000\n");
+  const std::string proc = "12:memory:/job\n4:cpu,cpuacct:/job/rank0\n0::/\n";
+  CHECK(uccl::cgroup_cpu_limit(proc, t.root.string()) == doctest::Approx(0.1));
+  t.write("cpu,cpuacct/job/rank0/cpu.cfs_quota_us", "-1\n");  // no quota
+  CHECK(uccl::cgroup_cpu_limit(proc, t.root.string()) == 0);
+}
+
+TEST_CASE("cgroup v1 mounted as cpu/ only, and v2's cpu.max") {
+  TempTree t;
+  t.write("cpu/g/cpu.cfs_quota_us", "250000\n");
+  t.write("cpu/g/cpu.cfs_period_us", "100000\n");
+  CHECK(uccl::cgroup_cpu_limit("3:cpu:/g\n", t.root.string()) == doctest::Approx(2.5));
+  t.write("job/cpu.max", "50000 100000\n");
+  CHECK(uccl::cgroup_cpu_limit("0::/job\n", t.root.string()) == doctest::Approx(0.5));
+  t.write("job/cpu.max", "max 100000\n");
+  CHECK(uccl::cgroup_cpu_limit("0::/job\n", t.root.string()) == 0);
+}
+
+TEST_CASE("no cpu controller, a missing tree or a garbled file: no limit") {
+  TempTree t;
+  CHECK(uccl::cgroup_cpu_limit("", t.root.string()) == 0);
+  CHECK(uccl::cgroup_cpu_limit("5:memory:/x\n", t.root.string()) == 0);
+  CHECK(uccl::cgroup_cpu_limit("4:cpu,cpuacct:/nowhere\n", t.root.string()) == 0);
+  t.write("cpu/g/cpu.cfs_quota_us", "lots\n");
+  t.write("cpu/g/cpu.cfs_period_us", "100000\n");
+  CHECK(uccl::cgroup_cpu_limit("3:cpu:/g\n", t.root.string()) == 0);
+  CHECK(uccl::cgroup_cpu_limit("garbage without colons\n", t.root.string()) == 0);
+  t.write("v2/cpu.max", "half 100000\n");
+  CHECK(uccl::cgroup_cpu_limit("0::/v2\n", t.root.string()) == 0);
+}
