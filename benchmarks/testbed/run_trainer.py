@@ -29,6 +29,15 @@ RPH = 2  # ranks per host
 # cpu.shares of each host's group: on the shared 2-core machine (load 15-30 from other jobs) a
 # default weight gets far less than the quota; the quota (at most 8 x 0.1 = 0.8 cores) still caps.
 SHARES = 8192
+# UCCL_SPIN_US for the ranks: a waiting uccl rank spins 5 ms (the library's default, for a rank
+# that owns its core) before it sleeps. Under a CPU quota the spin is paid from the host's
+# budget (0.2 cores = 20 ms per 100 ms period for its two ranks): every wait longer than the
+# spin burns 5 ms of the "device's" compute, so a plan with many waits (pipeline bubbles, more
+# micro-batches, TP operations) was measured up to 2x slower (uccl/parallel/RESULTS.md,
+# "Why two plans were measured far slower"). An accelerator waiting for a message does not
+# spend its compute, so the emulated devices do not spin: they sleep at once and are woken by
+# the peer's write. --spin-us overrides (5000 reproduces the runs before 2026-11-25 11:00 UTC).
+SPIN_US = 0
 
 
 def load1():
@@ -47,7 +56,7 @@ def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517, env_e
             q = CpuQuota(f"trainer-{bed.prefix}-c{c}h{h}", quotas[(c, h)] * RPH, shares=SHARES)
             groups.append(q)
             env = launch.base_env({**launch._host_env(bed, c, h, topo, False), "OMP_NUM_THREADS": "1",
-                                   **(env_extra or {})})
+                                   "UCCL_SPIN_US": str(SPIN_US), **(env_extra or {})})
             env.pop("RANK", None)
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}",
                    f"--nproc-per-node={RPH}", f"--node-rank={node}", f"--master-addr={master}",
@@ -208,6 +217,8 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
     from uccl.planner import calibration as cb
     spec = cb.make_spec(cluster, model, a.max_micro_batch, reps=a.calib_reps, min_s=a.calib_min_s)
     key = {"method": 3, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
+    if SPIN_US != 5000:  # the waiting policy changes what communication costs under a quota
+        key["spin_us"] = SPIN_US
     path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
     if os.path.exists(path) and not a.recalibrate:
         print(f"[validate] calibration from {path}", flush=True)
@@ -350,6 +361,7 @@ def one_plan(a, rows):
 
 
 def main():
+    global SPIN_US
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("holmes", "hetero", "validate", "calibrate", "plan"))
     ap.add_argument("--fast", type=float, default=1.0, help="Gbit/s of a fast link")
@@ -384,7 +396,10 @@ def main():
     ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/uccl/planner"))
     ap.add_argument("--calib-reps", type=int, default=3, help="calibration: timed repetitions per size")
     ap.add_argument("--calib-min-s", type=float, default=1.0, help="calibration: seconds per compute timing")
+    ap.add_argument("--spin-us", type=int, default=SPIN_US,
+                    help="UCCL_SPIN_US of the ranks (default 0: quota'd devices do not spin, see SPIN_US)")
     a = ap.parse_args()
+    SPIN_US = a.spin_us
     t0 = time.time()
     out = a.out or os.path.join(HERE, f"trainer_{a.what}.json")
     rows = Rows(out, {"config": vars(a), "cpus": os.cpu_count()}, t0)
