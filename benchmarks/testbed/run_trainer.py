@@ -216,7 +216,7 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
     import tempfile
     from uccl.planner import calibration as cb
     spec = cb.make_spec(cluster, model, a.max_micro_batch, reps=a.calib_reps, min_s=a.calib_min_s)
-    key = {"method": 3, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
+    key = {"method": 4, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
     if SPIN_US != 5000:  # the waiting policy changes what communication costs under a quota
         key["spin_us"] = SPIN_US
     path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
