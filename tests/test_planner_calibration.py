@@ -73,6 +73,33 @@ def test_calibrated_comm_takes_the_slower_of_link_and_cpu():
     assert slow.p2p(0, 4, 0) == pytest.approx(0.02)  # the slower member's quota
 
 
+def test_async_buckets_priced_as_measured_async():
+    """ZeRO's buckets are issued as a batch of async operations: a calibration that measured
+    '<op>_async' prices them so; one that did not (and plain cost functions) as '<op>'."""
+    doc = {"quota": 0.1, "comm": {"n2h1c1": {"reduce_scatter": {"0": 0.002, "1000": 0.003},
+                                             "reduce_scatter_async": {"0": 0.004, "1000": 0.007}}}}
+    free = Comm(lambda c, n, r: 0.0, lambda s, d, n: 0.0)
+    comm = cb.calibrated_comm(free, cb.Calibration(doc), PLACEMENT, CLUSTER_OF, [0.1] * 8)
+    assert comm.coll("reduce_scatter_async", 1000, [0, 1]) == pytest.approx(0.007)
+    assert comm.coll("reduce_scatter", 1000, [0, 1]) == pytest.approx(0.003)
+    doc["comm"]["n2h1c1"].pop("reduce_scatter_async")
+    comm = cb.calibrated_comm(free, cb.Calibration(doc), PLACEMENT, CLUSTER_OF, [0.1] * 8)
+    assert comm.coll("reduce_scatter_async", 1000, [0, 1]) == pytest.approx(0.003)
+    seen = []
+    plain = Comm(lambda c, n, r: seen.append(c) or 1.0, lambda s, d, n: 0.0)
+    assert plain.coll("all_gather_async", 10, [0, 1]) == 1.0 and seen == ["all_gather"]
+    # the estimate's DP term uses the async prices: 4 ranks per host pair, d = 2 inside a host
+    tm = {"block": {"1,1": 0.1}, "head": {"1,1": 0.05}, "adam_per_param": 0.0}
+    model = ModelSpec(layers=4, hidden=64, heads=4, seq=32, vocab=128, global_batch=16, bucket_bytes=0)
+    st = Strategy(1, 4, 2, 1, 8, "holmes", [1, 1, 1, 1], [0, 1, 2, 3])
+    cal = {"quota": 0.1, "comm": {"n2h1c1x4": {op: {"0": v} for op, v in (
+        ("reduce_scatter", 0.001), ("all_gather", 0.001), ("reduce_scatter_async", 0.01),
+        ("all_gather_async", 0.02))}}}
+    e = estimate(model, bed(tm), cb.calibrated_comm(free, cb.Calibration(cal), PLACEMENT, CLUSTER_OF,
+                                                    [0.1] * 8), st)
+    assert e.breakdown["dp"] == pytest.approx(0.03)
+
+
 def test_measured_compute_replaces_flops():
     tm = {"block": {"1,1": 0.1, "2,1": 0.06}, "head": {"1,1": 0.05, "2,1": 0.03}, "adam_per_param": 0.0}
     free = Comm(lambda c, n, r: 0.0, lambda s, d, n: 0.0)

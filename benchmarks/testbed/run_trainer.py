@@ -4,6 +4,7 @@ planner's predictions against measured runs. Writes JSON; uccl/parallel/RESULTS.
     sudo python benchmarks/testbed/run_trainer.py holmes   [--fast 1 --slow 0.1 ...]
     sudo python benchmarks/testbed/run_trainer.py hetero   [--quota-fast 0.3 --quota-slow 0.15]
     sudo python benchmarks/testbed/run_trainer.py validate [--plans 8]   # calibrates first (cached)
+    sudo python benchmarks/testbed/run_trainer.py plan --plan 1,2,1 --steps 8 --repeat 3   # one plan (t,p,b)
 
 2 clusters x 2 hosts x 2 ranks, torchrun per host (--nnodes 4). Each host's processes run in a
 cgroup with a CPU quota of (ranks x per-rank cores): the quota is the "device speed" and also
@@ -28,15 +29,25 @@ RPH = 2  # ranks per host
 # cpu.shares of each host's group: on the shared 2-core machine (load 15-30 from other jobs) a
 # default weight gets far less than the quota; the quota (at most 8 x 0.1 = 0.8 cores) still caps.
 SHARES = 8192
+# UCCL_SPIN_US for the ranks: a waiting uccl rank spins 5 ms (the library's default, for a rank
+# that owns its core) before it sleeps. Under a CPU quota the spin is paid from the host's
+# budget (0.2 cores = 20 ms per 100 ms period for its two ranks): every wait longer than the
+# spin burns 5 ms of the "device's" compute, so a plan with many waits (pipeline bubbles, more
+# micro-batches, TP operations) was measured up to 2x slower (uccl/parallel/RESULTS.md,
+# "Why two plans were measured far slower"). An accelerator waiting for a message does not
+# spend its compute, so the emulated devices do not spin: they sleep at once and are woken by
+# the peer's write. --spin-us overrides (5000 reproduces the runs before 2026-11-25 11:00 UTC).
+SPIN_US = 0
 
 
 def load1():
     return os.getloadavg()[0]
 
 
-def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517):
+def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517, env_extra=None, sampler=None):
     """Runs `python -m uccl.parallel.train args_` with torchrun on the bed's hosts (or a subset),
-    each host's processes under its CPU quota; returns rank 0's RESULT."""
+    each host's processes under its CPU quota; returns rank 0's RESULT. sampler: a
+    CgroupSampler that records the host groups' cpu.stat while the ranks run."""
     hosts = hosts or bed.all_hosts()
     master = bed.host_addr(*hosts[0])
     groups, procs = [], []
@@ -44,14 +55,19 @@ def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517):
         for node, (c, h) in enumerate(hosts):
             q = CpuQuota(f"trainer-{bed.prefix}-c{c}h{h}", quotas[(c, h)] * RPH, shares=SHARES)
             groups.append(q)
-            env = launch.base_env({**launch._host_env(bed, c, h, topo, False), "OMP_NUM_THREADS": "1"})
+            env = launch.base_env({**launch._host_env(bed, c, h, topo, False), "OMP_NUM_THREADS": "1",
+                                   "UCCL_SPIN_US": str(SPIN_US), **(env_extra or {})})
             env.pop("RANK", None)
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}",
                    f"--nproc-per-node={RPH}", f"--node-rank={node}", f"--master-addr={master}",
                    f"--master-port={port}", *args_]
             procs.append((f"node {node} (c{c}h{h})", start_in(bed, c, h, q, cmd, env)))
+        if sampler is not None:
+            sampler.start(groups)
         out = launch.wait(procs, timeout=timeout)
     finally:
+        if sampler is not None:
+            sampler.stop()
         for _, p in procs:
             if p.poll() is None:
                 p.kill()
@@ -59,6 +75,70 @@ def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517):
         for q in groups:
             q.close()
     return out[0]
+
+
+class CgroupSampler:
+    """Samples each host group's cpu.stat (nr_periods, nr_throttled, throttled_time ns) and the
+    CPU time its threads ran (ns, /proc/<pid>/task/*/schedstat) every `every_s`, with the wall
+    clock, while the ranks run: per-step throttling is the difference between the samples
+    around a step (the ranks cannot read their cgroup: `ip netns exec` mounts a fresh /sys)."""
+
+    def __init__(self, every_s=0.05):
+        import threading
+        self.every_s, self.samples, self._stop, self._thread = every_s, [], threading.Event(), None
+        self.names = []
+
+    @staticmethod
+    def _read(q):
+        st = {}
+        try:
+            with open(os.path.join(q.path, "cpu.stat")) as f:
+                for line in f:
+                    k, v = line.split()
+                    st[k] = int(v)
+        except OSError:
+            return None
+        run = 0
+        for pid in q.pids():
+            try:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        run += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # exited meanwhile
+        st["run_ns"] = run
+        return st
+
+    def start(self, groups):
+        import threading
+        self.names = [q.name for q in groups]
+
+        def loop():
+            while not self._stop.is_set():
+                self.samples.append((time.time(), [self._read(q) for q in groups]))
+                self._stop.wait(self.every_s)
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def between(self, t0, t1):
+        """Per group: the counters' increase from the last sample <= t0 to the first >= t1
+        (run_ns is then an upper bound of the CPU the group's threads used in [t0, t1])."""
+        a = [s for s in self.samples if s[0] <= t0]
+        b = [s for s in self.samples if s[0] >= t1]
+        if not a or not b:
+            return None
+        (ta, sa), (tb, sb) = a[-1], b[0]
+        out = {"window_s": tb - ta}
+        for name, x, y in zip(self.names, sa, sb):
+            if x is None or y is None:
+                continue
+            out[name] = {k: y[k] - x.get(k, 0) for k in y}
+        return out
 
 
 def start_in(bed, c, h, quota, cmd, env):
@@ -136,7 +216,9 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
     import tempfile
     from uccl.planner import calibration as cb
     spec = cb.make_spec(cluster, model, a.max_micro_batch, reps=a.calib_reps, min_s=a.calib_min_s)
-    key = {"method": 3, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
+    key = {"method": 4, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
+    if SPIN_US != 5000:  # the waiting policy changes what communication costs under a quota
+        key["spin_us"] = SPIN_US
     path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
     if os.path.exists(path) and not a.recalibrate:
         print(f"[validate] calibration from {path}", flush=True)
@@ -220,7 +302,7 @@ def validate(a, rows):
                 for k, t in saved:
                     k.timings = t
             la = load1()
-            r = run_bed(bed, trainer_args(d, model, a.steps), quotas, topo)
+            r = run_bed(bed, trainer_args(d, model, a.steps, a.warmup), quotas, topo)
             d.update(rank_predicted=i + 1, measured_s=r["step_s"], measured_all=r["step_s_all"],
                      error=d["predicted_s"] / r["step_s"] - 1, load1_before=la, load1_after=load1(),
                      comm_s=r["comm_s"], device_flops=flops, calibration=cal_path)
@@ -233,9 +315,55 @@ def validate(a, rows):
     return rows
 
 
+def one_plan(a, rows):
+    """One plan (--plan t,p,b) run --repeat times on the validate bed (mixed environment, every
+    rank at --quota-fast), without the planner: per step its time, the per-group communication
+    and each host group's CPU throttling (CgroupSampler), to look into single plans."""
+    from uccl.planner.validate import trainer_args
+    t, p, b = (int(v) for v in a.plan.split(","))
+    world = 4 * RPH
+    d = world // (t * p)
+    m = a.global_batch // (d * b)
+    plan = {"tp": t, "pp": p, "layout": a.layout, "parts": a.parts.split(",") if a.parts else
+            __import__("uccl.parallel.partition", fromlist=["uniform"]).uniform(a.layers, p),
+            "order": list(range(p)), "micro_batch": b, "n_micro": m}
+    env_extra = dict(kv.split("=", 1) for kv in a.env)
+    bed, topo = bed_for(a, a.fast, a.slow, "v")
+    try:
+        _, model = bed_cluster(a, topo)
+        quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
+        for rep in range(a.repeat):
+            la = load1()
+            smp = CgroupSampler()
+            args_ = trainer_args(plan, model, a.steps, a.warmup)
+            if a.trace:
+                args_ += ["--trace", f"{a.trace}.{rep}.json"]
+            r = run_bed(bed, args_, quotas, topo, env_extra=env_extra, sampler=smp)
+            cg = [smp.between(*w) for w in r["wall_all"]]
+            row = {"plan": plan, "dp": d, "repeat": rep, "env": env_extra, "load1_before": la, "load1_after": load1(),
+                   "step_s": r["step_s"], "step_s_all": r["step_s_all"], "comm_s_all": r["comm_s_all"],
+                   "cgroup_per_step": cg, "trace": r.get("trace")}
+            rows.append(row)
+            print(f"[plan] t={t} p={p} d={d} b={b} m={m} rep {rep} env {env_extra} load {la:.1f}: median "
+                  f"{r['step_s']:.3f}s", flush=True)
+            for i, (st, cm, c) in enumerate(zip(r["step_s_all"], r["comm_s_all"], cg)):
+                thr = ""
+                if c:
+                    hosts = [v for k, v in c.items() if k != "window_s"]
+                    thr = (f"| throttled {sum(h['nr_throttled'] for h in hosts)}/{sum(h['nr_periods'] for h in hosts)} "
+                           f"periods {sum(h['throttled_time'] for h in hosts) / 1e9:.2f}s, cores used "
+                           + " ".join(f"{h['run_ns'] / 1e9 / c['window_s']:.3f}" for h in hosts))
+                print(f"    step {i}: {st:.3f}s comm " + " ".join(f"{k}={v:.3f}" for k, v in sorted(cm.items()))
+                      + f" {thr}", flush=True)
+    finally:
+        bed.close()
+    return rows
+
+
 def main():
+    global SPIN_US
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("holmes", "hetero", "validate", "calibrate"))
+    ap.add_argument("what", choices=("holmes", "hetero", "validate", "calibrate", "plan"))
     ap.add_argument("--fast", type=float, default=1.0, help="Gbit/s of a fast link")
     ap.add_argument("--slow", type=float, default=0.05, help="Gbit/s of a slow link")
     ap.add_argument("--quota-fast", type=float, default=0.1, help="cores per rank, fast devices")
@@ -253,6 +381,13 @@ def main():
     ap.add_argument("--plans", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps before the timed ones")
+    ap.add_argument("--plan", default="1,2,1", help="plan: t,p,b (d = 8 / (t p), 1F1B, uniform parts)")
+    ap.add_argument("--layout", default="holmes", help="plan: layout")
+    ap.add_argument("--parts", default="", help="plan: layers per stage, e.g. 2,2 (default uniform)")
+    ap.add_argument("--repeat", type=int, default=1, help="plan: runs of the plan")
+    ap.add_argument("--env", action="append", default=[], help="plan: KEY=VALUE for the ranks (repeatable)")
+    ap.add_argument("--trace", default="", help="plan: Chrome trace of the first timed step, PATH.<rep>.json")
     ap.add_argument("--out", default="")
     ap.add_argument("--link-only", action="store_true",
                     help="validate: the old model (links' rates, FLOP/s profile), no calibration")
@@ -261,11 +396,14 @@ def main():
     ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/uccl/planner"))
     ap.add_argument("--calib-reps", type=int, default=3, help="calibration: timed repetitions per size")
     ap.add_argument("--calib-min-s", type=float, default=1.0, help="calibration: seconds per compute timing")
+    ap.add_argument("--spin-us", type=int, default=SPIN_US,
+                    help="UCCL_SPIN_US of the ranks (default 0: quota'd devices do not spin, see SPIN_US)")
     a = ap.parse_args()
+    SPIN_US = a.spin_us
     t0 = time.time()
     out = a.out or os.path.join(HERE, f"trainer_{a.what}.json")
     rows = Rows(out, {"config": vars(a), "cpus": os.cpu_count()}, t0)
-    {"holmes": holmes, "hetero": hetero, "validate": validate, "calibrate": calibrate}[a.what](a, rows)
+    {"holmes": holmes, "hetero": hetero, "validate": validate, "calibrate": calibrate, "plan": one_plan}[a.what](a, rows)
     print(f"wrote {out} ({time.time() - t0:.0f} s)")
 
 

@@ -35,6 +35,12 @@ def test_torchrun_tp_pp_trace(tmp_path):
     assert r["traffic_per_step"]["tp"]["bytes_sent"].get("shm", 0) > 0
     assert r["traffic_per_step"]["pp"]["bytes_sent_by_level"].get("host", 0) > 0
     assert r["comm_s"]["tp"] > 0 and r["comm_s"]["pp"] > 0
+    # per timed step: its wall-clock span over all ranks (covers the slowest rank's step time)
+    # and each category's max over ranks
+    assert len(r["wall_all"]) == len(r["comm_s_all"]) == len(r["step_s_all"]) == 2
+    for (t0, t1), st, cm in zip(r["wall_all"], r["step_s_all"], r["comm_s_all"]):
+        assert t1 - t0 >= st * 0.999 and cm["tp"] > 0 and cm["pp"] > 0
+    assert r["wall_all"][0][1] <= r["wall_all"][1][1]
     events = json.loads(trace.read_text())["traceEvents"]
     cats = {e.get("cat") for e in events}
     assert {"tp", "pp", "forward", "backward"} <= cats, cats

@@ -125,6 +125,7 @@ def main(argv=None):
     reports = tr.run(args.steps, warmup=args.warmup, trace_step=0 if args.trace else None, log=log)
     mine = {"rank": rank, "coord": [tr.coord.tp, tr.coord.dp, tr.coord.pp],
             "step_s": [r["step_s"] for r in reports], "comm_s": [r["comm_s"] for r in reports],
+            "wall": [r["wall"] for r in reports],
             "traffic": [r["traffic"] for r in reports], "trace": reports[0].get("trace") if reports else None}
     every = gather(mine)
     if rank == 0:
@@ -141,9 +142,13 @@ def main(argv=None):
                         for name, v in t.get(key, {}).items():
                             k[key][name] = k[key].get(name, 0) + v / len(reports)
         med = statistics.median(step_s)
+        # per timed step: the wall-clock span over all ranks and each category's max over ranks
+        wall = [[min(rr["wall"][i][0] for rr in every), max(rr["wall"][i][1] for rr in every)]
+                for i in range(len(reports))]
+        comm_all = [{c: max(rr["comm_s"][i].get(c, 0.0) for rr in every) for c in cats} for i in range(len(reports))]
         out = {"rank": 0, "world": world, "tp": tc.tp, "dp": tr.lay.dp, "pp": tc.pp, "layout": tc.layout,
                "parts": tc.parts, "speeds": speeds, "micro_batch": tc.micro_batch, "n_micro": tc.n_micro,
-               "step_s": med, "step_s_all": step_s, "tokens_per_s": cfg.seq * tr.global_batch / med,
+               "step_s": med, "step_s_all": step_s, "wall_all": wall, "comm_s_all": comm_all, "tokens_per_s": cfg.seq * tr.global_batch / med,
                "comm_s": comm, "traffic_per_step": traffic, "final_loss": reports[-1]["loss"] if reports else None}
         if args.trace:
             out["trace"] = write_chrome_trace(args.trace, [rr["trace"] or [] for rr in every],

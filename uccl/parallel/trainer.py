@@ -132,10 +132,11 @@ class Trainer:
         for i in range(warmup + steps):
             self.rec.reset(trace=(trace_step is not None and i == warmup + trace_step))
             before = self.traffic()
-            t0 = time.perf_counter()
+            wall0, t0 = time.time(), time.perf_counter()
             loss = self.step(i)
             dt = time.perf_counter() - t0
-            r = {"step": i, "loss": loss, "step_s": dt, "tokens_per_s": self.cfg.seq * self.global_batch / dt,
+            r = {"step": i, "loss": loss, "step_s": dt, "wall": [wall0, wall0 + dt],
+                 "tokens_per_s": self.cfg.seq * self.global_batch / dt,
                  "comm_s": self.rec.snapshot(), "traffic": {k: traffic_delta(before[k], v)
                                                              for k, v in self.traffic().items()}}
             if self.rec.tracing:

@@ -86,13 +86,16 @@ def measure_compute(m: dict, tps, bs, min_s: float) -> dict:
 def measure_comm(part: dict, rank: int, sizes, reps: int, group) -> dict:
     """Per operation and size: `reps` rounds of `ops_per_round(size)` back-to-back operations
     (as a training step issues them); a round's time / its count is the amortised cost of one
-    operation, throttled waits included. Under a quota a single operation timed after a
+    operation, throttled waits included. '<op>_async' (reduce_scatter, all_gather): the round's
+    operations issued at once with async_op=True, then waited for, as ZeRO issues its gradient
+    and parameter buckets (uccl's progress thread drives them, not the caller). Under a quota a single operation timed after a
     barrier costs about one quota period (the barrier spent the budget): 50-100 ms here, where
     the trainer's back-to-back TP operations cost ~8 ms each."""
     import torch
     import torch.distributed as dist
     mine = next((g for g in part["groups"] if rank in g), None)
-    ops = ("p2p",) if part["kind"] == "p2p" else ("all_gather", "reduce_scatter", "all_reduce")
+    ops = ("p2p",) if part["kind"] == "p2p" else ("all_gather", "reduce_scatter", "all_reduce",
+                                                   "reduce_scatter_async", "all_gather_async")
     out = {}
     for op in ops:
         for size in sizes:
@@ -107,8 +110,19 @@ def measure_comm(part: dict, rank: int, sizes, reps: int, group) -> dict:
                     big, small = torch.ones(elems), torch.empty(elems // n)
                     buf = torch.ones(max(1, size // 4))
                     peer = (mine[1] if rank == mine[0] else mine[0]) if op == "p2p" else None
+                    if op.endswith("_async"):  # one buffer pair per operation, as the buckets have
+                        bigs = [torch.ones(elems) for _ in range(count)]
+                        smalls = [torch.ones(elems // n) for _ in range(count)]
                     t0 = time.perf_counter()
-                    for j in range(count):
+                    if op == "reduce_scatter_async":
+                        for w in [dist.reduce_scatter_tensor(smalls[j], bigs[j], group=group, async_op=True)
+                                  for j in range(count)]:
+                            w.wait()
+                    elif op == "all_gather_async":
+                        for w in [dist.all_gather_into_tensor(bigs[j], smalls[j], group=group, async_op=True)
+                                  for j in range(count)]:
+                            w.wait()
+                    for j in range(count if not op.endswith("_async") else 0):
                         if op == "all_gather":
                             dist.all_gather_into_tensor(big, small, group=group)
                         elif op == "reduce_scatter":

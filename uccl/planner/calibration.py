@@ -34,6 +34,10 @@ import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+# ZeRO's buckets: a batch of these issued with async_op, then waited for (uccl's progress
+# thread drives them while the caller computes); measured so, they cost up to 3x the same
+# operations issued one by one on the testbed (uccl/parallel/RESULTS.md)
+ASYNC_COLLECTIVES = ("reduce_scatter_async", "all_gather_async")
 
 
 def group_shape(placement: Sequence[str], cluster_of_host: Dict[str, str], ranks: Iterable[int]) -> str:
@@ -144,10 +148,14 @@ def calibrated_comm(base, cal: Calibration, placement: Sequence[str], cluster_of
     world = len(placement)
 
     def coll(c, n, ranks):
-        # a TP/DP group is one of world / size groups that run the same operation at once
-        link = base.coll(c, n, ranks)
-        cpu = cal.comm_time(c, n, group_shape(placement, cluster_of_host, ranks), quota(ranks),
-                            concurrent=max(1, world // len(ranks)))
+        # a TP/DP group is one of world / size groups that run the same operation at once;
+        # '<op>_async' (a batch of async operations): as measured so, else as '<op>'
+        plain = c[:-len("_async")] if c.endswith("_async") else c
+        link = base.coll(plain, n, ranks)
+        shape, k = group_shape(placement, cluster_of_host, ranks), max(1, world // len(ranks))
+        cpu = cal.comm_time(c, n, shape, quota(ranks), concurrent=k)
+        if cpu is None and plain != c:
+            cpu = cal.comm_time(plain, n, shape, quota(ranks), concurrent=k)
         return link if cpu is None else max(link, cpu)
 
     def p2p(s, d, n, concurrent=1):
@@ -156,7 +164,7 @@ def calibrated_comm(base, cal: Calibration, placement: Sequence[str], cluster_of
                             concurrent=concurrent)
         return link if cpu is None else max(link, cpu)
 
-    return Comm(coll, p2p, base.where, base.algorithm, p2p_concurrent=True)
+    return Comm(coll, p2p, base.where, base.algorithm, p2p_concurrent=True, knows_async=True)
 
 
 def spec_partitions(world: int, tps: Sequence[int], pps: Sequence[int], layouts: Sequence[str],

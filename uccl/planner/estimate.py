@@ -14,7 +14,9 @@ With measured timings (calibration.py, on the device kinds) c_s's compute is lay
 measured block time (+ the head's on the last stage) instead of FLOPs / speed, and the optimizer
 step (seconds per parameter of this rank's shard) is added after the drain, before the
 all_gather. DP gradients go in buckets of model.bucket_bytes when set (one operation each: the
-per-operation latency counts per bucket).
+per-operation latency counts per bucket), issued asynchronously as the trainer does
+('reduce_scatter_async' / 'all_gather_async': a calibration prices them as measured that way,
+other cost functions as the plain operation).
 Memory per device: weights + gradient + flat gradient buffer, optimizer state / d, and the
 activations of min(p - s, m) micro-batches in flight.
 The communication cost is injected (`Comm`): uccl.cost by default, a function in unit tests.
@@ -37,14 +39,19 @@ class Comm:
     def __init__(self, coll: Callable[[str, float, Sequence[int]], float], p2p: Callable[[int, int, float], float],
                  where: Optional[Callable[[Sequence[int]], str]] = None,
                  algorithm: Optional[Callable[[str, float, Sequence[int]], str]] = None,
-                 p2p_concurrent: bool = False):
+                 p2p_concurrent: bool = False, knows_async: bool = False):
         self._coll, self._p2p, self._where, self._algo = coll, p2p, where, algorithm
         self._p2p_concurrent = p2p_concurrent  # p2p(src, dst, nbytes, concurrent)
+        self._knows_async = knows_async  # coll() prices '<op>_async' itself (calibrated_comm)
         self._cache: Dict[tuple, float] = {}
 
     def coll(self, collective: str, nbytes: float, ranks: Sequence[int]) -> float:
+        """collective: 'all_gather', ... or '<op>_async' (issued in a batch with async_op and
+        waited for later, as ZeRO's buckets: priced as '<op>' unless the function knows it)."""
         if len(ranks) <= 1 or nbytes <= 0:
             return 0.0
+        if not self._knows_async and collective.endswith("_async"):
+            collective = collective[:-len("_async")]
         key = (collective, float(nbytes), ranks if isinstance(ranks, range) else tuple(ranks))
         if key not in self._cache:
             self._cache[key] = float(self._coll(collective, float(nbytes), list(ranks)))
@@ -188,8 +195,8 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
         nbytes = params * model.bytes_per_param
         bk = model.bucket_bytes
         opt = max((k.timings or {}).get("adam_per_param", 0.0) for k in kinds) * params / st.dp
-        dp_t.append(bucketed(comm, "reduce_scatter", nbytes, groups["dp"], bk) + opt
-                    + bucketed(comm, "all_gather", nbytes, groups["dp"], bk)
+        dp_t.append(bucketed(comm, "reduce_scatter_async", nbytes, groups["dp"], bk) + opt
+                    + bucketed(comm, "all_gather_async", nbytes, groups["dp"], bk)
                     + comm.coll("all_reduce", replicated * model.bytes_per_param / st.dp, groups["tp"]))
     e = [c[s] + q[s] + (q[s - 1] if s else 0.0) for s in range(p)]
     t_pipe = sum(c) + 2 * sum(q) + (m - 1) * max(e)

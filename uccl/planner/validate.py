@@ -18,13 +18,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def trainer_args(plan: dict, model: ModelSpec, steps: int = 4) -> List[str]:
+def trainer_args(plan: dict, model: ModelSpec, steps: int = 4, warmup: int = 1) -> List[str]:
     return ["-m", "uccl.parallel.train", "--tp", str(plan["tp"]), "--pp", str(plan["pp"]),
             "--layout", plan["layout"], "--parts", ",".join(map(str, plan["parts"])),
             "--order", ",".join(map(str, plan["order"])), "--micro-batch", str(plan["micro_batch"]),
             "--micro-batches", str(plan["n_micro"]), "--layers", str(model.layers), "--hidden", str(model.hidden),
             "--heads", str(model.heads), "--seq", str(model.seq), "--vocab", str(model.vocab),
-            "--steps", str(steps), "--warmup", "1", "--quiet"]
+            "--steps", str(steps), "--warmup", str(warmup), "--quiet"]
 
 
 def parse_result(stdout: str) -> dict:
