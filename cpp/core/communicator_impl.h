@@ -92,7 +92,10 @@ class CommunicatorImpl : public Communicator {
   bool express_cached(const Call& c, const MemoryLoc& mem, Express* x);
   bool express_new(const Call& c, ScheduleTask::Builder& build, const MemoryLoc& mem, Express* x);
   bool express_start(std::unique_lock<std::mutex>& issue_lock, Express* x);  // with express_task_ set
-  Status finish_run(Result<WorkPtr> w, Express& x);
+  // run(args): the call's *_impl with an Express, then its status, or its Work's when it was queued.
+  template <class Args>
+  Status run_blocking(Result<WorkPtr> (CommunicatorImpl::*impl)(const Args&, Express*), const Args& a, double scalar,
+                      double timeout_s);
   Result<WorkPtr> all_reduce_impl(const AllReduceArgs& a, Express* x);
   Result<WorkPtr> reduce_impl(const ReduceArgs& a, Express* x);
   Result<WorkPtr> broadcast_impl(const BroadcastArgs& a, Express* x);

@@ -72,27 +72,26 @@ bool CommunicatorImpl::express_new(const Call& c, ScheduleTask::Builder& build, 
   return true;
 }
 
-Status CommunicatorImpl::finish_run(Result<WorkPtr> w, Express& x) {
-  if (!w.ok()) return w.status();
-  if (x.ran) return x.status;
-  return w.value()->wait(x.timeout_s);
-}
-
 // The blocking caller counts as a waiter from before the call (Communicator::will_wait), so an
 // operation that does get queued does not wake the progress thread.
-#define UCCL_RUN(impl, a, timeout_s, send_, recv_, scalar_)                  \
-  engine_->begin_will_wait();                                                \
-  Express x{{Call{}, send_, recv_, scalar_}, timeout_s, Status::Ok(), false}; \
-  Status s = finish_run(impl(a, &x), x);                                     \
-  engine_->end_will_wait();                                                  \
-  return s
+template <class Args>
+Status CommunicatorImpl::run_blocking(Result<WorkPtr> (CommunicatorImpl::*impl)(const Args&, Express*), const Args& a,
+                                      double scalar, double timeout_s) {
+  engine_->begin_will_wait();
+  Express x{{Call{}, a.send, a.recv, scalar}, timeout_s, Status::Ok(), false};
+  Result<WorkPtr> w = (this->*impl)(a, &x);
+  Status s = !w.ok() ? w.status() : x.ran ? x.status : w.value()->wait(timeout_s);
+  engine_->end_will_wait();
+  return s;
+}
 
-Status CommunicatorImpl::run(const AllReduceArgs& a, double timeout_s) { UCCL_RUN(all_reduce_impl, a, timeout_s, a.send, a.recv, a.scalar); }
-Status CommunicatorImpl::run(const ReduceArgs& a, double timeout_s) { UCCL_RUN(reduce_impl, a, timeout_s, a.send, a.recv, a.scalar); }
-Status CommunicatorImpl::run(const BroadcastArgs& a, double timeout_s) { UCCL_RUN(broadcast_impl, a, timeout_s, a.send, a.recv, 0.0); }
-Status CommunicatorImpl::run(const AllGatherArgs& a, double timeout_s) { UCCL_RUN(all_gather_impl, a, timeout_s, a.send, a.recv, 0.0); }
-Status CommunicatorImpl::run(const ReduceScatterArgs& a, double timeout_s) { UCCL_RUN(reduce_scatter_impl, a, timeout_s, a.send, a.recv, a.scalar); }
-#undef UCCL_RUN
+Status CommunicatorImpl::run(const AllReduceArgs& a, double t) { return run_blocking(&CommunicatorImpl::all_reduce_impl, a, a.scalar, t); }
+Status CommunicatorImpl::run(const ReduceArgs& a, double t) { return run_blocking(&CommunicatorImpl::reduce_impl, a, a.scalar, t); }
+Status CommunicatorImpl::run(const BroadcastArgs& a, double t) { return run_blocking(&CommunicatorImpl::broadcast_impl, a, 0.0, t); }
+Status CommunicatorImpl::run(const AllGatherArgs& a, double t) { return run_blocking(&CommunicatorImpl::all_gather_impl, a, 0.0, t); }
+Status CommunicatorImpl::run(const ReduceScatterArgs& a, double t) {
+  return run_blocking(&CommunicatorImpl::reduce_scatter_impl, a, a.scalar, t);
+}
 
 // ---- the defaults of other Communicator implementations: issue, then wait -------------------
 

@@ -31,12 +31,6 @@
 
 namespace uccl_torch {
 
-// Runs posted functions (future completions) on its own threads, never on uccl's progress thread.
-// A Future callback may block on another work's Future (PowerSGD's hook issues an all_reduce in
-// a callback and waits on it), so a busy thread must never keep later completions waiting: when
-// every thread is busy or spoken for, post() starts another (up to kMaxThreads). Threads start
-// on demand, so a group that is never used costs none. After stop(), post() runs fn inline so
-// that late completions (e.g. failures delivered by abort) still settle their futures.
 // Runs fn with the GIL released when the calling thread holds it. fn joins threads that may be
 // waiting for the GIL: a future callback on a completion thread, or uccl's progress thread
 // dropping the last reference to a tensor whose Python object lives (torch then decrefs it
@@ -45,6 +39,12 @@ namespace uccl_torch {
 // interpreter is finalizing: no thread gets the GIL again, so the caller lets go instead.
 bool run_without_gil(const std::function<void()>& fn);
 
+// Runs posted functions (future completions) on its own threads, never on uccl's progress thread.
+// A Future callback may block on another work's Future (PowerSGD's hook issues an all_reduce in
+// a callback and waits on it), so a busy thread must never keep later completions waiting: when
+// every thread is busy or spoken for, post() starts another (up to kMaxThreads). Threads start
+// on demand, so a group that is never used costs none. After stop(), post() runs fn inline so
+// that late completions (e.g. failures delivered by abort) still settle their futures.
 class CompletionQueue {
  public:
   static constexpr size_t kMaxThreads = 16;

@@ -27,12 +27,6 @@
 namespace uccl {
 namespace {
 
-std::string gid_to_string_raw(const uint8_t* raw) {
-  ibv_gid g;
-  std::memcpy(g.raw, raw, 16);
-  return gid_to_string(g);
-}
-
 // Exactly one liveness socket is expected; extras are closed (we own them).
 int take_liveness_fd(const std::vector<int>& fds) {
   for (size_t i = 1; i < fds.size(); ++i) ::close(fds[i]);
@@ -43,8 +37,16 @@ void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
-LanePort lane_port(const VerbsConnInfo& c) {
-  return {c.device, c.link_layer, c.fabric, gid_to_string_raw(c.gid) + "/" + std::to_string(c.lid), c.gbps};
+// A port as match_lanes sees it: a local one (PortInfo) or one from the peer's offer (VerbsConnInfo).
+LanePort lane_port(const std::string& name, const std::string& link_layer, const std::string& fabric,
+                   const uint8_t* gid_raw, unsigned lid, double gbps) {
+  ibv_gid g;
+  std::memcpy(g.raw, gid_raw, 16);
+  return {name, link_layer, fabric, gid_to_string(g) + "/" + std::to_string(lid), gbps};
+}
+LanePort lane_port(const VerbsConnInfo& c) { return lane_port(c.device, c.link_layer, c.fabric, c.gid, c.lid, c.gbps); }
+LanePort lane_port(const PortInfo& p) {
+  return lane_port(p.nic.name, p.nic.link_layer, p.nic.fabric, p.gid.raw, p.lid, p.nic.gbps);
 }
 
 // QPs per lane: UCCL_IB_QPS_PER_CONNECTION each, as long as the connection's mask has room.
@@ -164,11 +166,7 @@ class VerbsTransport : public Transport {
     // first port when none is on its fabric (the peer's offer may predate fabrics in offers).
     std::vector<LanePort> offered{lane_port(remote)}, local;
     for (auto& l : remote.lanes) offered.push_back(lane_port(*l.info));
-    for (auto& d : devs.value()) {
-      const PortInfo& p = d->port();
-      local.push_back({p.nic.name, p.nic.link_layer, p.nic.fabric, gid_to_string_raw(p.gid.raw) + "/" + std::to_string(p.lid),
-                       p.nic.gbps});
-    }
+    for (auto& d : devs.value()) local.push_back(lane_port(d->port()));
     const std::vector<int> match = match_lanes(offered, local);
     const size_t nlanes = 1 + std::count_if(match.begin() + 1, match.end(), [](int m) { return m >= 0; });
     const int per_lane = lane_qps(options_, match[0] >= 0 ? nlanes : 1);
