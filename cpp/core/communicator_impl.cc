@@ -109,9 +109,9 @@ Result<OpEnv> CommunicatorImpl::make_env(const Call& c, const MemoryLoc& mem, ui
     if (!t.ok()) return t.status();
     env.topo = t.value();
   }
-  if (env.topo && !host_ranks_noted_) {
-    host_ranks_noted_ = true;  // the waiting policy yields while spinning when they outnumber the cores
-    note_host_ranks(static_cast<int>(env.topo->host_members(env.topo->host_of(rank_)).size()));
+  if (env.topo && !cpu_sharers_noted_) {
+    cpu_sharers_noted_ = true;  // the waiting policy yields while spinning when they outnumber the cores
+    note_cpu_sharers(cpu_sharers(*env.topo, rank_));
   }
   return env;
 }

@@ -140,9 +140,9 @@ class CommunicatorImpl : public Communicator {
   std::shared_ptr<const Topology> probed_;  // set once probed (or nothing to probe)
   std::atomic<bool> probed_set_{false};     // probed_ is set (never changes after): read it without probe_mu_
   Status probe_failed_;
-  std::atomic<bool> host_ranks_noted_{false};
+  std::atomic<bool> cpu_sharers_noted_{false};  // note_cpu_sharers() called (core/idle_wait.h)
   std::shared_ptr<AgreementPort> agree_, inherited_agree_;
-  uint32_t next_shrink_instance_ = 0;  // the agreement instance shrink() runs next  // note_host_ranks() called (core/idle_wait.h)
+  uint32_t next_shrink_instance_ = 0;  // the agreement instance shrink() runs next
 };
 
 }  // namespace uccl

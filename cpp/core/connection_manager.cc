@@ -105,6 +105,7 @@ Status ConnectionManager::init() {
   me_.rank = rank_;
   me_.host_id = host_identity();
   me_.hostname = host;
+  me_.machine = machine_identity();
   me_.pid = getpid();
   me_.staging_chunk = staged_offer();
   // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).

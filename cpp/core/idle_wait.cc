@@ -76,12 +76,20 @@ void idle_sleep(const WaitSet& ws, double timeout_s) {
 }
 
 namespace {
-std::atomic<int> host_ranks{0};
+std::atomic<int> cpu_sharers_noted{0};
 }  // namespace
 
-void note_host_ranks(int n) {
-  int cur = host_ranks.load(std::memory_order_relaxed);
-  while (n > cur && !host_ranks.compare_exchange_weak(cur, n)) {
+int cpu_sharers(const Topology& topo, int rank) {
+  const std::string& mine = topo.peer(rank).machine;
+  int same_kernel = 0;
+  if (!mine.empty())
+    for (const PeerInfo& p : topo.peers()) same_kernel += p.machine == mine;
+  return std::max(same_kernel, static_cast<int>(topo.host_members(topo.host_of(rank)).size()));
+}
+
+void note_cpu_sharers(int n) {
+  int cur = cpu_sharers_noted.load(std::memory_order_relaxed);
+  while (n > cur && !cpu_sharers_noted.compare_exchange_weak(cur, n)) {
   }
 }
 
@@ -107,8 +115,8 @@ std::string read_text(const std::string& path) {
 }
 
 const TextSetting kWaitYield("general", "UCCL_WAIT_YIELD", "auto",
-                             "sched_yield between the spin's passes: auto does when more ranks share the host than "
-                             "it has CPUs (like Open MPI when oversubscribed), 1 always, 0 never",
+                             "sched_yield between the spin's passes: auto does when more ranks share the machine (its "
+                             "kernel) than it has CPUs (like Open MPI when oversubscribed), 1 always, 0 never",
                              one_of({"auto", "", "0", "1"}));
 }  // namespace
 
@@ -154,7 +162,7 @@ IdlePolicy idle_policy() {
     p.spin_s = limit > 0 && limit < 1 ? 0 : kDefaultSpinUs * 1e-6;
   }
   const std::string& y = kWaitYield.get();
-  p.yield = y == "auto" || y.empty() ? host_ranks.load(std::memory_order_relaxed) > cpus : y == "1";
+  p.yield = y == "auto" || y.empty() ? cpu_sharers_noted.load(std::memory_order_relaxed) > cpus : y == "1";
   return p;
 }
 

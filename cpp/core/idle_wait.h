@@ -11,7 +11,7 @@
 //      peer preempted once does not cost a sleep and a wake-up): the peer answers a small
 //      message in 1-2 us when it runs, and a rank that keeps its core gets its fair share of it.
 //      It calls sched_yield between passes instead where spinning would keep the peer off the
-//      core it needs: with more ranks on the host than cores (UCCL_WAIT_YIELD auto, as Open MPI
+//      core it needs: with more ranks on the machine than cores (UCCL_WAIT_YIELD auto, as Open MPI
 //      does when oversubscribed), or when the shm peer last waited on this very cpu (unpinned
 //      ranks the scheduler put on one core: each spinning would stall the other for a slice);
 //   2. then sleeps until the peer acts: every pending endpoint arms what wakes it (shm: a futex
@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <string>
 
+#include "topology/topology.h"
 #include "transports/transport.h"
 
 namespace uccl {
@@ -53,8 +54,13 @@ IdlePolicy idle_policy();
 // predicted because waits spun 5 ms each; with UCCL_SPIN_US=0 they were not (uccl/parallel/
 // RESULTS.md). So UCCL_SPIN_US=auto spins only while the process has whole cores of its own.
 double cgroup_cpu_limit(const std::string& proc_cgroup, const std::string& root);
-// Ranks of some communicator of this process that share its host (from the topology): with
-// more of them than online CPUs, UCCL_WAIT_YIELD=auto yields while spinning.
-void note_host_ranks(int n);
+// Ranks of a communicator that share this rank's CPUs: those of its host and those on the same
+// kernel (PeerInfo::machine), whichever are more. The emulated testbed's hosts are network
+// namespaces of one 2-core kernel: counting the host's 2 ranks, 8 ranks spun (none yielded) and
+// a 1 MiB all_reduce waited for the 4 ms scheduler tick, 40-80 ms against 17-19 with yielding.
+int cpu_sharers(const Topology& topo, int rank);
+// With more of them (the most any communicator of the process noted) than online CPUs,
+// UCCL_WAIT_YIELD=auto yields while spinning.
+void note_cpu_sharers(int n);
 
 }  // namespace uccl

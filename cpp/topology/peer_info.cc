@@ -62,6 +62,7 @@ std::string PeerInfo::serialize() const {
     o << "rates\t" << rates.host_gbps << '\t' << rates.nic_gbps << '\t' << rates.uplink_gbps << '\n';
   if (staging_chunk > 0) o << "staging\t" << staging_chunk << '\n';
   if (!agree.empty()) o << "agree\t" << clean(agree) << '\n';
+  if (!machine.empty()) o << "machine\t" << clean(machine) << '\n';
   return o.str();
 }
 
@@ -89,6 +90,8 @@ Result<PeerInfo> PeerInfo::parse(const std::string& text) {
       p.staging_chunk = static_cast<size_t>(std::strtoull(f[1].c_str(), nullptr, 10));
     } else if (f[0] == "agree" && f.size() >= 2 && !f[1].empty()) {
       p.agree = f[1];
+    } else if (f[0] == "machine" && f.size() >= 2) {
+      p.machine = f[1];
     } else if (!line.empty()) {
       return InvalidArgument("malformed PeerInfo line: " + line);
     }
@@ -106,6 +109,8 @@ std::string host_identity() {
   std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
   return std::string(host) + "/" + boot + "/netns:" + netns;
 }
+
+std::string machine_identity() { return read_first_line("/proc/sys/kernel/random/boot_id"); }
 
 std::vector<AddressChoice> rank_peer_addresses(const PeerInfo& me, const PeerInfo& peer) {
   struct Cand {

@@ -31,6 +31,10 @@ struct PeerInfo {
   int rank = -1;
   std::string host_id;   // equal host_id <=> shared memory works (see host_identity())
   std::string hostname;
+  // The kernel the rank runs on (its boot id): ranks with equal `machine` share its CPUs even when
+  // they are different hosts for the topology (network namespaces, containers). The waiting policy
+  // counts them (core/idle_wait.h); "" from a peer that does not say.
+  std::string machine;
   int pid = 0;
   std::string cluster;   // UCCL_CLUSTER / topology file label
   std::vector<std::string> listen;  // "ip:port" of this communicator's listeners
@@ -73,5 +77,7 @@ std::vector<StripeLane> stripe_lanes(const PeerInfo& me, const PeerInfo& peer);
 // + network-namespace inode. The namespace is part of it on purpose: ranks in different
 // namespaces are "different hosts" in the emulated testbed, and shm would silently bypass it.
 std::string host_identity();
+// The kernel's boot id (PeerInfo::machine).
+std::string machine_identity();
 
 }  // namespace uccl

@@ -7,7 +7,11 @@
 #include <fstream>
 #include <string>
 
+#include <vector>
+
 #include "core/idle_wait.h"
+#include "topology/peer_info.h"
+#include "topology/topology.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -58,4 +62,33 @@ TEST_CASE("no cpu controller, a missing tree or a garbled file: no limit") {
   CHECK(uccl::cgroup_cpu_limit("garbage without colons\n", t.root.string()) == 0);
   t.write("v2/cpu.max", "half 100000\n");
   CHECK(uccl::cgroup_cpu_limit("0::/v2\n", t.root.string()) == 0);
+}
+
+TEST_CASE("cpu_sharers: the ranks of this host or of this kernel, whichever are more") {
+  // 2 hosts x 2 ranks; the hosts are network namespaces of one kernel (the emulated testbed).
+  std::vector<uccl::PeerInfo> peers(4);
+  for (int r = 0; r < 4; ++r) {
+    peers[r].rank = r;
+    peers[r].host_id = "h" + std::to_string(r / 2);
+    peers[r].machine = "boot-A";
+  }
+  CHECK(uccl::cpu_sharers(*uccl::Topology::build(peers), 0) == 4);
+  // Two kernels: each rank shares its CPUs with its host's two ranks only.
+  peers[2].machine = peers[3].machine = "boot-B";
+  CHECK(uccl::cpu_sharers(*uccl::Topology::build(peers), 0) == 2);
+  CHECK(uccl::cpu_sharers(*uccl::Topology::build(peers), 3) == 2);
+  // Peers that do not say their kernel: the host decides.
+  for (auto& p : peers) p.machine.clear();
+  CHECK(uccl::cpu_sharers(*uccl::Topology::build(peers), 1) == 2);
+}
+
+TEST_CASE("PeerInfo carries the machine through serialize/parse") {
+  uccl::PeerInfo p;
+  p.rank = 3;
+  p.host_id = "h";
+  p.machine = "0f3c-boot";
+  auto q = uccl::PeerInfo::parse(p.serialize());
+  REQUIRE(q.ok());
+  CHECK(q.value().machine == "0f3c-boot");
+  CHECK(!uccl::machine_identity().empty());
 }
