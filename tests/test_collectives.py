@@ -32,6 +32,10 @@ SCENARIOS = [
     ("w4-shm-rhd", 4, "shm", None, {"UCCL_ALGO": "rhd"}, 2),
     ("w8-mixed-rhd", 8, "auto", 2, {"UCCL_ALGO": "rhd"}, 1),
     ("w2-tcp-rhd-kwarg", 2, "tcp", None, {"comm:algorithm": "rhd"}, 0),
+    # hierarchical, whole and cut into segments pipelined over the levels (every size of 128
+    # bytes and more runs as 2..8 segments, uneven ones included)
+    ("w6-mixed-hier", 6, "auto", 2, {"UCCL_ALGO": "hier", "UCCL_HIER_SEGMENT_BYTES": "0"}, 1),
+    ("w6-mixed-hier-seg", 6, "auto", 2, {"UCCL_ALGO": "hier", "UCCL_HIER_SEGMENT_BYTES": "64"}, 2),
     # transport knobs: tiny shm rings without CMA (pipelining and wrap-around), CMA for
     # everything, many striped sockets, no progress thread
     ("w3-shm-smallring-nocma", 3, "shm", None, {"UCCL_SHM_RING_BYTES": "64K", "UCCL_SHM_CMA": "0"}, 2),

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -65,6 +66,21 @@ void Schedule::p2p(const P2POp& op, const Envelope& env) {
                   op.count * dtype_size(op.dtype));
   a.own_envelope = true;
   a.env = env;
+}
+
+void Schedule::append_wavefront(const std::vector<Schedule>& parts) {
+  size_t longest = 0;
+  for (const Schedule& part : parts) longest = std::max(longest, part.num_phases());
+  if (longest == 0) return;
+  for (size_t p = 0; p + 1 < longest + parts.size(); ++p) {
+    new_phase();
+    std::vector<Action>& out = phases_[used_ - 1].actions;
+    for (size_t i = 0; i < parts.size() && i <= p; ++i)
+      if (p - i < parts[i].num_phases()) {
+        const std::vector<Action>& in = parts[i].phase(p - i).actions;
+        out.insert(out.end(), in.begin(), in.end());
+      }
+  }
 }
 
 ScratchArena::~ScratchArena() { release(); }

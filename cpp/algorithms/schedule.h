@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -71,6 +72,12 @@ class Schedule {
   void scale(void* dst, const void* src, size_t bytes, double factor);
   void divide(void* dst, const void* src, size_t bytes, int divisor);
   void p2p(const P2POp& op, const Envelope& env);
+  // Appends independent schedules as a software pipeline (a wavefront): phase p of what is
+  // appended holds phase p - i of parts[i] for every i, so part i+1's first phases run while
+  // part i is in its later ones (one operation cut into segments: segment i crosses the slow
+  // level while segment i+1 still runs the fast ones). Parts must not touch each other's
+  // memory; the messages of one phase to one peer are posted in part order on both ends.
+  void append_wavefront(const std::vector<Schedule>& parts);
 
   DataType dtype() const { return dtype_; }
   RedOp op() const { return op_; }
@@ -121,6 +128,7 @@ struct OpEnv {
   Algorithm algo = Algorithm::kAuto;  // forced by UCCL_ALGO / the communicator's algorithm option
   std::shared_ptr<const Topology> topo;  // set for collectives whose choice reads it (needs_topology)
   size_t small_msg_bytes = 0;
+  size_t hier_segment_bytes = SIZE_MAX;  // SIZE_MAX: UCCL_HIER_SEGMENT_BYTES (hierarchical.cc); tests set it
   MemoryLoc mem;         // where the call's buffers live (host, or one device)
   uintptr_t stream = 0;  // device: the user's stream the operation is ordered after (0: default)
 };
