@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_backend_internal.h"
 #include "cuda/cuda_kernels.h"
@@ -102,6 +103,25 @@ class CudaEvent final : public DeviceEvent {
 };
 
 cudaStream_t raw(DeviceStream* s) { return static_cast<CudaStream*>(s)->get(); }
+
+// A 32-bit word of mapped pinned host memory: raise() stores 1, a stream waits with
+// cuStreamWaitValue32(word >= 1) (the GPU polls host memory; no host thread blocks).
+class CudaSignal final : public DeviceSignal {
+ public:
+  CudaSignal(int ordinal, volatile uint32_t* word, CUdeviceptr dev) : ordinal_(ordinal), word_(word), dev_(dev) {}
+  ~CudaSignal() override {
+    DeviceGuard g;
+    g.set(ordinal_);
+    cudaFreeHost(const_cast<uint32_t*>(word_));
+  }
+  void raise() override { __atomic_store_n(word_, 1u, __ATOMIC_RELEASE); }
+  CUdeviceptr device_address() const { return dev_; }
+
+ private:
+  int ordinal_;
+  volatile uint32_t* word_;
+  CUdeviceptr dev_;
+};
 
 class CudaBackend final : public DeviceBackend {
  public:
@@ -264,6 +284,44 @@ class CudaBackend final : public DeviceBackend {
     if (cudaError_t r = cudaStreamWaitEvent(raw(s), ev->e_, 0)) return cuda_error("cudaStreamWaitEvent", r);
     return Status::Ok();
   }
+  Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
+    if (!driver().stream_wait_value32) return NotSupported("cuda: the driver lacks cuStreamWaitValue32");
+    reap_signals();
+    void* p = nullptr;
+    if (cudaError_t r = cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable))
+      return cuda_error("cudaHostAlloc (signal)", r);
+    *static_cast<volatile uint32_t*>(p) = 0;
+    void* dev = nullptr;
+    if (cudaError_t r = cudaHostGetDevicePointer(&dev, p, 0)) {
+      cudaFreeHost(p);
+      return cuda_error("cudaHostGetDevicePointer (signal)", r);
+    }
+    mark_context();
+    return std::shared_ptr<DeviceSignal>(std::make_shared<CudaSignal>(ordinal, static_cast<volatile uint32_t*>(p),
+                                                                      reinterpret_cast<CUdeviceptr>(dev)));
+  }
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
+    auto cs = std::dynamic_pointer_cast<CudaSignal>(sig);
+    if (!cs) return InvalidArgument("cuda: not a CUDA signal");
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    CUresult r = driver().stream_wait_value32(reinterpret_cast<CUstream>(raw(s)), cs->device_address(), 1,
+                                              CU_STREAM_WAIT_VALUE_GEQ);
+    if (r != CUDA_SUCCESS)
+      return Status(Code::kSystemError, "cuda: cuStreamWaitValue32 failed (CUresult " + std::to_string(r) + ")");
+    // The word must outlive the wait: keep the signal until an event recorded behind it completed.
+    cudaEvent_t done = nullptr;
+    if (cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) return cuda_error("cudaEventCreate", e);
+    if (cudaError_t e = cudaEventRecord(done, raw(s))) {
+      cudaEventDestroy(done);
+      return cuda_error("cudaEventRecord", e);
+    }
+    std::lock_guard<std::mutex> lock(signals_mu_);
+    waiting_signals_.push_back({cs, done, s->ordinal()});
+    return Status::Ok();
+  }
   Status synchronize(DeviceStream* s) override {
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
@@ -298,6 +356,7 @@ class CudaBackend final : public DeviceBackend {
     entry("cuDeviceGetPCIBusId", &d.device_get_pci_bus_id);
     entry("cuCtxGetCurrent", &d.ctx_get_current);
     entry("cuCtxSetCurrent", &d.ctx_set_current);
+    entry("cuStreamWaitValue32", &d.stream_wait_value32);
     if (!d.pointer_get_attributes || !d.primary_ctx_get_state || !d.device_get) {
       why_not_ = "CUDA driver lacks cuPointerGetAttributes/cuDevicePrimaryCtxGetState";
       ok_ = false;
@@ -344,6 +403,30 @@ class CudaBackend final : public DeviceBackend {
     return false;
   }
   void mark_context() { context_seen_.store(true); }
+  // Drops the signals whose streams are past their wait (their event completed).
+  void reap_signals() {
+    std::lock_guard<std::mutex> lock(signals_mu_);
+    for (size_t i = 0; i < waiting_signals_.size();) {
+      WaitingSignal& w = waiting_signals_[i];
+      DeviceGuard g;
+      g.set(w.ordinal);
+      if (cudaEventQuery(w.done) == cudaErrorNotReady) {
+        cudaGetLastError();
+        ++i;
+        continue;
+      }
+      cudaEventDestroy(w.done);
+      waiting_signals_[i] = std::move(waiting_signals_.back());
+      waiting_signals_.pop_back();
+    }
+  }
+  struct WaitingSignal {
+    std::shared_ptr<CudaSignal> sig;
+    cudaEvent_t done;
+    int ordinal;
+  };
+  std::mutex signals_mu_;
+  std::vector<WaitingSignal> waiting_signals_;
 
   mutable std::once_flag probe_once_;
   mutable bool ok_ = false;

@@ -144,6 +144,13 @@ class CudaProxy final : public DeviceBackend {
   Status stream_wait(DeviceStream* s, DeviceEvent* e) override {
     return b() ? b()->stream_wait(s, e) : unavailable();
   }
+  Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal) override {
+    if (!b()) return unavailable();
+    return b()->create_signal(ordinal);
+  }
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
+    return b() ? b()->stream_wait_signal(s, sig) : unavailable();
+  }
   Status synchronize(DeviceStream* s) override { return b() ? b()->synchronize(s) : unavailable(); }
 
  private:

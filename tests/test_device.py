@@ -82,6 +82,59 @@ def test_stream_argument_orders_the_operation_and_bad_input_is_refused():
         assert "different places" in r["errors"][0][1]
 
 
+def body_wait_stream(ctx, kill_peer):
+    """Work.wait(stream=s) returns at once and makes s wait: rank 1 starts its all_reduce only
+    after rank 0's wait(stream=) returned (a store key), so a blocking wait would deadlock; a copy
+    queued on s after it must read the reduced values, which do not exist before rank 1 joins (a
+    stream that did not wait reads rank 0's own input). kill_peer: rank 1 dies instead; the
+    stream must still be released and the Work report the dead rank."""
+    import os
+    from uccl.sim import SimArray, Stream
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    count = 4096
+    x = SimArray.from_numpy(np.full(count, me + 1, np.float32))
+    if me == 1:
+        ctx.store.get("waiting", 30)
+        if kill_peer:
+            os._exit(0)
+        comm.all_reduce(x)
+        comm.all_reduce(np.ones(4, np.float32))  # rank 0's host operation below
+        return {}
+    s = Stream(0)
+    w = comm.all_reduce(x, async_op=True)
+    w.wait(stream=s)
+    done_at_return = w.is_completed()
+    ctx.store.set("waiting", b"1")
+    got = x.numpy(stream=s)  # queued behind the wait; returns when the copy ran
+    out = {"done_at_return": done_at_return, "first": float(got[0]), "all_same": bool(np.all(got == got[0]))}
+    try:
+        w.wait()
+    except uccl.UcclError as e:
+        out["error"] = (type(e).__name__, str(e))
+    host = comm.all_reduce(np.ones(4, np.float32), async_op=True) if not kill_peer else None
+    if host is not None:
+        try:
+            host.wait(stream=s)
+        except uccl.InvalidArgument as e:
+            out["host_error"] = str(e)
+        host.wait()
+    return out
+
+
+@pytest.mark.parametrize("kill_peer", [False, True], ids=["completes", "peer-killed"])
+def test_work_makes_a_stream_wait_without_blocking(kill_peer):
+    results = run_world(2, "test_device:body_wait_stream", (kill_peer,), env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"},
+                        transport="tcp", timeout=90, expect_exit={1} if kill_peer else None)
+    r = results[0]
+    assert r["done_at_return"] is False, r
+    if not kill_peer:
+        assert r["first"] == 3.0 and r["all_same"], r  # 1 + 2: the copy ran after the operation
+        assert "error" not in r, r
+        assert "device buffers" in r["host_error"], r
+    else:
+        assert "error" in r and "rank 1" in r["error"][1], r
+
+
 def test_sim_array_basics():
     from uccl.sim import SimArray
     before = uccl.sim.allocated_bytes()

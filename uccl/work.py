@@ -9,8 +9,20 @@ class Work:
         self._keep = keep      # the buffers the C++ core reads/writes until completion
         self._result = result  # what the blocking call would have returned
 
-    def wait(self, timeout=None):
-        """Blocks (GIL released) until done; returns the result or raises a uccl error."""
+    def wait(self, timeout=None, stream=None):
+        """Blocks (GIL released) until done; returns the result or raises a uccl error.
+
+        With ``stream=`` (an operation on device arrays; a stream of their device, as the
+        operations' own ``stream=`` takes): returns at once, and work queued on that stream from
+        now on runs only after the operation finished (NCCL's ``work.wait()``). Errors then come
+        from a later ``wait()`` / ``is_completed()``; the stream is released on failure too.
+        """
+        if stream is not None:
+            from .comm import _stream_handle
+            self._work.wait_stream(_stream_handle(stream))
+            keep = self._keep  # the buffers stay alive until the operation is done, Work or not
+            self._work.on_complete(lambda _err: keep)
+            return self._result
         self._work.wait(-1.0 if timeout is None else float(timeout))
         self._keep = None
         return self._result

@@ -19,6 +19,14 @@ DeviceBackend* g_reg[kMaxBackends];
 std::atomic<int> g_count{0};
 }  // namespace
 
+Result<std::shared_ptr<DeviceSignal>> DeviceBackend::create_signal(int) {
+  return NotSupported(std::string(name()) + ": streams cannot wait for a host signal");
+}
+
+Status DeviceBackend::stream_wait_signal(DeviceStream*, const std::shared_ptr<DeviceSignal>&) {
+  return NotSupported(std::string(name()) + ": streams cannot wait for a host signal");
+}
+
 const char* memory_kind_name(MemoryKind k) {
   switch (k) {
     case MemoryKind::kHost: return "host";

@@ -62,6 +62,16 @@ class DeviceEvent {
   virtual ~DeviceEvent() = default;
 };
 
+// A flag the host raises once, that device streams can wait on without a host thread blocking
+// (Work::wait_stream: a user's stream waits for an operation the way NCCL's work.wait() makes
+// the current stream wait). The backend keeps whatever the device still reads alive, so the
+// owner may drop its reference at any time after raise().
+class DeviceSignal {
+ public:
+  virtual ~DeviceSignal() = default;
+  virtual void raise() = 0;  // thread safe; idempotent
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -117,6 +127,11 @@ class DeviceBackend {
   virtual Result<bool> query(DeviceEvent* e) = 0;
   // Work enqueued on `s` after this call starts only once `e` completed (no host wait).
   virtual Status stream_wait(DeviceStream* s, DeviceEvent* e) = 0;
+  // A fresh signal for streams of device `ordinal`, and a wait on it: work enqueued on `s` after
+  // stream_wait_signal() starts only once the signal was raised (cuda: cuStreamWaitValue32 on
+  // mapped pinned memory; sim: the stream's worker waits). Backends without it: kNotSupported.
+  virtual Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal);
+  virtual Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig);
   // Blocks until everything enqueued on `s` completed. Tests, tools and teardown only.
   virtual Status synchronize(DeviceStream* s) = 0;
 };

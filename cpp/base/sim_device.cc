@@ -406,6 +406,38 @@ Status SimBackend::stream_wait(DeviceStream* s, DeviceEvent* e) {
   return Status::Ok();
 }
 
+namespace {
+// The host raises it; a stream's worker waits for it (as a GPU polls mapped host memory).
+class SimSignal final : public DeviceSignal {
+ public:
+  void raise() override {
+    std::lock_guard<std::mutex> lock(mu);
+    raised = true;
+    cv.notify_all();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool raised = false;
+};
+}  // namespace
+
+Result<std::shared_ptr<DeviceSignal>> SimBackend::create_signal(int ordinal) {
+  if (ordinal < 0 || ordinal >= devices_) return InvalidArgument(name_ + ": no device " + std::to_string(ordinal));
+  return std::shared_ptr<DeviceSignal>(std::make_shared<SimSignal>());
+}
+
+Status SimBackend::stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) {
+  SimStream* st = impl(s);
+  auto sim = std::dynamic_pointer_cast<SimSignal>(sig);
+  if (!st || !sim) return InvalidArgument(name_ + ": not a simulated stream / signal");
+  st->enqueue([sim](const Status&) {  // the queue entry keeps the signal alive
+    std::unique_lock<std::mutex> lock(sim->mu);
+    sim->cv.wait(lock, [&] { return sim->raised; });
+    return Status::Ok();
+  });
+  return Status::Ok();
+}
+
 Status SimBackend::synchronize(DeviceStream* s) {
   SimStream* st = impl(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
@@ -455,6 +487,10 @@ class SimProxy final : public DeviceBackend {
   Status record(DeviceEvent* e, DeviceStream* s) override { return sim_backend()->record(e, s); }
   Result<bool> query(DeviceEvent* e) override { return sim_backend()->query(e); }
   Status stream_wait(DeviceStream* s, DeviceEvent* e) override { return sim_backend()->stream_wait(s, e); }
+  Result<std::shared_ptr<DeviceSignal>> create_signal(int o) override { return sim_backend()->create_signal(o); }
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
+    return sim_backend()->stream_wait_signal(s, sig);
+  }
   Status synchronize(DeviceStream* s) override { return sim_backend()->synchronize(s); }
 };
 SimProxy g_sim_proxy;

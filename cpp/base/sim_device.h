@@ -70,6 +70,8 @@ class SimBackend final : public DeviceBackend {
   Status record(DeviceEvent* e, DeviceStream* s) override;
   Result<bool> query(DeviceEvent* e) override;
   Status stream_wait(DeviceStream* s, DeviceEvent* e) override;
+  Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal) override;
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override;
   Status synchronize(DeviceStream* s) override;
 
   // The writable host view of [ptr, ptr + bytes) of this backend's device memory, or nullptr

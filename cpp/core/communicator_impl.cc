@@ -120,6 +120,7 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
                                         const MemoryLoc& mem, uintptr_t stream, Express* x) {
   if (x && express_new(c, build, mem, x)) return WorkPtr();
   auto w = std::make_shared<OpWork>(engine_, c.coll);
+  w->mem = mem;
   auto made = make_env(c, mem, stream, &w->stats_);
   if (!made.ok()) return made.status();
   OpEnv& env = made.value();

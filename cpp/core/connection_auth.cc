@@ -25,10 +25,11 @@ Status ConnectionManager::greet_outgoing(Outgoing& o, bool* all_greeted, bool* m
         *moved = true;
         continue;
       }
-      if (r == 0)
+      if (r == 0 || errno == ECONNRESET)
         return peer_closed_error(peer_context(o.peer), "before greeting us (does it run without a job key?)");
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return SystemError("handshake recv", errno);
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return SystemError("handshake recv", errno).with_context("connecting to " + peer_context(o.peer).describe());
       break;
     }
     if (got < sizeof(Greeting)) {

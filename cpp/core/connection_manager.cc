@@ -393,8 +393,9 @@ bool ConnectionManager::progress_outgoing() {
           moved = true;
           continue;
         }
-        if (r == 0) err = peer_closed_error(ctx, "during the handshake");
-        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) err = SystemError("handshake recv", errno);
+        if (r == 0 || errno == ECONNRESET) err = peer_closed_error(ctx, "during the handshake");
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+          err = SystemError("handshake recv", errno).with_context("connecting to " + ctx.describe());
         break;
       }
       if (got < head || got - head < a.answer_bytes) {

@@ -48,6 +48,19 @@ void OpWork::on_complete(std::function<void(const Status&)> fn) {
   fn(status());
 }
 
+Status OpWork::wait_stream(uintptr_t stream) {
+  if (!mem.is_device())
+    return InvalidArgument(label() + ": wait_stream is for operations on device buffers (this one's are host memory)");
+  auto st = mem.backend->wrap_stream(mem.ordinal, stream);
+  if (!st.ok()) return st.status().with_context(label() + ": wait_stream");
+  auto sig = mem.backend->create_signal(mem.ordinal);
+  if (!sig.ok()) return sig.status().with_context(label() + ": wait_stream");
+  UCCL_RETURN_IF_ERROR(mem.backend->stream_wait_signal(st.value().get(), sig.value()));
+  std::shared_ptr<DeviceSignal> s = sig.value();
+  on_complete([s](const Status&) { s->raise(); });  // failed too: the stream must not hang
+  return Status::Ok();
+}
+
 void OpWork::finish(const Status& s, std::vector<std::function<void()>>* deferred) {
   std::lock_guard<std::mutex> lock(mu_);
   if (done()) return;

@@ -46,6 +46,7 @@ class OpWork : public Work {
   Collective collective() const override { return coll_; }
   OpStats stats() override;
   void on_complete(std::function<void(const Status&)> fn) override;
+  Status wait_stream(uintptr_t stream) override;
 
   bool done() const { return state_.load(std::memory_order_acquire) != 0; }
   // Records the result and appends the completion callbacks to run outside the engine lock.
@@ -54,6 +55,7 @@ class OpWork : public Work {
 
   std::unique_ptr<ScheduleTask> task;
   OpStats stats_;
+  MemoryLoc mem;  // where the operation's buffers live (wait_stream: whose streams)
   uint64_t seq_ = 0;
   double deadline = 0;  // 0 until progress_once() first reads the clock for it (at the head of the queue)
 

@@ -47,6 +47,13 @@ class Work {
   // Runs fn once when the work finishes (at once if it already has), on the thread that
   // completed it. fn must not block or call back into the communicator.
   virtual void on_complete(std::function<void(const Status&)> fn) = 0;
+  // Operations on device buffers: work enqueued on `stream` (a native stream handle of the
+  // operation's device; 0 its default stream) after this call runs only once the operation
+  // finished, and the calling thread does not wait (NCCL's work.wait() on a CUDA stream). On a
+  // failure the stream is released as well (it must never hang): the error still comes from
+  // wait()/status(). kInvalidArgument for an operation on host memory, kNotSupported where the
+  // device's backend cannot make a stream wait for the host.
+  virtual Status wait_stream(uintptr_t stream) { return NotSupported("this Work cannot make a stream wait"); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

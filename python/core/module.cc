@@ -171,6 +171,7 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Work, std::shared_ptr<Work>>(m, "Work")
       .def("wait", [](Work& w, double t) { check(w.wait(t)); }, py::arg("timeout") = -1.0, release)
+      .def("wait_stream", [](Work& w, uintptr_t stream) { check(w.wait_stream(stream)); }, py::arg("stream"), release)
       .def("is_completed", &Work::is_completed, release)
       .def("error", [](Work& w) { check(w.status()); })
       .def_property_readonly("seq", &Work::seq)

@@ -11,7 +11,8 @@ compared bit for bit with numpy. Scenarios:
   * several ranks on one GPU (world 4, all on cuda:0; NCCL refuses this);
   * mixed ranks: even ranks pass CUDA tensors, odd ranks numpy arrays;
   * a kernel writes the buffer on the current stream right before the collective (no host
-    synchronisation in between: the `stream=` ordering must cover it).
+    synchronisation in between: the `stream=` ordering must cover it);
+  * Work.wait(stream=) makes another stream wait without blocking the host (cuStreamWaitValue32).
 """
 import numpy as np
 import pytest
@@ -212,6 +213,33 @@ def async_free(ctx):
 
 def test_input_dropped_after_async_collective():
     run_world(2, "test_gpu_collectives:async_free", env={"UCCL_CUDA_IPC": "on"}, timeout=300)
+
+
+def wait_on_stream(ctx):
+    """Work.wait(stream=s2) returns without blocking the host; a kernel queued on s2 afterwards
+    reads the reduced values (rank 1 joins only after rank 0's wait returned: a blocking wait would
+    deadlock; a stream that did not wait would read rank 0's own input)."""
+    torch.cuda.set_device(ctx.rank % NGPU)
+    x = torch.full((1 << 20,), float(ctx.rank + 1), device="cuda")
+    torch.cuda.synchronize()
+    if ctx.rank == 1:
+        ctx.store.get("waiting", 60)
+        ctx.comm.all_reduce(x, op="sum")
+        return
+    s2 = torch.cuda.Stream()
+    w = ctx.comm.all_reduce(x, op="sum", async_op=True)
+    w.wait(stream=s2)
+    ctx.store.set("waiting", b"1")
+    with torch.cuda.stream(s2):
+        y = x * 1  # queued behind the wait
+    s2.synchronize()
+    w.wait()
+    ctx.check.equal(_to_numpy(y[:8]), np.full(8, 3.0, np.float32), "after wait(stream=)")
+
+
+@pytest.mark.parametrize("ipc", ["on", "off"])
+def test_work_wait_makes_a_stream_wait(ipc):
+    run_world(2, "test_gpu_collectives:wait_on_stream", env={"UCCL_CUDA_IPC": ipc}, timeout=300)
 
 
 def test_build_info_reports_cuda():
