@@ -260,6 +260,7 @@ std::vector<NetInterface> list_interfaces() {
     ni.addr.set_port(0);
     ni.loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
     ni.up = (ifa->ifa_flags & IFF_UP) != 0;
+    ni.running = (ifa->ifa_flags & IFF_RUNNING) != 0;
     ni.speed_gbps = ni.loopback ? 0 : read_speed_gbps(ni.name);
     ni.network = subnet_of(ifa->ifa_addr, ifa->ifa_netmask);
     out.push_back(std::move(ni));
@@ -287,8 +288,11 @@ bool ifname_matches(const std::string& spec_in, const std::string& ifname) {
     if (comma == std::string::npos) comma = spec.size();
     std::string item = trim(spec.substr(pos, comma - pos));
     pos = comma + 1;
+    // An item may carry its own '=' (rail lists joined by rail_ifname_spec: "=eth0,=eth1").
+    const bool item_exact = exact || (!item.empty() && item[0] == '=');
+    if (!item.empty() && item[0] == '=') item = item.substr(1);
     if (item.empty()) continue;
-    any = exact ? ifname == item : ifname.compare(0, item.size(), item) == 0;
+    any = item_exact ? ifname == item : ifname.compare(0, item.size(), item) == 0;
   }
   return exclude ? !any : any;
 }

@@ -34,6 +34,7 @@ struct NetInterface {
   SockAddr addr;      // port 0
   bool loopback = false;
   bool up = false;
+  bool running = false;   // IFF_RUNNING: the link is up (carrier); an up NIC without it moves nothing
   double speed_gbps = 0;  // from /sys/class/net/<if>/speed when known
   std::string network;    // the subnet, "10.210.1.0/24" (address & netmask); "" when unknown
 };

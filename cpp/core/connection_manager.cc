@@ -73,9 +73,18 @@ Status ConnectionManager::init() {
 
   // Listeners on the selected interfaces (UCCL_SOCKET_IFNAME or the group's own choice).
   // A per-local-rank list picks this rank's rail NIC (base/net.h rail_ifname_spec).
-  const std::string spec = rail_ifname_spec(
-      opts_.socket_ifname.empty() ? kSocketIfname.get() : opts_.socket_ifname, launcher_local_rank(), &rail_why_);
+  const std::string& ifnames = opts_.socket_ifname.empty() ? kSocketIfname.get() : opts_.socket_ifname;
+  const std::string spec = rail_ifname_spec(ifnames, launcher_local_rank(), &rail_why_);
   auto ifs = select_interfaces(spec, kSocketFamily.get());
+  if (!rail_why_.empty() && launcher_local_rank() >= 0 && with_link(ifs).empty()) {
+    // The list's rail NIC for this rank is missing or has no link: every rail's NIC instead.
+    auto all = rail_fallback(select_interfaces(rail_ifname_spec(ifnames, -1), kSocketFamily.get()),
+                             rail_why_ + " ('" + spec + "') " +
+                                 (ifs.empty() ? "matches no interface" : "has no link"),
+                             &rail_why_);
+    if (!all.ok()) return all.status();
+    ifs = all.take();
+  }
   if (ifs.empty()) return InvalidArgument("no network interface matches UCCL_SOCKET_IFNAME='" + spec + "'");
   if (rail_why_.empty()) {  // no list: the topology file's rail, or by PCIe or local rank
     auto rail = rail_interfaces(ifs, &rail_why_);

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "base/device.h"
+#include "base/log.h"
 #include "topology/local_host.h"
 
 namespace uccl {
@@ -15,8 +16,9 @@ namespace uccl {
 const TextSetting kRailNics("network", "UCCL_RAIL_NICS", "auto",
                             "auto: with several NICs of similar speed on separate subnets, each rank of a host listens "
                             "on its rail's NIC (closest to its accelerator in the PCIe tree, else local rank i takes "
-                            "NIC i); off: every rank on every NIC",
-                            one_of({"auto", "off"}));
+                            "NIC i); a rail NIC that is missing or has no link: every NIC with one (strict: an "
+                            "error); off: every rank on every NIC",
+                            one_of({"auto", "off", "strict"}));
 
 namespace {
 
@@ -121,11 +123,18 @@ Result<std::vector<NetInterface>> rail_interfaces(const std::vector<NetInterface
       const size_t i = static_cast<size_t>(local_rank) % rails.value().size();
       const std::string& name = rails.value()[i];
       std::vector<NetInterface> out;
+      bool present = false;
       for (auto& nif : ifs)
-        if (nif.name == name) out.push_back(nif);
+        if (nif.name == name) {
+          present = true;
+          if (nif.running) out.push_back(nif);
+        }
       if (out.empty())
-        return InvalidArgument("UCCL_TOPO_FILE=" + kTopoFile.get() + ": rail " + name + " of local rank " +
-                               std::to_string(local_rank) + " is not among the interfaces UCCL_SOCKET_IFNAME selects");
+        return rail_fallback(ifs,
+                             "UCCL_TOPO_FILE=" + kTopoFile.get() + ": rail " + name + " of local rank " +
+                                 std::to_string(local_rank) +
+                                 (present ? " has no link" : " is not among the interfaces UCCL_SOCKET_IFNAME selects"),
+                             why);
       *why = "topology file rail " + std::to_string(i) + " of " + std::to_string(rails.value().size()) +
              " for local rank " + std::to_string(local_rank);
       return out;
@@ -133,16 +142,41 @@ Result<std::vector<NetInterface>> rail_interfaces(const std::vector<NetInterface
   }
   std::vector<RailCandidate> cands;  // one per interface (it may have a v4 and a v6 address)
   for (auto& nif : ifs) {
-    bool seen = nif.loopback;
+    bool seen = nif.loopback || !nif.running;  // a NIC without a link is no rail
     for (auto& c : cands) seen |= c.name == nif.name;
     if (!seen) cands.push_back({nif.name, nif.network, nif.speed_gbps, "/sys/class/net/" + nif.name + "/device"});
   }
   const RailPick pick = pick_rail(cands, local_rank, launcher_local_size(), accelerator_pci());
-  if (pick.index < 0) return ifs;
+  if (pick.index < 0) {
+    std::vector<NetInterface> live = with_link(ifs);
+    return live.empty() ? ifs : live;
+  }
   std::vector<NetInterface> out;
   for (auto& nif : ifs)
     if (nif.name == cands[pick.index].name) out.push_back(nif);
   *why = pick.why;
+  return out;
+}
+
+std::vector<NetInterface> with_link(const std::vector<NetInterface>& ifs) {
+  std::vector<NetInterface> out;
+  for (auto& nif : ifs)
+    if (nif.loopback || nif.running) out.push_back(nif);
+  return out;
+}
+
+Result<std::vector<NetInterface>> rail_fallback(const std::vector<NetInterface>& all, const std::string& what,
+                                                std::string* why) {
+  if (kRailNics.get() == "strict") return InvalidArgument(what + " (UCCL_RAIL_NICS=strict)");
+  std::vector<NetInterface> out = with_link(all);
+  if (out.empty()) return InvalidArgument(what + ", and no other interface has a link");
+  std::vector<std::string> names;  // an interface may have a v4 and a v6 address
+  for (auto& nif : out)
+    if (!nif.loopback && std::find(names.begin(), names.end(), nif.name) == names.end()) names.push_back(nif.name);
+  std::string list;
+  for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  *why = what + ": every NIC with a link instead (" + list + "), striping over them";
+  UCCL_WARN("%s", why->c_str());
   return out;
 }
 

@@ -14,6 +14,13 @@
 // two candidates, one rank on the host, or UCCL_RAIL_NICS=off the rank listens on every
 // candidate, and a tcp connection stripes over the subnets it shares with its peer
 // (transports/path_choice.h pair_lanes).
+// A rail NIC that is missing or has no link (IFF_RUNNING clear: cable, switch port) is not
+// fatal: the rank listens on every NIC that has a link instead, so its connections stripe over
+// the other rails, and says so in describe() and a warning (UCCL_RAIL_NICS=strict refuses
+// with kInvalidArgument instead). NICs without a link are never rail candidates. Its peers on
+// other hosts must then be reachable from those NICs: true where the rails are routed to each
+// other (a rail-optimised fat tree), not on separate unrouted rail planes (the rank cannot
+// dial its rail peers' addresses; the error names the peer and the address).
 #pragma once
 
 #include <string>
@@ -55,5 +62,13 @@ std::string accelerator_pci();
 // Errors: an unreadable topology file (kInvalidArgument...), or a declared rail that is not
 // among `ifs` (kInvalidArgument naming it).
 Result<std::vector<NetInterface>> rail_interfaces(const std::vector<NetInterface>& ifs, std::string* why);
+
+// `ifs` without the NICs that have no link (loopback stays).
+std::vector<NetInterface> with_link(const std::vector<NetInterface>& ifs);
+// This rank's rail NIC (`what`: which, and why it is gone) is missing or has no link: every NIC
+// of `all` that has one, with *why saying so (and a warning); kInvalidArgument under
+// UCCL_RAIL_NICS=strict or when no NIC is left.
+Result<std::vector<NetInterface>> rail_fallback(const std::vector<NetInterface>& all, const std::string& what,
+                                                std::string* why);
 
 }  // namespace uccl

@@ -36,6 +36,9 @@ TEST_CASE("UCCL_SOCKET_IFNAME matching") {
       {"^=eth0", "eth01", true},
       {"^=eth0", "ib0", true},
       {"^", "eth0", true},         // exclude nothing
+      {"=eth0,=eth1", "eth1", true},   // rail entries joined: each keeps its own '='
+      {"=eth0,=eth1", "eth10", false},
+      {"eth0,=eth1", "eth01", true},
   };
   for (auto& c : cases) {
     bool got = ifname_matches(c.spec, c.name);

@@ -89,3 +89,28 @@ TEST_CASE("interfaces carry their subnet") {
   for (auto& ni : list_interfaces())
     if (ni.loopback && ni.addr.family() == AF_INET) CHECK(ni.network == "127.0.0.0/8");
 }
+
+TEST_CASE("a rail NIC without a link: the NICs with one instead, and why") {
+  auto nic = [](const char* name, const char* addr, bool running) {
+    NetInterface n;
+    n.name = name;
+    auto a = parse_address(addr, 0);
+    REQUIRE(a.ok());
+    n.addr = a.value();
+    n.up = true;
+    n.running = running;
+    return n;
+  };
+  const std::vector<NetInterface> ifs = {nic("eth0", "10.210.1.1", true), nic("eth1", "10.211.1.1", false),
+                                         nic("eth2", "10.212.1.1", true)};
+  CHECK(with_link(ifs).size() == 2);
+  std::string why;
+  auto got = rail_fallback(ifs, "rail eth1 of local rank 1 has no link", &why);
+  REQUIRE(got.ok());
+  REQUIRE(got.value().size() == 2);
+  CHECK(got.value()[0].name == "eth0");
+  CHECK(got.value()[1].name == "eth2");
+  CHECK(why == "rail eth1 of local rank 1 has no link: every NIC with a link instead (eth0, eth2), striping over them");
+  auto none = rail_fallback({nic("eth1", "10.211.1.1", false)}, "rail eth1 has no link", &why);
+  CHECK(none.status().code() == Code::kInvalidArgument);
+}

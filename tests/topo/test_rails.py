@@ -60,7 +60,7 @@ def test_rails_from_the_topology_file(tmp_path):
     assert row["gbit"] > 0.75, row  # both rails busy (one NIC gives 0.48)
 
 
-def test_a_declared_rail_that_is_not_there_is_refused(tmp_path):
+def _declared_missing_rail(tmp_path, extra_env):
     import os
     import socket
     import subprocess
@@ -69,9 +69,23 @@ def test_a_declared_rail_that_is_not_there_is_refused(tmp_path):
     topo.write_text(f"clusters:\n  - name: c0\n    hosts:\n      - {{name: {socket.gethostname()}, rails: [nosuchif0]}}\n")
     code = ("import uccl\n"
             "try:\n"
-            "    uccl.Communicator(0, 1, uccl.TcpStore('127.0.0.1', 0, is_server=True))\n"
+            "    c = uccl.Communicator(0, 1, uccl.TcpStore('127.0.0.1', 0, is_server=True))\n"
+            "    print('describe:', c.describe().splitlines()[0])\n"
             "except uccl.InvalidArgument as e:\n"
             "    print('refused:', e)\n")
-    env = dict(os.environ, UCCL_TOPO_FILE=str(topo), LOCAL_RANK="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    env = dict(os.environ, UCCL_TOPO_FILE=str(topo), LOCAL_RANK="0", **extra_env)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_declared_rail_that_is_not_there_falls_back_to_every_nic(tmp_path):
+    """A missing rail NIC is not fatal: the rank listens on every NIC with a link and says why."""
+    out = _declared_missing_rail(tmp_path, {})
+    assert "describe:" in out.stdout, (out.stdout, out.stderr)
+    assert "rail nosuchif0 of local rank 0 is not among the interfaces" in out.stdout, out.stdout
+    assert "every NIC with a link instead" in out.stdout and "every NIC with a link instead" in out.stderr, out
+
+
+def test_a_declared_rail_that_is_not_there_is_refused_when_strict(tmp_path):
+    out = _declared_missing_rail(tmp_path, {"UCCL_RAIL_NICS": "strict"}).stdout
     assert "refused:" in out and "rail nosuchif0 of local rank 0 is not among the interfaces" in out, out
+    assert "UCCL_RAIL_NICS=strict" in out, out
