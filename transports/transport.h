@@ -75,6 +75,10 @@ struct SendRequest : Request {
   // nullptr. Set only for endpoints whose takes_tee() is true; the request completes after
   // the copy is made. shm copies a chunk and sends the same chunk while it is still in cache.
   void* tee = nullptr;
+  // A hint: the matching receive is final (RecvRequest::final; the schedules are symmetric, so
+  // the sender knows). shm then waits for that receive's offer to push a smaller message of an
+  // exchange step (ShmOptions::push_min_bytes); a receive that made no offer gets the ring.
+  bool to_final = false;
 };
 
 // A receive either copies the incoming bytes to dst, or (reduce == true) combines them:
@@ -89,6 +93,12 @@ struct RecvRequest : Request {
   const void* acc = nullptr;
   DataType dtype = DataType::kUint8;
   RedOp op = RedOp::kSum;
+  // A hint (plain receives): the bytes are final output that this rank does not compute with
+  // in the rest of the operation, so a peer writing them from its own cache beats copying them
+  // out of a shared ring (all_gather, broadcast, the all-gather half of all_reduce). Where
+  // the data is read right after (a direct all_reduce's slots), the ring's pieces arrive
+  // cache-warm and win.
+  bool final = false;
 };
 
 // Byte counters per endpoint, read by the communicator's per-op statistics.

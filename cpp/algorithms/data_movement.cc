@@ -35,8 +35,8 @@ Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataTyp
     s->copy(at(recv, b.off[r], es), send, b.cnt[r] * es);  // no-op when already in place
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
-      s->send(p, send, b.cnt[r] * es);
-      s->recv(p, at(recv, b.off[p], es), b.cnt[p] * es);
+      s->send(p, send, b.cnt[r] * es).final_data = true;
+      s->recv(p, at(recv, b.off[p], es), b.cnt[p] * es).final_data = true;
     }
     return Status::Ok();
   }

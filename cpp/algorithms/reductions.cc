@@ -47,16 +47,17 @@ void ring_all_gather(void* buf, const Blocks& b, const OpEnv& env, Schedule* s, 
   for (int k = 0; k < n - 1; ++k) {
     const int sb = (r - k + n) % n, rb = (r - k - 1 + n) % n;
     s->new_phase();
+    // Every block lands where it stays (final data: it is only sent on, never computed with).
     if (k == 0 && own_src) {
       // From `send`, with the copy into the own block as the send's tee, not from that copy:
       // the copy's lines sit modified in this core's cache, and a peer pulling them (CMA) or
       // reading them from the ring would snoop each one (3x slower at 2 MiB on the 2-core VM,
       // 183 vs 59 us); shm instead copies and writes each chunk while it is in cache.
-      s->send_tee(next, own_src, b.cnt[sb] * es, at(buf, b.off[sb], es));
+      s->send_tee(next, own_src, b.cnt[sb] * es, at(buf, b.off[sb], es)).final_data = true;
     } else {
-      s->send(next, at(buf, b.off[sb], es), b.cnt[sb] * es);
+      s->send(next, at(buf, b.off[sb], es), b.cnt[sb] * es).final_data = true;
     }
-    s->recv(prev, at(buf, b.off[rb], es), b.cnt[rb] * es);
+    s->recv(prev, at(buf, b.off[rb], es), b.cnt[rb] * es).final_data = true;
   }
 }
 
@@ -95,8 +96,8 @@ void halving_doubling_all_reduce(const void* send, void* recv, const Blocks& b, 
     const int partner = r ^ d, width = hi - lo;
     const int other_lo = (r & d) == 0 ? hi : lo - width;  // the partner's range, next to ours
     if (d != 1) s->new_phase();
-    s->send(partner, at(recv, b.off[lo], es), range_bytes(lo, hi));
-    s->recv(partner, at(recv, b.off[other_lo], es), range_bytes(other_lo, other_lo + width));
+    s->send(partner, at(recv, b.off[lo], es), range_bytes(lo, hi)).final_data = true;
+    s->recv(partner, at(recv, b.off[other_lo], es), range_bytes(other_lo, other_lo + width)).final_data = true;
     lo = std::min(lo, other_lo);
     hi = lo + 2 * width;
   }
@@ -153,8 +154,8 @@ Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
   for (int k = 0; k < n - 1; ++k) {
     const int sb = (done - k + n) % n, rb = (done - k - 1 + n) % n;
     if (k > 0) s->new_phase();
-    s->send(next, at(a.recv, b.off[sb], es), b.cnt[sb] * es);
-    s->recv(prev, at(a.recv, b.off[rb], es), b.cnt[rb] * es);
+    s->send(next, at(a.recv, b.off[sb], es), b.cnt[sb] * es).final_data = true;
+    s->recv(prev, at(a.recv, b.off[rb], es), b.cnt[rb] * es).final_data = true;
   }
   return Status::Ok();
 }

@@ -31,14 +31,19 @@ Action& Schedule::add(Action::Kind kind, int peer, void* dst, const void* src, c
   return a;
 }
 
-void Schedule::send(int peer, const void* src, size_t bytes) { add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes); }
-
-void Schedule::send_tee(int peer, const void* src, size_t bytes, void* tee) {
-  Action& a = add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes);
-  if (tee != src && bytes > 0) a.tee = tee;
+Action& Schedule::send(int peer, const void* src, size_t bytes) {
+  return add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes);
 }
 
-void Schedule::recv(int peer, void* dst, size_t bytes) { add(Action::Kind::kRecv, peer, dst, nullptr, nullptr, bytes); }
+Action& Schedule::send_tee(int peer, const void* src, size_t bytes, void* tee) {
+  Action& a = add(Action::Kind::kSend, peer, nullptr, src, nullptr, bytes);
+  if (tee != src && bytes > 0) a.tee = tee;
+  return a;
+}
+
+Action& Schedule::recv(int peer, void* dst, size_t bytes) {
+  return add(Action::Kind::kRecv, peer, dst, nullptr, nullptr, bytes);
+}
 
 void Schedule::recv_reduce(int peer, void* dst, const void* acc, size_t bytes) {
   add(Action::Kind::kRecvReduce, peer, dst, nullptr, acc, bytes);

@@ -43,6 +43,13 @@ struct Action {
   double factor = 1.0;         // kScale
   int divisor = 1;             // kDivide
   bool own_envelope = false;   // p2p messages carry their own per-peer envelope
+  // kRecv: the bytes land in the output and no later local action of this operation reads
+  // them (all_gather's blocks, broadcast's); kSend: the peer receives this message that way.
+  // A hint for the transport (RecvRequest::final, SendRequest::to_final): shm lets the sender
+  // write such a message of an exchange step straight into the receive from a smaller size.
+  // Builders set it on both ends of a message (schedules are symmetric); a disagreement only
+  // costs the hint.
+  bool final_data = false;
   Envelope env;
   bool is_comm() const { return kind == Kind::kSend || kind == Kind::kRecv || kind == Kind::kRecvReduce; }
 };
@@ -59,12 +66,13 @@ class Schedule {
   // capacity, so rebuilding a schedule of the same shape allocates nothing.
   void reset(DataType dtype, RedOp op);
   void new_phase();
-  void send(int peer, const void* src, size_t bytes);
+  // send, send_tee and recv return the action for setting its hints (valid until the next add).
+  Action& send(int peer, const void* src, size_t bytes);
   // A send whose payload is also copied to `tee` on this rank before the phase ends; the
   // transport may interleave the copy with sending (shm: chunk by chunk, read from cache once).
   // Nothing else in the phase may read or write `tee`.
-  void send_tee(int peer, const void* src, size_t bytes, void* tee);
-  void recv(int peer, void* dst, size_t bytes);
+  Action& send_tee(int peer, const void* src, size_t bytes, void* tee);
+  Action& recv(int peer, void* dst, size_t bytes);
   // dst = op(acc, incoming); acc == nullptr means dst itself.
   void recv_reduce(int peer, void* dst, const void* acc, size_t bytes);
   void copy(void* dst, const void* src, size_t bytes);

@@ -134,6 +134,7 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     r.expect.step = x_->recv_steps[a.peer]++;
     r.reduce = a.kind == Action::Kind::kRecvReduce;
     r.acc = a.src2;
+    r.final = a.final_data;
     r.dtype = dt;
     r.op = op_;
     if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_received_by_transport, env_.stats->bytes_received_by_level);
@@ -153,6 +154,7 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     // receive to be posted (shm push), and an any-source receiver posts only once it has seen
     // the message's header.
     s.duplex = !a.own_envelope && 2 * recv_bytes >= a.bytes;
+    s.to_final = a.final_data;
     if (a.tee && ep->takes_tee()) {
       s.tee = a.tee;
     } else if (a.tee && !device_) {

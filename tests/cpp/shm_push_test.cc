@@ -135,6 +135,59 @@ TEST_CASE("tee copies, pushed, pulled and through the ring") {
   test_tee(false, true, true, 100, false);             // one inline ring message
 }
 
+// Final receives (RecvRequest::final) are offered from push_min_bytes, below cma_min_bytes, and
+// a duplex send that expects one (SendRequest::to_final) pushes into it. Any disagreement, a
+// one-way send or a size below push_min_bytes goes through the ring. A large pushed message
+// follows on the same endpoint each time: an offer left open by a mid-size receive must not
+// confuse the next message's claim.
+void test_final(bool recv_final, bool send_final, bool duplex, size_t bytes, bool expect_push) {
+  const size_t big = (2u << 20) + 7;
+  auto body = [&](Endpoint* ep) -> int {
+    std::vector<uint8_t> in(bytes + 1, kUntouched), in2(big);
+    RecvRequest r, r2;
+    make_recv(&r, in.data(), bytes, env_for(1));
+    r.final = recv_final;
+    make_recv(&r2, in2.data(), big, env_for(2));
+    ep->post_recv(&r);
+    ep->post_recv(&r2);
+    REQUIRE_OK(drive(ep, {&r, &r2}));
+    REQUIRE(check_payload(in.data(), bytes, 1));
+    REQUIRE(in[bytes] == kUntouched);
+    REQUIRE(check_payload(in2.data(), big, 2));
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  ShmOptions o = options(true);
+  o.push_min_bytes = 16 << 10;
+  pid_t child = fork_pair(o, o, &ep, body);
+  std::vector<uint8_t> payload = make_payload(bytes, 1), payload2 = make_payload(big, 2);
+  SendRequest s, s2;
+  make_send(&s, payload.data(), bytes, env_for(1), duplex);
+  s.to_final = send_final;
+  make_send(&s2, payload2.data(), big, env_for(2), true);
+  ep->post_send(&s);
+  ep->post_send(&s2);
+  REQUIRE_OK(drive(ep.get(), {&s, &s2}));
+  const shm::ShmStats& st = as_shm(ep.get())->stats();
+  std::printf("  %zu bytes, final recv=%d send=%d duplex=%d: ring %llu, cma %llu, push %llu\n", bytes, recv_final,
+              send_final, duplex, (unsigned long long)st.ring_sends, (unsigned long long)st.cma_sends,
+              (unsigned long long)st.push_sends);
+  if (as_shm(ep.get())->cma_send_enabled()) {
+    CHECK(st.push_sends == (expect_push ? 2u : 1u));
+    CHECK(st.ring_sends == (expect_push ? 0u : 1u));
+  }
+  CHECK(join(child) == 0);
+}
+
+TEST_CASE("final receives are pushed from push_min_bytes") {
+  test_final(true, true, true, (32u << 10) + 4, true);    // pushed
+  test_final(true, true, true, 16u << 10, true);          // exactly the threshold
+  test_final(true, true, true, (16u << 10) - 64, false);  // below it: ring
+  test_final(false, true, true, 32u << 10, false);        // the receive made no offer: ring, no wait
+  test_final(true, false, true, 32u << 10, false);        // the sender expects none: ring
+  test_final(true, true, false, 32u << 10, false);        // one-way: ring
+}
+
 TEST_CASE("receiver fails before the push") { test_fail_during_push(false); }
 TEST_CASE("receiver fails in the middle of a push") { test_fail_during_push(true); }
 

@@ -32,6 +32,11 @@
 //    two schemes (benchmarks/micro/cma_all_gather_model.c), 2-8 MiB blocks 10-16% faster with
 //    the tee copy interleaved chunk by chunk (SendRequest::tee). One-way sends are still
 //    pulled: then the receiver copies while the sender goes on.
+//    Receives that are final output (RecvRequest::final: all_gather's and broadcast's blocks,
+//    never read again by the receiver) are offered from ShmOptions::push_min_bytes (16 KiB),
+//    and a sender whose request says so (SendRequest::to_final) claims them from that size:
+//    for such data the receiver's copy out of the ring is pure cost (2-rank all_gather of
+//    64 KiB: see kShmPushMinBytes). Data the receiver reads right after stays on the ring.
 //    Offers: every posted receive bumps ring.recvs_posted; a large plain one also fills
 //    ring.offers[m % kPushOfferSlots] for message number m with its address, size and envelope.
 //    A sender whose next message m is large waits until recvs_posted > m, then claims the offer

@@ -87,7 +87,9 @@ bool ShmEndpoint::send_start(SendRequest* r) {
   // own copies either way, and the sender's copy reads from its own cache. A one-way message
   // is pulled, so the receiver copies while the sender goes on (a root's local copy):
   // broadcast 1 MiB on 2 ranks took 114 us pushed against 93 us pulled.
-  if (cma && r->duplex && push_enabled()) {
+  // A final receive (SendRequest::to_final) offers itself from push_min_bytes.
+  const bool push_size = cma || (r->to_final && r->bytes >= opt_.push_min_bytes && r->bytes > 0);
+  if (push_size && r->duplex && push_enabled()) {
     switch (claim_offer(r)) {
       case Offer::kWait: return false;
       case Offer::kTaken:

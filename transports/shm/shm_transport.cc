@@ -194,6 +194,14 @@ const BoolSetting kShmCma("shm", "UCCL_SHM_CMA", "1",
 // all_gather 256 KiB in place 14.6 -> 6.7 us. 64K lost (a direct all_reduce 64 KiB 13 -> 19 us).
 const BytesSetting kShmCmaMinBytes("shm", "UCCL_SHM_CMA_MIN_BYTES", "128K",
                                    "shm messages at least this large use single-copy CMA", bytes_at_least(0));
+// 16K: 2-rank all_gather of 64 KiB (32 KiB blocks) 4.79 -> 3.41 us with CMA from 16K in an
+// earlier A/B (Open MPI 3.88), broadcast 64 KiB 4.47 -> 3.35; CMA for every message from 16K
+// made all_reduce 64 KiB 11.1 -> 15.8 us, hence only final receives (see ShmOptions).
+const BytesSetting kShmPushMinBytes("shm", "UCCL_SHM_PUSH_MIN_BYTES", "16K",
+                                    "exchange-step shm messages into receives that are final output (all_gather, "
+                                    "broadcast) are written by the sender (process_vm_writev) from this size; "
+                                    "UCCL_SHM_CMA_MIN_BYTES applies to all others",
+                                    bytes_at_least(1));
 const BytesSetting kShmCmaMaxBytes("shm", "UCCL_SHM_CMA_MAX_BYTES", "16M",
                                    "one-way shm messages larger than this go through the ring again (memory-bound: "
                                    "both cores copy); a sender that receives in the same step keeps CMA",
@@ -211,6 +219,7 @@ ShmOptions ShmOptions::from_config() {
   o.cma_min_bytes = kShmCmaMinBytes.get();
   o.cma_max_bytes = kShmCmaMaxBytes.get();
   o.cma_push = kShmCmaPush.get();
+  o.push_min_bytes = kShmPushMinBytes.get();
   return o;
 }
 

@@ -32,6 +32,7 @@ extern const BoolSetting kShmCma;           // UCCL_SHM_CMA
 extern const BytesSetting kShmCmaMinBytes;  // UCCL_SHM_CMA_MIN_BYTES
 extern const BytesSetting kShmCmaMaxBytes;  // UCCL_SHM_CMA_MAX_BYTES
 extern const BoolSetting kShmCmaPush;       // UCCL_SHM_CMA_PUSH
+extern const BytesSetting kShmPushMinBytes;  // UCCL_SHM_PUSH_MIN_BYTES
 
 // Knobs of one shm transport instance. make_shm_transport() fills them from the settings
 // above (from_config()); tests and benchmarks pass their own so that one process can compare
@@ -54,6 +55,10 @@ struct ShmOptions {
   // writes into the receiver's buffer with process_vm_writev, a chunk at a time.
   bool cma_push = kShmCmaPush.default_value();
   size_t push_chunk_bytes = 256 << 10;  // stays in L2 between the tee copy and the write
+  // Exchange-step messages into a final receive (RecvRequest::final: all_gather's and
+  // broadcast's blocks) are pushed from this size, below cma_min_bytes: the receiver never
+  // reads them, so its copy out of the ring is pure cost.
+  size_t push_min_bytes = kShmPushMinBytes.default_value();
   size_t tee_stream_min_bytes = 16 << 20;  // tee copies this large bypass the cache (stream_copy)
   size_t cma_bounce_bytes = 128 << 10;  // a CMA reduce pulls this much, then reduces it (stays in L2)
   static ShmOptions from_config();
