@@ -1,6 +1,7 @@
 #include "transports/stripe.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace uccl {
 
@@ -22,6 +23,13 @@ std::vector<StripePart> weighted_parts(size_t bytes, const std::vector<double>& 
     }
   }
   return out;
+}
+
+size_t least_committed_lane(const std::vector<size_t>& committed, const std::vector<size_t>& limit) {
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < committed.size() && i < limit.size(); ++i)
+    if (committed[i] < limit[i] && (best == SIZE_MAX || committed[i] < committed[best])) best = i;
+  return best;
 }
 
 std::vector<double> rate_weights(const std::vector<double>& gbps) {

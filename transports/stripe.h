@@ -22,6 +22,15 @@ struct StripePart {
 };
 std::vector<StripePart> weighted_parts(size_t bytes, const std::vector<double>& weights, size_t first);
 
+// Adaptive striping (tcp, UCCL_TCP_STRIPE=adaptive): a large message is cut into chunks that
+// go, one at a time, to the lane with the fewest bytes still on their way (queued by us, or in
+// the kernel unsent or unacknowledged), while that is below `limit`. A lane that is slower
+// than it says, or busy with someone else's traffic (a rail NIC shared with another job), takes
+// its chunks slower and so gets fewer: no rate needs to be known or measured beforehand.
+// `limit` is per lane (tcp: two bandwidth-delay products of the lane's path).
+// Returns the lane to feed next, or SIZE_MAX when every lane i holds limit[i] or more.
+size_t least_committed_lane(const std::vector<size_t>& committed, const std::vector<size_t>& limit);
+
 // Weights from lane rates in Gbit/s: an unknown rate (0) weighs as the fastest known one, all
 // unknown weigh 1 each.
 std::vector<double> rate_weights(const std::vector<double>& gbps);

@@ -73,11 +73,14 @@ def _tbf(ns, dev, gbit, queue_ms=20):
 
 
 class Testbed:
-    def __init__(self, clusters=2, hosts=2, intra_gbit=4.0, inter_gbit=0.5, prefix=None, queue_ms=200, rails=1):
+    def __init__(self, clusters=2, hosts=2, intra_gbit=4.0, inter_gbit=0.5, prefix=None, queue_ms=200, rails=1,
+                 rail_gbit=None):
         # rails > 1: every host gets eth1.. as well, rail r on its own bridge per cluster
-        # (rb<c>r<r>) and subnet 10.(210+r).<c+1>.<h+1>/24, shaped like eth0, not routed between
+        # (rb<c>r<r>) and subnet 10.(210+r).<c+1>.<h+1>/24, shaped like eth0 (or at
+        # rail_gbit[r - 1] Gbit/s: a rail slower than it reports, or busy), not routed between
         # clusters: separate network planes, one per rail.
         self.rails = rails
+        self.rail_gbit = list(rail_gbit or [])
         self.clusters, self.hosts = clusters, hosts
         self.intra_gbit, self.inter_gbit = intra_gbit, inter_gbit
         self.queue_ms = queue_ms  # tbf queue bound: a deeper queue drops less under bursts
@@ -147,8 +150,9 @@ class Testbed:
                 sh("ip", "-n", ns, "link", "set", dev, "up")
                 sh("ip", "-n", r, "link", "set", port, "master", f"rb{c}r{rail}")
                 sh("ip", "-n", r, "link", "set", port, "up")
-                _tbf(ns, dev, self.intra_gbit, self.queue_ms)
-                _tbf(r, port, self.intra_gbit, self.queue_ms)
+                gbit = self.rail_gbit[rail - 1] if rail - 1 < len(self.rail_gbit) else self.intra_gbit
+                _tbf(ns, dev, gbit, self.queue_ms)
+                _tbf(r, port, gbit, self.queue_ms)
 
     def close(self):
         for p in self.procs:

@@ -11,6 +11,16 @@ Runs work_rails.py (host 0's local rank l sends to host 1's local rank l, all at
   2 ranks, rails by local rank
                       UCCL_SOCKET_IFNAME="=eth0,eth1", no list: local rank i takes rail i itself
 and prints the aggregate rate of each (rails and striping should reach about twice one NIC's rate).
+
+    python benchmarks/testbed/rails_bench.py --slow-rail 0.5 [--gbit 0.5]
+
+A second NIC slower than it reports (eth1 shaped at 0.5 x --gbit; both veths say 10 Gbit/s, so
+the reported rates weigh them alike), one rank per host striping over both:
+  one pair            eth0 only: the fast NIC's rate
+  striped, static     UCCL_TCP_STRIPE=static: equal halves, the slow NIC sets the time (about
+                      twice the slow rate)
+  striped, adaptive   UCCL_TCP_STRIPE=adaptive (the default): chunks go to whichever socket
+                      drains, so the rate approaches the sum of the two NICs' rates
 """
 import argparse
 import json
@@ -25,15 +35,21 @@ from netbed import Testbed  # noqa: E402
 CASES = [("one pair", 1, "=eth0"), ("2 ranks, one NIC", 2, "=eth0"), ("2 ranks, rails", 2, "=eth0;=eth1"),
          ("1 rank, striped", 1, "=eth0,eth1"), ("2 ranks, rails by local rank", 2, "=eth0,eth1")]
 
+SLOW_RAIL_CASES = [("one pair", 1, "=eth0"),
+                   ("1 rank, striped, static", 1, "=eth0,eth1", {"UCCL_TCP_STRIPE": "static"}),
+                   ("1 rank, striped, adaptive", 1, "=eth0,eth1", {"UCCL_TCP_STRIPE": "adaptive"})]
 
-def run(gbit, size, iters, cases=CASES):
+
+def run(gbit, size, iters, cases=CASES, slow_rail=None):
     rows = []
-    with Testbed(clusters=1, hosts=2, intra_gbit=gbit, rails=2) as bed:
+    rail_gbit = [gbit * slow_rail] if slow_rail else None
+    with Testbed(clusters=1, hosts=2, intra_gbit=gbit, rails=2, rail_gbit=rail_gbit) as bed:
         for name, per_host, ifname, *extra in cases:  # extra: a dict of more variables
             env = {"UCCL_SOCKET_IFNAME": ifname, **(extra[0] if extra else {})}
             res = launch.run(bed, per_host, [os.path.join(HERE, "work_rails.py"), str(size), str(iters)],
                              env=env, timeout=300)
-            rows.append({"case": name, "ifname": ifname, "shaped_gbit": gbit, **res[0]})
+            rows.append({"case": name, "ifname": ifname, "shaped_gbit": gbit, "eth1_gbit": (rail_gbit or [gbit])[0],
+                         **res[0]})
     return rows
 
 
@@ -42,8 +58,11 @@ def main():
     ap.add_argument("--gbit", type=float, default=0.5)
     ap.add_argument("--size", type=float, default=32)
     ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--slow-rail", type=float, default=None,
+                    help="shape eth1 at this fraction of --gbit and run the slow-rail cases")
     a = ap.parse_args()
-    for row in run(a.gbit, a.size, a.iters):
+    cases = SLOW_RAIL_CASES if a.slow_rail else CASES
+    for row in run(a.gbit, a.size, a.iters, cases=cases, slow_rail=a.slow_rail):
         print(json.dumps(row), flush=True)
 
 

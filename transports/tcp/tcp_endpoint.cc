@@ -21,6 +21,18 @@ namespace uccl {
 const BytesSetting kTcpStripeMinBytes("tcp", "UCCL_TCP_STRIPE_MIN_BYTES", "256K",
                                       "messages at least this large are striped across the sockets of a peer",
                                       bytes_at_least(0));
+const TextSetting kTcpStripe("tcp", "UCCL_TCP_STRIPE", "adaptive",
+                             "how a large message is spread over a peer's sockets: adaptive (chunks go to the socket "
+                             "with the least data on its way, so a slow or busy NIC carries less) or static (one part "
+                             "per socket, sized by the NICs' reported rates)",
+                             one_of({"adaptive", "static"}));
+const BytesSetting kTcpStripeChunkBytes("tcp", "UCCL_TCP_STRIPE_CHUNK_BYTES", "256K",
+                                        "adaptive striping: the chunk handed to one socket at a time",
+                                        bytes_at_least(kStripeAlign));
+const BytesSetting kTcpStripeInflightBytes("tcp", "UCCL_TCP_STRIPE_INFLIGHT_BYTES", "1M",
+                                           "adaptive striping: a socket gets its next chunk while less than this "
+                                           "(or two of its bandwidth-delay products, if more) is on its way",
+                                           bytes_at_least(1));
 namespace tcp {
 
 Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds, bool tls, bool server) {
@@ -73,7 +85,13 @@ Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector
 }
 
 TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds)
-    : peer_(peer), epfd_(epfd), socks_(fds.size()), stripe_min_(kTcpStripeMinBytes.get()) {
+    : peer_(peer),
+      epfd_(epfd),
+      socks_(fds.size()),
+      stripe_min_(kTcpStripeMinBytes.get()),
+      adaptive_(kTcpStripe.get() == "adaptive"),
+      chunk_bytes_(kTcpStripeChunkBytes.get() / kStripeAlign * kStripeAlign),
+      inflight_min_(kTcpStripeInflightBytes.get()) {
   for (size_t i = 0; i < fds.size(); ++i) {
     socks_[i].fd = fds[i];
     socks_[i].index = static_cast<int>(i);
@@ -123,45 +141,47 @@ void TcpEndpoint::post_send(SendRequest* r) {
   }
   const uint64_t seq = next_send_seq_++;
   const size_t n = socks_.size(), bytes = r->bytes;
-  if (!weights_.empty() && bytes >= stripe_min_ && bytes > kStripeAlign) {
-    const std::vector<StripePart> parts = weighted_parts(bytes, weights_, seq % n);
-    sends_.push_back(SendOp{r, static_cast<uint32_t>(parts.size())});
-    for (const StripePart& sp : parts) {
-      TxPart p;
-      p.op = &sends_.back();
-      p.hdr.part_count = static_cast<uint16_t>(parts.size());
-      p.hdr.msg_seq = seq;
-      p.hdr.env = r->env;
-      p.hdr.total_bytes = bytes;
-      p.hdr.part_offset = sp.offset;
-      p.hdr.part_bytes = sp.bytes;
-      p.data = static_cast<const uint8_t*>(r->data) + sp.offset;
-      p.done = 0;
-      socks_[sp.socket].txq.push_back(p);
-    }
-    return;
-  }
-  size_t chunk = bytes, nparts = 1;
-  if (n > 1 && bytes >= stripe_min_ && bytes > kStripeAlign) {
-    chunk = (bytes + n - 1) / n;
-    chunk = (chunk + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
-    nparts = (bytes + chunk - 1) / chunk;
-  }
-  sends_.push_back(SendOp{r, static_cast<uint32_t>(nparts)});
-  SendOp* op = &sends_.back();
-  for (size_t i = 0; i < nparts; ++i) {
+  const bool stripe = n > 1 && bytes >= stripe_min_ && bytes > kStripeAlign;
+  auto part = [&](SendOp* op, size_t nparts, size_t offset, size_t len, int socket) {
     TxPart p;
     p.op = op;
     p.hdr.part_count = static_cast<uint16_t>(nparts);
     p.hdr.msg_seq = seq;
     p.hdr.env = r->env;
     p.hdr.total_bytes = bytes;
-    p.hdr.part_offset = i * chunk;
-    p.hdr.part_bytes = std::min(chunk, bytes - i * chunk);
-    p.data = static_cast<const uint8_t*>(r->data) + p.hdr.part_offset;
+    p.hdr.part_offset = offset;
+    p.hdr.part_bytes = len;
+    p.data = static_cast<const uint8_t*>(r->data) + offset;
     p.done = 0;
-    socks_[(seq + i) % n].txq.push_back(p);
+    p.socket = socket;
+    queue_part(p);
+  };
+  if (stripe && adaptive_) {
+    // Chunks for whichever socket drains first; part_count is 16 bits on the wire.
+    const size_t fewest = (bytes + UINT16_MAX - 1) / UINT16_MAX;
+    const size_t chunk = std::max(chunk_bytes_, (fewest + kStripeAlign - 1) / kStripeAlign * kStripeAlign);
+    const size_t nparts = (bytes + chunk - 1) / chunk;
+    sends_.push_back(SendOp{r, static_cast<uint32_t>(nparts)});
+    for (size_t i = 0; i < nparts; ++i) part(&sends_.back(), nparts, i * chunk, std::min(chunk, bytes - i * chunk), -1);
+    feed();
+    return;
   }
+  if (stripe && !weights_.empty()) {
+    const std::vector<StripePart> parts = weighted_parts(bytes, weights_, seq % n);
+    sends_.push_back(SendOp{r, static_cast<uint32_t>(parts.size())});
+    for (const StripePart& sp : parts)
+      part(&sends_.back(), parts.size(), sp.offset, sp.bytes, static_cast<int>(sp.socket));
+    return;
+  }
+  size_t chunk = bytes, nparts = 1;
+  if (stripe) {
+    chunk = (bytes + n - 1) / n;
+    chunk = (chunk + kStripeAlign - 1) / kStripeAlign * kStripeAlign;
+    nparts = (bytes + chunk - 1) / chunk;
+  }
+  sends_.push_back(SendOp{r, static_cast<uint32_t>(nparts)});
+  for (size_t i = 0; i < nparts; ++i)
+    part(&sends_.back(), nparts, i * chunk, std::min(chunk, bytes - i * chunk), static_cast<int>((seq + i) % n));
 }
 
 void TcpEndpoint::post_recv(RecvRequest* r) {
@@ -179,6 +199,11 @@ void TcpEndpoint::post_recv(RecvRequest* r) {
     fatal(InvalidArgument("tcp reduce receive from " + peer_.describe() + ": " + std::to_string(r->bytes) +
                           " bytes is not a whole number of elements (or bad dtype/op)"));
   }
+}
+
+void TcpEndpoint::arm_wait(WaitSet* ws) {
+  ws->fds.push_back(epfd_);
+  if (!feedq_.empty()) ws->poll_only = true;  // a socket draining below its limit signals nothing
 }
 
 void TcpEndpoint::update_epoll(Socket& s) {
@@ -231,6 +256,7 @@ bool TcpEndpoint::progress() {
     }
   }
   poll_readiness();
+  if (!feedq_.empty()) moved |= feed();
   for (auto& s : socks_) {
     if (!dead_.ok()) return true;
     if (!s.txq.empty() && (!s.tx_blocked || s.writable)) moved |= send_on(s);
@@ -263,6 +289,7 @@ void TcpEndpoint::fatal(const Status& why, bool send_abort_frame) {
   for (auto& op : recvs_) fail(op.req, why);
   sends_.clear();
   recvs_.clear();
+  feedq_.clear();
   for (auto& s : socks_) {
     s.txq.clear();
     s.have_hdr = s.stalled = false;

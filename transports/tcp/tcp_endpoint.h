@@ -4,11 +4,23 @@
 // The header carries the message's sequence number (per direction), so the receiver maps a
 // part to the posted request without any agreement on how the sender split the message:
 // striping policy (UCCL_TCP_STRIPE_MIN_BYTES) may even differ between the two processes.
-// Small messages go whole on socket (seq % nsocks); large ones are cut into nsocks parts
-// aligned to 4096 bytes, part i on socket (seq + i) % nsocks. When the core spread the sockets
-// over several networks (PeerContext::lane_gbps: one rank over several NICs, issue 18) and
-// their rates differ, each part's share follows its socket's lane rate (weighted_parts,
-// transports/stripe.h: the helper verbs stripes over HCA ports with too).
+// Small messages go whole on socket (seq % nsocks). Large ones (UCCL_TCP_STRIPE_MIN_BYTES)
+// are striped over the sockets:
+//  * adaptive (UCCL_TCP_STRIPE, the default): cut into chunks (UCCL_TCP_STRIPE_CHUNK_BYTES),
+//    each handed to the socket with the fewest bytes still on their way, queued here or in its
+//    kernel buffer, unsent or unacknowledged (SIOCOUTQ), once that is below the socket's limit
+//    (least_committed_lane, transports/stripe.h). A socket over a NIC that is slower than it
+//    reports, or busy with other traffic, drains slower and so gets fewer chunks: measured
+//    rates come for free, chunk by chunk. The limit is two bandwidth-delay products of the
+//    socket's own path (TCP_INFO delivery rate x minimum RTT), at least
+//    UCCL_TCP_STRIPE_INFLIGHT_BYTES, so a long fat link stays full while a short one commits
+//    little ahead (what a lane holds when the message ends is what the slowest one adds).
+//    Parts wait in feedq_ in message order, and a later message's parts (small ones too) queue
+//    behind them: each socket's stream stays in message order, so a socket stalled on a
+//    message whose receive is not posted never holds back a part of an earlier one.
+//  * static: nsocks parts aligned to 4096 bytes, part i on socket (seq + i) % nsocks, sized by
+//    the lanes' reported rates where the core spread the sockets over several networks
+//    (PeerContext::lane_gbps; weighted_parts, the helper verbs stripes over HCA ports with too).
 //
 // Receiving: each socket has a small staging buffer; headers and small payloads arrive there
 // in one recv (many small messages per syscall). Large plain payloads are read straight into
@@ -60,8 +72,12 @@
 
 namespace uccl {
 
-// UCCL_TCP_STRIPE_MIN_BYTES (declared in tcp_endpoint.cc).
+// UCCL_TCP_STRIPE_MIN_BYTES, UCCL_TCP_STRIPE, UCCL_TCP_STRIPE_CHUNK_BYTES,
+// UCCL_TCP_STRIPE_INFLIGHT_BYTES (declared in tcp_endpoint.cc).
 extern const BytesSetting kTcpStripeMinBytes;
+extern const TextSetting kTcpStripe;
+extern const BytesSetting kTcpStripeChunkBytes;
+extern const BytesSetting kTcpStripeInflightBytes;
 namespace tcp {
 
 constexpr uint32_t kPartMagic = 0x31544355;  // "UCT1" as little-endian bytes
@@ -99,6 +115,9 @@ class TcpEndpoint final : public Endpoint {
   void post_recv(RecvRequest* r) override;
   bool progress() override;
   int wait_fd() const override { return epfd_; }
+  // The sockets' epoll fd; while striped chunks wait for a socket to drain (nothing signals
+  // that), the sleep is kept short (poll_only).
+  void arm_wait(WaitSet* ws) override;
   bool has_pending() const override { return !sends_.empty() || !recvs_.empty(); }
   // The first part of the next unclaimed message to arrive stalls its socket (no receive is
   // posted for it): its header names the message.
@@ -123,6 +142,7 @@ class TcpEndpoint final : public Endpoint {
     PartHeader hdr;
     const uint8_t* data;
     size_t done;  // bytes of header + payload written
+    int socket;   // in feedq_: the socket it must go to, or -1 for the least committed one
   };
   struct Socket {
     int fd = -1;
@@ -174,6 +194,10 @@ class TcpEndpoint final : public Endpoint {
   static bool tls_pending(const Socket& s) { return s.tls && !s.tls->kernel_recv() && s.tls->pending(); }
 
   // tcp_endpoint_send.cc
+  void queue_part(const TxPart& p);  // on its socket, or behind feedq_ while that is not empty
+  bool feed();                       // hands parts from feedq_ to sockets (see "adaptive" above)
+  size_t committed(const Socket& s) const;  // bytes queued on s or in its kernel buffer
+  size_t inflight_limit(const Socket& s) const;
   bool send_on(Socket& s);
   bool complete_sends();
 
@@ -196,6 +220,9 @@ class TcpEndpoint final : public Endpoint {
   std::vector<Socket> socks_;
   size_t stripe_min_;
   std::vector<double> weights_;  // per socket, from the lanes' rates; empty when all are equal
+  bool adaptive_;                // UCCL_TCP_STRIPE=adaptive
+  size_t chunk_bytes_, inflight_min_;
+  std::deque<TxPart> feedq_;     // parts not on a socket yet, in message order
   Status dead_;  // !ok once the endpoint failed
   bool any_eof_ = false;    // a socket's stream ended or hung up: check_peer_gone() decides
   std::string abort_note_;  // the root cause from the peer's abort frame, once one was read

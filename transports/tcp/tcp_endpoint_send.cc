@@ -1,10 +1,16 @@
 // TcpEndpoint send side: one sendmsg() gathers the headers and payloads of as many queued
 // parts as fit in one iovec array, so a burst of small messages costs one syscall and a large
 // message goes from the user buffer to the kernel without an intermediate copy.
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "transports/tcp/tcp_endpoint.h"
@@ -16,6 +22,54 @@ namespace {
 constexpr int kMaxIov = 64;
 constexpr int kMaxWritesPerCall = 16;  // bound the time spent on one socket per progress()
 }  // namespace
+
+void TcpEndpoint::queue_part(const TxPart& p) {
+  if (feedq_.empty() && p.socket >= 0) socks_[static_cast<size_t>(p.socket)].txq.push_back(p);
+  else feedq_.push_back(p);
+}
+
+size_t TcpEndpoint::committed(const Socket& s) const {
+  size_t queued = 0;
+  for (const TxPart& p : s.txq) queued += sizeof(PartHeader) + p.hdr.part_bytes - p.done;
+  int in_kernel = 0;  // unsent and unacknowledged bytes of the socket's send buffer
+  if (ioctl(s.fd, SIOCOUTQ, &in_kernel) != 0 || in_kernel < 0) in_kernel = 0;
+  return queued + static_cast<size_t>(in_kernel);
+}
+
+size_t TcpEndpoint::inflight_limit(const Socket& s) const {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (getsockopt(s.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_delivery_rate) + sizeof ti.tcpi_delivery_rate)
+    return inflight_min_;
+  // Two bandwidth-delay products (bytes/s x us): what keeps the path full between our looks.
+  const double bdp = static_cast<double>(ti.tcpi_delivery_rate) * ti.tcpi_min_rtt * 1e-6;
+  return std::max(inflight_min_, static_cast<size_t>(2 * bdp));
+}
+
+bool TcpEndpoint::feed() {
+  bool moved = false;
+  std::vector<size_t> load, limit;  // per socket, read once per call (two syscalls each)
+  while (!feedq_.empty()) {
+    TxPart& p = feedq_.front();
+    size_t to = static_cast<size_t>(p.socket);
+    if (p.socket < 0) {
+      if (load.empty()) {
+        for (const Socket& s : socks_) {
+          load.push_back(committed(s));
+          limit.push_back(inflight_limit(s));
+        }
+      }
+      to = least_committed_lane(load, limit);
+      if (to == SIZE_MAX) break;  // every socket holds its limit: progress() feeds again
+      load[to] += sizeof(PartHeader) + p.hdr.part_bytes;
+    }
+    socks_[to].txq.push_back(p);
+    feedq_.pop_front();
+    moved = true;
+  }
+  return moved;
+}
 
 bool TcpEndpoint::send_on(Socket& s) {
   bool moved = false;
