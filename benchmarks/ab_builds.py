@@ -8,12 +8,17 @@ all_reduce latency loop, 20,000 blocking calls) and Open MPI runs benchmarks/mpi
 (built here with mpicc; MPI_SIZE bytes, default 8; MPI_C=0 leaves it out), in an order that
 alternates per round so that all see the same load. Prints per entry the median out-of-place time,
 its range and every round's time. ab_env.py does the same for settings of one install.
+On a shared machine, IDLE=0.9 waits before every run until the CPUs were at least 90% idle
+for half a second (at most 10 minutes; the wait is printed), so no run overlaps another job,
+and LOCK=/tmp/uccl-measure.lock holds that file's lock (flock) during each run only.
 """
+import fcntl
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT = ["all_reduce", "-b", "8", "-e", "8", "-n", "20000", "-w", "1000", "-c", "0", "-z", "1"]
@@ -32,6 +37,24 @@ def mpi_time(exe, size):
     return float([line for line in out.splitlines() if "bytes" in line][-1].split()[2])
 
 
+def cpu_idle(seconds):
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)  # idle + iowait, total
+    i0, t0 = sample()
+    time.sleep(seconds)
+    i1, t1 = sample()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_idle(threshold, waited):
+    start = time.time()
+    while cpu_idle(0.5) < threshold and time.time() - start < 600:
+        pass
+    waited.append(time.time() - start)
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -47,9 +70,17 @@ def main(argv):
         size = int(os.environ.get("MPI_SIZE", "8"))
         entries.append((f"Open MPI C loop, {size} B", lambda: mpi_time(exe, size)))
     res = {name: [] for name, _ in entries}
+    idle, waited = float(os.environ.get("IDLE", "0")), []
     for r in range(rounds):
         for name, fn in (entries if r % 2 == 0 else entries[::-1]):
-            res[name].append(fn())
+            if idle > 0:
+                wait_idle(idle, waited)
+            with open(os.environ.get("LOCK", "/dev/null")) as lock:
+                if "LOCK" in os.environ:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                res[name].append(fn())
+    if waited:
+        print(f"# waited for idle CPUs before each run: {sum(waited):.0f} s in all, at most {max(waited):.0f} s")
     for name, _ in entries:
         t = res[name]
         print(f"{name:40s} median {statistics.median(t):.3f} us  ({min(t):.3f}-{max(t):.3f})   rounds "

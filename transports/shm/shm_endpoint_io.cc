@@ -110,16 +110,17 @@ bool ShmEndpoint::send_start(SendRequest* r) {
   const bool whole = !cma && !line && padded <= piece_;  // header and payload go out in one publish
   if (!tx_reserve(kLine + (whole ? padded : 0))) return false;
 
+  // The payload before the header: the reader polls the header's line, and writing it first
+  // would hand that line back and forth while the payload is copied (1 KiB exchanges took
+  // 1.12 us instead of 0.95).
+  if (whole && r->bytes) copy_to_ring(tx_head_ + kLine, r->data, r->bytes);
   write_header(r, cma ? kMsgCma : line ? kMsgLine : kMsgInline, cma ? ++cma_posted_ : 0, whole);
+  if (whole) tx_head_ += padded;
   if (cma) {
     ++stats_.cma_sends;
   } else {
     ++stats_.ring_sends;
     stats_.line_sends += line;
-  }
-  if (whole) {
-    if (r->bytes) copy_to_ring(tx_head_, r->data, r->bytes);
-    tx_head_ += padded;
   }
   if (cma || whole || line) {
     tx_publish();

@@ -9,7 +9,8 @@
 //    A line is a published header at reader position `pos` iff its seal's stamp is stamp(pos):
 //    the header that sat on the same line one lap earlier has the stamp of pos - ring_bytes
 //    (a ring has far fewer than 2^32 lines), and a never-written line is zero, which no stamp
-//    is (kMsgMagic has bits above any first-lap line number).
+//    is (kMsgMagic's bit 30 survives the XOR with any first-lap line number of a ring below
+//    64 GiB).
 //  * Payload lines carry arbitrary user bytes, which may look like any seal. The reader
 //    therefore trusts a seal only where the line held a header (or nothing) in the previous lap,
 //    which PayloadLines remembers, and asks the ring's `head` everywhere else. Exact, not
