@@ -57,20 +57,20 @@ class PayloadLines {
     const uint64_t i = (pos >> 6) & mask_;
     bits_[i >> 6] &= ~(1ull << (i & 63));
   }
-  // Lines [begin, end) (multiples of 64) held payload; more than a ring's worth marks every line.
+  // Lines [begin, end) (multiples of 64) held payload; a ring's worth or more marks every line.
+  // A word (64 lines) at a time: this runs once per ring message, 8 KiB ones included.
   void payload(uint64_t begin, uint64_t end) {
-    if (end - begin > mask_ * 64) {
+    uint64_t n = (end - begin) >> 6;
+    if (n > mask_) {
       for (uint64_t& w : bits_) w = ~0ull;
       return;
     }
-    for (uint64_t pos = begin; pos < end; pos += 64) {
-      const uint64_t i = (pos >> 6) & mask_;
-      if ((i & 63) == 0 && end - pos >= 64 * 64) {  // a whole word at once
-        bits_[i >> 6] = ~0ull;
-        pos += 63 * 64;
-        continue;
-      }
-      bits_[i >> 6] |= 1ull << (i & 63);
+    uint64_t i = (begin >> 6) & mask_;
+    while (n > 0) {
+      const uint64_t bit = i & 63, take = n < 64 - bit ? n : 64 - bit;
+      bits_[i >> 6] |= (take == 64 ? ~0ull : ((1ull << take) - 1)) << bit;
+      n -= take;
+      i = (i + take) & mask_;
     }
   }
 
