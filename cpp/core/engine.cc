@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <time.h>
 
+#include <type_traits>
+
 #include "base/config.h"
 #include "base/log.h"
 #include "base/net.h"
@@ -93,6 +95,7 @@ Status Engine::submit(const std::shared_ptr<OpWork>& w) {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_flag_.load()) return failed_;
     queue_.push_back(w);  // its deadline is set when progress_once() first reads the clock for it
+    queued_.store(queue_.size());
   }
   if (waiters_.load() == 0) cv_.notify_one();
   return Status::Ok();
@@ -149,6 +152,7 @@ bool Engine::progress_once(Callbacks* done) {
     UCCL_TRACE("%s done (%s)", head->label().c_str(), head->stats_.algorithm.c_str());
     head->finish(Status::Ok(), done);
     queue_.pop_front();
+    queued_.store(queue_.size());
     moved = true;
   }
   return moved;
@@ -190,6 +194,7 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
     first = false;
   }
   queue_.clear();
+  queued_.store(0);
   for (auto& ep : conns_->endpoints())
     if (ep) ep->fail_all(cause_for_peers_);
   // Closing the sockets tells every peer at once, instead of leaving them to their timeouts.
@@ -246,12 +251,19 @@ bool Engine::idle() {
 }
 
 bool Engine::start_inline(InlineOp* op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!queue_.empty() || inline_ || failed_flag_.load()) return false;
-  // Only now, under the lock: until the queue was seen empty, a queued operation may still have
-  // been executing on the ExecState the restart reads.
-  op->task->restart(op->seq);
-  inline_ = op;
+  Callbacks done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!queue_.empty() || inline_ || failed_flag_.load()) return false;
+    // Only now, under the lock: until the queue was seen empty, a queued operation may still
+    // have been executing on the ExecState the restart reads.
+    op->task->restart(op->seq);
+    inline_ = op;
+    // The first pass (it posts the first phase) under the same lock: one lock round less per
+    // blocking call. With the queue empty it completes no Work, so `done` stays empty.
+    progress_once(&done);
+  }
+  run(done);
   return true;
 }
 
@@ -263,7 +275,11 @@ Status Engine::wait_for(Op* w, double timeout_s) {
   // were 10% of a 2-rank 8-byte all_reduce). So the timeout and the spin start that late.
   const double limit = timeout_s < 0 ? timeout_s_ : timeout_s;
   double deadline = 0;
-  waiters_.fetch_add(1);
+  // An inline operation's caller counts as a waiter already (run_blocking's begin_will_wait),
+  // and its end_will_wait wakes the progress thread if that is needed: two locked
+  // instructions less per blocking call.
+  constexpr bool counted = std::is_same<Op, InlineOp>::value;
+  if (!counted) waiters_.fetch_add(1);
   Callbacks done;
   const IdlePolicy policy = idle_policy();
   double idle_since = 0;
@@ -317,9 +333,9 @@ Status Engine::wait_for(Op* w, double timeout_s) {
     }
     if (sleep_until_signalled(now - idle_since, &done)) idle_passes = 0;
   }
-  waiters_.fetch_sub(1);
+  if (!counted) waiters_.fetch_sub(1);
   run(done);
-  if (waiters_.load() == 0) cv_.notify_one();
+  if (!counted && waiters_.load() == 0) cv_.notify_one();
   return w->status();
 }
 
@@ -327,6 +343,10 @@ Status Engine::wait_inline(InlineOp* op, double timeout_s) { return wait_for(op,
 
 void Engine::end_will_wait() {
   if (waiters_.fetch_sub(1) != 1) return;  // another waiter still drives the engine
+  // Nothing queued (the blocking calls' usual case): no lock. A submit() that queues after
+  // this load reads waiters_ after our decrement (both sequentially consistent), sees 0 and
+  // wakes the progress thread itself.
+  if (queued_.load() == 0) return;
   {
     // Under the lock: the progress thread checks waiters_ under mu_ before it sleeps, so the
     // wake-up below cannot fall between its check and its sleep.

@@ -96,9 +96,11 @@ class Engine {
   // The express path (core/express.cc). start_inline(): if nothing is queued or running and
   // the communicator has not failed, restarts op->task as operation op->seq (under the lock:
   // nothing else executes on the ExecState then) and makes `op` the running operation (the caller holds the
-  // communicator's issue lock, so whatever is issued later queues behind it) and returns true.
+  // communicator's issue lock, so whatever is issued later queues behind it), runs its first
+  // progress pass and returns true.
   // wait_inline(): drives it in this thread like wait() (progress_once runs it before the
-  // queue); a failure fails the communicator like any operation's. Returns its status.
+  // queue); a failure fails the communicator like any operation's. Returns its status. The
+  // caller counts as a waiter around it (begin_will_wait/end_will_wait), as run() does.
   bool start_inline(InlineOp* op);
   bool idle();  // what start_inline checks, without starting anything
   Status wait_inline(InlineOp* op, double timeout_s);
@@ -152,6 +154,7 @@ class Engine {
   bool armed_ = false;      // endpoints were armed for a sleep (under mu_): disarm on the next pass
   std::atomic<bool> failed_flag_{false};
   std::atomic<int> waiters_{0};
+  std::atomic<size_t> queued_{0};  // queue_.size(), stored under mu_: end_will_wait reads it without
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -151,18 +151,30 @@ double cgroup_cpu_limit(const std::string& proc_cgroup, const std::string& root)
 }
 
 IdlePolicy idle_policy() {
+  // Settings are read once (base/config.h), so their part of the policy is worked out once:
+  // every blocking call asks (the string compare alone was visible in an 8-byte loop).
+  struct Fixed {
+    double spin_s;
+    int yield;  // 0 no, 1 yes, 2 auto
+  };
+  static const Fixed fixed = [] {
+    Fixed f;
+    const double spin_us = kSpinUs.get();
+    if (spin_us >= 0) {
+      f.spin_s = spin_us * 1e-6;
+    } else {
+      // A launcher puts a rank into its cgroup before exec (uccl/parallel/cpuquota.py).
+      const double limit = cgroup_cpu_limit(read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
+      f.spin_s = limit > 0 && limit < 1 ? 0 : kDefaultSpinUs * 1e-6;
+    }
+    const std::string& y = kWaitYield.get();
+    f.yield = y == "auto" || y.empty() ? 2 : y == "1" ? 1 : 0;
+    return f;
+  }();
   static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   IdlePolicy p;
-  const double spin_us = kSpinUs.get();
-  if (spin_us >= 0) {
-    p.spin_s = spin_us * 1e-6;
-  } else {
-    // Read once: a launcher puts a rank into its cgroup before exec (uccl/parallel/cpuquota.py).
-    static const double limit = cgroup_cpu_limit(read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
-    p.spin_s = limit > 0 && limit < 1 ? 0 : kDefaultSpinUs * 1e-6;
-  }
-  const std::string& y = kWaitYield.get();
-  p.yield = y == "auto" || y.empty() ? cpu_sharers_noted.load(std::memory_order_relaxed) > cpus : y == "1";
+  p.spin_s = fixed.spin_s;
+  p.yield = fixed.yield == 2 ? cpu_sharers_noted.load(std::memory_order_relaxed) > cpus : fixed.yield == 1;
   return p;
 }
 

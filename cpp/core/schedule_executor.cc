@@ -111,15 +111,26 @@ Status ScheduleTask::start_phase(bool* ready) {
   return Status::Ok();
 }
 
+namespace {
+// The first n requests of `v`, default-initialized. The vector only grows: phases of a small
+// operation alternate between one message and none, and each clear-and-resize was a visible
+// share of an 8-byte call.
+template <class R>
+void fresh_requests(std::vector<R>* v, size_t n) {
+  if (v->size() < n) v->resize(n);
+  for (size_t i = 0; i < n; ++i) (*v)[i] = R{};
+}
+}  // namespace
+
 void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes) {
   const DataType dt = dtype_;
   // Sized before posting: transports keep pointers to these requests.
   std::vector<SendRequest>& sends = x_->sends;
   std::vector<RecvRequest>& recvs = x_->recvs;
-  sends.clear();
-  recvs.clear();
-  sends.resize(nsend);
-  recvs.resize(nrecv);
+  fresh_requests(&sends, nsend);
+  fresh_requests(&recvs, nrecv);
+  x_->nsends = nsend;
+  x_->nrecvs = nrecv;
   // Receives first: a shm receive posted before the matching send starts lets the sender
   // write straight into it (CMA push), and the peer may be waiting for exactly that offer.
   size_t ri = 0;
@@ -251,11 +262,13 @@ Status ScheduleTask::progress(bool* done) {
       if (!ready) return Status::Ok();
       posted_ = true;
     }
-    for (auto& s : x_->sends) {
+    for (size_t i = 0; i < x_->nsends; ++i) {
+      const SendRequest& s = x_->sends[i];
       if (s.state == ReqState::kFailed) return s.error;
       if (s.pending()) return Status::Ok();
     }
-    for (auto& r : x_->recvs) {
+    for (size_t i = 0; i < x_->nrecvs; ++i) {
+      const RecvRequest& r = x_->recvs[i];
       if (r.state == ReqState::kFailed) return r.error;
       if (r.pending()) return Status::Ok();
     }

@@ -28,8 +28,9 @@ class ConnectionManager;
 // allocations per call).
 struct ExecState {
   Schedule sched{DataType::kUint8, RedOp::kSum};
-  std::vector<SendRequest> sends;
+  std::vector<SendRequest> sends;  // the posted phase's are the first nsends (the vectors only grow)
   std::vector<RecvRequest> recvs;
+  size_t nsends = 0, nrecvs = 0;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
   // Device operations: the stream their local actions run on and the events the executor
   // queries (never waits on), for the device of the last device operation.

@@ -14,8 +14,8 @@ constexpr double kLongSleep = 30;  // a wake-up by timeout would take this long
 
 // Child: posts a receive, then sleeps on its doorbell until it completes. Exit code 0 when the
 // message came and no sleep ran into its timeout.
-int sleepy_receiver(Endpoint* ep) {
-  std::vector<uint8_t> in(64);
+int sleepy_receiver(Endpoint* ep, size_t bytes) {
+  std::vector<uint8_t> in(bytes);
   RecvRequest r;
   make_recv(&r, in.data(), in.size(), env_for(1));
   ep->post_recv(&r);
@@ -41,17 +41,22 @@ int sleepy_receiver(Endpoint* ep) {
 
 }  // namespace
 
+// 64 bytes: a header and a payload line, published by `head`; 8 bytes: one sealed line.
 TEST_CASE("a sleeping receiver is woken by the peer's send") {
-  std::unique_ptr<Endpoint> ep;
-  const ShmOptions o = options(true);
-  pid_t child = fork_pair(o, o, &ep, sleepy_receiver);
-  usleep(500 * 1000);  // the child is asleep by now (it armed within microseconds)
-  std::vector<uint8_t> payload = make_payload(64, 1);
-  SendRequest s;
-  make_send(&s, payload.data(), payload.size(), env_for(1));
-  ep->post_send(&s);
-  CHECK(drive(ep.get(), {&s}).ok());
-  CHECK(join(child) == 0);
+  for (size_t bytes : {size_t(64), size_t(8)}) {
+    CAPTURE(bytes);
+    std::unique_ptr<Endpoint> ep;
+    const ShmOptions o = options(true);
+    pid_t child = fork_pair(o, o, &ep, [bytes](Endpoint* e) { return sleepy_receiver(e, bytes); });
+    usleep(500 * 1000);  // the child is asleep by now (it armed within microseconds)
+    std::vector<uint8_t> payload = make_payload(bytes, 1);
+    SendRequest s;
+    make_send(&s, payload.data(), payload.size(), env_for(1));
+    ep->post_send(&s);
+    CHECK(drive(ep.get(), {&s}).ok());
+    CHECK(join(child) == 0);
+    CHECK(as_shm(ep.get())->stats().line_sends == (bytes <= shm::kLineBytes ? 1u : 0u));
+  }
 }
 
 TEST_CASE("a sleeping receiver notices that its peer died") {

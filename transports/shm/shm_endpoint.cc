@@ -39,7 +39,8 @@ ShmEndpoint::ShmEndpoint(ShmEndpointParams p)
       side_(p.side),
       fd_(p.liveness_fd),
       peer_pid_(p.peer_pid),
-      opt_(p.options) {
+      opt_(p.options),
+      rx_payload_lines_(segment_.ring_bytes()) {
   ring_bytes_ = segment_.ring_bytes();
   ring_mask_ = ring_bytes_ - 1;
   // The active side chose the ring size; our pieces must leave room for the reader's.
@@ -126,17 +127,17 @@ Result<bool> ShmEndpoint::peek(Envelope* env, size_t* bytes) {
   if (!dead_) progress();
   if (dead_) return dead_status_;
   // Whole messages a peer published before it went away are still delivered, so look first.
-  if (recvq_.empty() && !rx_in_message_ && rx_available(kLine) >= kLine) {
+  if (recvq_.empty() && !rx_in_message_ && rx_header_ready()) {
     MsgHeader h;
     std::memcpy(&h, rx_data_ + (rx_tail_ & ring_mask_), kLine);
-    if (h.magic != kMsgMagic) {
+    if (!seal_matches(h.seal, rx_tail_)) {
       fatal(Status(Code::kRemoteError, peer_.describe() + ": corrupt shared memory ring (bad message header)",
                    peer_.peer_rank),
             "found a corrupt message header in the shared memory ring");
       return dead_status_;
     }
     *env = h.env;
-    *bytes = static_cast<size_t>(h.bytes);
+    *bytes = static_cast<size_t>(payload_bytes(h));
     return true;
   }
   if (!peer_gone_) check_liveness();  // progress() checks only while requests are pending

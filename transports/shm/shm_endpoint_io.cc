@@ -27,6 +27,10 @@ bool ShmEndpoint::tx_reserve(uint64_t bytes) {
 }
 
 void ShmEndpoint::tx_publish() {
+  if (tx_unsealed_) {  // the reader may be polling this word (shm_line.h)
+    __atomic_store_n(&tx_unsealed_->seal, tx_seal_, __ATOMIC_RELEASE);
+    tx_unsealed_ = nullptr;
+  }
   if (tx_head_ == tx_published_) return;
   tx_ctl_->head.store(tx_head_, std::memory_order_release);
   tx_published_ = tx_head_;
@@ -57,14 +61,18 @@ bool ShmEndpoint::send_step() {
   return pushing_ ? push_chunk(r) : send_piece(r);
 }
 
-void ShmEndpoint::write_header(const SendRequest* r, uint32_t flags, uint64_t cma_seq) {
+void ShmEndpoint::write_header(const SendRequest* r, uint32_t flags, uint64_t cma_seq, bool whole) {
   MsgHeader* h = reinterpret_cast<MsgHeader*>(tx_data_ + (tx_head_ & ring_mask_));
   h->env = r->env;
-  h->bytes = r->bytes;
-  h->flags = flags;
-  h->magic = kMsgMagic;
-  h->cma_address = flags == kMsgCma ? reinterpret_cast<uintptr_t>(r->data) : 0;
-  h->cma_seq = cma_seq;
+  if (flags == kMsgLine) {
+    if (r->bytes) std::memcpy(line_payload(h), r->data, r->bytes);
+  } else {
+    h->bytes = r->bytes;
+    h->cma_address = flags == kMsgCma ? reinterpret_cast<uintptr_t>(r->data) : 0;
+    h->cma_seq = cma_seq;
+  }
+  tx_unsealed_ = h;
+  tx_seal_ = make_seal(tx_head_, flags, flags == kMsgLine ? r->bytes : 0, whole);
   tx_head_ += kLine;
   ++tx_msgs_;
 }
@@ -100,20 +108,23 @@ bool ShmEndpoint::send_start(SendRequest* r) {
     }
   }
   const uint64_t padded = align_up(r->bytes, kLine);
-  const bool whole = !cma && padded <= piece_;  // header and payload go out in one publish
+  const bool line = !cma && r->bytes <= kLineBytes;        // the payload rides in the header
+  const bool whole = !cma && !line && padded <= piece_;  // header and payload go out in one publish
   if (!tx_reserve(kLine + (whole ? padded : 0))) return false;
 
-  write_header(r, cma ? kMsgCma : kMsgInline, cma ? ++cma_posted_ : 0);
+  // The payload before the header: the reader polls the header's line, and writing it first
+  // would hand that line back and forth while the payload is copied (1 KiB exchanges took
+  // 1.12 us instead of 0.95).
+  if (whole && r->bytes) copy_to_ring(tx_head_ + kLine, r->data, r->bytes);
+  write_header(r, cma ? kMsgCma : line ? kMsgLine : kMsgInline, cma ? ++cma_posted_ : 0, whole);
+  if (whole) tx_head_ += padded;
   if (cma) {
     ++stats_.cma_sends;
   } else {
     ++stats_.ring_sends;
+    stats_.line_sends += line;
   }
-  if (whole) {
-    if (r->bytes) copy_to_ring(tx_head_, r->data, r->bytes);
-    tx_head_ += padded;
-  }
-  if (cma || whole) {
+  if (cma || whole || line) {
     tx_publish();
     tee_copy(r, 0, r->bytes);  // the ring and pull paths copy in one go, once the message is out
     sendq_.pop_front();
@@ -178,7 +189,8 @@ void ShmEndpoint::finish_send(SendRequest* r) {
 uint64_t ShmEndpoint::rx_available(uint64_t want) {
   uint64_t avail = rx_head_cache_ - rx_tail_;
   if (avail >= want) return avail;
-  rx_head_cache_ = rx_ctl_->head.load(std::memory_order_acquire);
+  // A seal may have shown a header that `head` does not count yet: the cache never goes back.
+  rx_head_cache_ = std::max(rx_head_cache_, rx_ctl_->head.load(std::memory_order_acquire));
   return rx_head_cache_ - rx_tail_;
 }
 
@@ -189,21 +201,39 @@ bool ShmEndpoint::recv_step() {
     if (!recv_start(r)) return false;
     if (!rx_in_message_) return true;  // finished (zero bytes) or failed
   }
-  return rx_hdr_.flags == kMsgCma ? recv_cma_chunk(r) : recv_ring_piece(r);
+  return seal_flags(rx_hdr_.seal) == kMsgCma ? recv_cma_chunk(r) : recv_ring_piece(r);
+}
+
+// The seal of the line at the tail where that line held a header in the previous lap, else
+// `head` (see shm_line.h): in a stream of small messages `head`'s line never leaves the writer.
+bool ShmEndpoint::rx_header_ready() {
+  if (rx_head_cache_ - rx_tail_ >= kLine) return true;
+  if (rx_payload_lines_.held_payload(rx_tail_)) return rx_available(kLine) >= kLine;
+  const auto* h = reinterpret_cast<const MsgHeader*>(rx_data_ + (rx_tail_ & ring_mask_));
+  const uint64_t seal = __atomic_load_n(&h->seal, __ATOMIC_ACQUIRE);
+  if (!seal_matches(seal, rx_tail_)) return false;
+  // That much is published, whatever `head` says yet (recv_start checks the size).
+  rx_head_cache_ = rx_tail_ + kLine;
+  if (seal_whole(seal) && h->bytes <= ring_bytes_ - kLine) rx_head_cache_ += align_up(h->bytes, kLine);
+  return true;
 }
 
 bool ShmEndpoint::recv_start(RecvRequest* r) {
-  if (rx_available(kLine) < kLine) return false;
+  if (!rx_header_ready()) return false;
   std::memcpy(&rx_hdr_, rx_data_ + (rx_tail_ & ring_mask_), kLine);
-  const bool cma = rx_hdr_.flags == kMsgCma;
-  if (rx_hdr_.magic != kMsgMagic || rx_hdr_.flags > kMsgPush || (cma && rx_hdr_.cma_seq != cma_acked_ + 1)) {
+  const uint32_t flags = seal_flags(rx_hdr_.seal);
+  const bool cma = flags == kMsgCma;
+  const uint64_t bytes = payload_bytes(rx_hdr_);
+  if (!seal_matches(rx_hdr_.seal, rx_tail_) || flags > kMsgLine || (flags == kMsgLine && bytes > kLineBytes) ||
+      (seal_whole(rx_hdr_.seal) && (flags != kMsgInline || bytes > ring_bytes_ - kLine)) ||
+      (cma && rx_hdr_.cma_seq != cma_acked_ + 1)) {
     fatal(Status(Code::kRemoteError, peer_.describe() + ": corrupt shared memory ring (bad message header)",
                  peer_.peer_rank),
           "found a corrupt message header in the shared memory ring");
     return true;
   }
-  if (!rx_hdr_.env.same_call(r->expect) || rx_hdr_.bytes != r->bytes) {
-    Status s = mismatch_error(peer_, r->expect, r->bytes, rx_hdr_.env, rx_hdr_.bytes);
+  if (!rx_hdr_.env.same_call(r->expect) || bytes != r->bytes) {
+    Status s = mismatch_error(peer_, r->expect, r->bytes, rx_hdr_.env, bytes);
     fatal(s, "detected a mismatch: " + s.message());
     return true;
   }
@@ -211,8 +241,17 @@ bool ShmEndpoint::recv_start(RecvRequest* r) {
     die(gone_status_);  // the payload lived in the dead process
     return true;
   }
+  rx_payload_lines_.header_at(rx_tail_);
   rx_tail_ += kLine;
-  if (rx_hdr_.flags == kMsgPush) {  // the payload is already in r->dst
+  if (flags == kMsgLine) {  // the payload came with the header
+    if (bytes) deliver(r, 0, line_payload(&rx_hdr_), bytes);
+    rx_ctl_->tail.store(rx_tail_, std::memory_order_release);
+    ++stats_.ring_recvs;
+    ++stats_.line_recvs;
+    finish_recv(r);
+    return true;
+  }
+  if (flags == kMsgPush) {  // the payload is already in r->dst
     rx_ctl_->tail.store(rx_tail_, std::memory_order_release);
     ++stats_.push_recvs;
     finish_recv(r);
@@ -258,6 +297,7 @@ bool ShmEndpoint::recv_ring_piece(RecvRequest* r) {
   if (done) rx_tail_ = align_up(rx_tail_, kLine);
   rx_ctl_->tail.store(rx_tail_, std::memory_order_release);
   if (done) {
+    rx_payload_lines_.payload(rx_tail_ - align_up(r->bytes, kLine), rx_tail_);
     rx_in_message_ = false;
     ++stats_.ring_recvs;
     finish_recv(r);

@@ -27,7 +27,7 @@ namespace uccl {
 namespace shm {
 
 constexpr uint64_t kSegmentMagic = 0x316d68736c636375ull;  // "ucclshm1"
-constexpr uint32_t kSegmentVersion = 3;
+constexpr uint32_t kSegmentVersion = 4;  // 4: sealed headers, one-line messages (shm_line.h)
 constexpr uint32_t kPushOfferSlots = 8;  // receives a reader may offer ahead of the writer
 constexpr size_t kControlBytes = 4096;
 
