@@ -154,7 +154,7 @@ class Engine {
   bool armed_ = false;      // endpoints were armed for a sleep (under mu_): disarm on the next pass
   std::atomic<bool> failed_flag_{false};
   std::atomic<int> waiters_{0};
-  std::atomic<size_t> queued_{0};  // queue_.size(), stored under mu_: end_will_wait reads it without
+  std::atomic<size_t> queued_{0};  // queue_.size(), stored under mu_; end_will_wait reads it without the lock
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

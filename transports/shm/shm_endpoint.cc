@@ -96,14 +96,14 @@ void ShmEndpoint::post_recv(RecvRequest* r) {
   // Message numbers match receives to sends (both FIFO); a sender waiting to push message m
   // learns from recvs_posted that receive m exists, and from offers[] whether it may push.
   const uint64_t msg = rx_posted_++;
-  const size_t push_min = r->final ? std::min(opt_.push_min_bytes, opt_.cma_min_bytes) : opt_.cma_min_bytes;
+  const size_t push_min = r->final ? opt_.push_min_bytes : opt_.cma_min_bytes;
   if (opt_.cma && opt_.cma_push && !r->reduce && r->bytes >= push_min && r->bytes > 0) offer_push(msg, r);
   rx_ctl_->recvs_posted.store(rx_posted_, std::memory_order_release);
   if (peer_gone_) drain_after_peer_gone();
   // A sender waits for a posted receive only to push (claim_offer): a large message, or a
   // smaller one it expects a final receive for. It may sleep then. Smaller receives skip the
   // ring's fence (one per 8-byte all_reduce step).
-  else if (r->bytes >= std::min(opt_.push_min_bytes, opt_.cma_min_bytes)) ring_peer();
+  else if (r->bytes >= opt_.push_min_bytes) ring_peer();
 }
 
 bool ShmEndpoint::progress() {

@@ -131,6 +131,7 @@ class ShmTransport final : public Transport {
     opt_.cma_chunk_bytes = std::max<size_t>(opt_.cma_chunk_bytes, 4096);
     opt_.push_chunk_bytes = std::max<size_t>(opt_.push_chunk_bytes, 4096);
     opt_.cma_bounce_bytes = std::max<size_t>(opt_.cma_bounce_bytes, 4096) & ~static_cast<size_t>(shm::kLine - 1);
+    opt_.push_min_bytes = std::min(opt_.push_min_bytes, opt_.cma_min_bytes);  // final receives: never later
   }
   TransportKind kind() const override { return TransportKind::kShm; }
 

@@ -57,7 +57,8 @@ struct ShmOptions {
   size_t push_chunk_bytes = 256 << 10;  // stays in L2 between the tee copy and the write
   // Exchange-step messages into a final receive (RecvRequest::final: all_gather's and
   // broadcast's blocks) are pushed from this size, below cma_min_bytes: the receiver never
-  // reads them, so its copy out of the ring is pure cost.
+  // reads them, so its copy out of the ring is pure cost. At most cma_min_bytes (the transport
+  // clamps it).
   size_t push_min_bytes = kShmPushMinBytes.default_value();
   size_t tee_stream_min_bytes = 16 << 20;  // tee copies this large bypass the cache (stream_copy)
   size_t cma_bounce_bytes = 128 << 10;  // a CMA reduce pulls this much, then reduces it (stays in L2)

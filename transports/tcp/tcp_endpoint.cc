@@ -202,7 +202,7 @@ void TcpEndpoint::post_recv(RecvRequest* r) {
 }
 
 void TcpEndpoint::arm_wait(WaitSet* ws) {
-  ws->fds.push_back(epfd_);
+  Endpoint::arm_wait(ws);                     // the sockets' epoll fd
   if (!feedq_.empty()) ws->poll_only = true;  // a socket draining below its limit signals nothing
 }
 

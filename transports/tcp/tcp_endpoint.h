@@ -223,6 +223,7 @@ class TcpEndpoint final : public Endpoint {
   bool adaptive_;                // UCCL_TCP_STRIPE=adaptive
   size_t chunk_bytes_, inflight_min_;
   std::deque<TxPart> feedq_;     // parts not on a socket yet, in message order
+  std::vector<size_t> feed_load_, feed_limit_;  // feed()'s per-socket scratch (no allocation per pass)
   Status dead_;  // !ok once the endpoint failed
   bool any_eof_ = false;    // a socket's stream ended or hung up: check_peer_gone() decides
   std::string abort_note_;  // the root cause from the peer's abort frame, once one was read

@@ -49,20 +49,23 @@ size_t TcpEndpoint::inflight_limit(const Socket& s) const {
 
 bool TcpEndpoint::feed() {
   bool moved = false;
-  std::vector<size_t> load, limit;  // per socket, read once per call (two syscalls each)
+  bool measured = false;  // the sockets' load and limit, read once per call (two syscalls each)
   while (!feedq_.empty()) {
     TxPart& p = feedq_.front();
     size_t to = static_cast<size_t>(p.socket);
     if (p.socket < 0) {
-      if (load.empty()) {
+      if (!measured) {
+        feed_load_.clear();
+        feed_limit_.clear();
         for (const Socket& s : socks_) {
-          load.push_back(committed(s));
-          limit.push_back(inflight_limit(s));
+          feed_load_.push_back(committed(s));
+          feed_limit_.push_back(inflight_limit(s));
         }
+        measured = true;
       }
-      to = least_committed_lane(load, limit);
+      to = least_committed_lane(feed_load_, feed_limit_);
       if (to == SIZE_MAX) break;  // every socket holds its limit: progress() feeds again
-      load[to] += sizeof(PartHeader) + p.hdr.part_bytes;
+      feed_load_[to] += sizeof(PartHeader) + p.hdr.part_bytes;
     }
     socks_[to].txq.push_back(p);
     feedq_.pop_front();
