@@ -200,3 +200,69 @@ def test_apply_and_pruned_search_with_measured_timings():
     full, _ = search(MODEL, cl, comm, top=3, max_micro_batch=4, prune=False)
     assert [round(e.time_s, 12) for e, _ in pruned] == [round(e.time_s, 12) for e, _ in full]
     assert all(e.time_s > 0 for e, _ in pruned)
+
+
+def test_link_items_one_pair_per_level():
+    """calibrate.py times one pair per level the topology file declares a rate for."""
+    assert cb.link_items(PLACEMENT, CLUSTER_OF) == [
+        {"level": "host", "pair": [0, 1]}, {"level": "nic:c0", "pair": [0, 2]},
+        {"level": "nic:c1", "pair": [4, 6]}, {"level": "uplink:c0,c1", "pair": [0, 4]}]
+    # one rank per host, one cluster: only the NIC level
+    assert cb.link_items(["a", "b"], {"a": "x", "b": "x"}) == [{"level": "nic:x", "pair": [0, 1]}]
+    assert cb.link_items(["a", "a"], {"a": "x"}) == [{"level": "host", "pair": [0, 1]}]
+
+
+def _declared_topo():
+    return {"inter_cluster_gbps": 0.05, "clusters": [
+        {"name": c, "fabric": f"{c}-fabric", "nic_gbps": 1.0, "uplink_gbps": 0.05,
+         "hosts": [{"name": f"{c}h{h}", "nics": [{"name": "eth0", "kind": "tcp", "fabric": f"{c}-fabric", "gbps": 1.0}]}
+                   for h in range(2)]} for c in ("c0", "c1")]}
+
+
+def test_measured_links_replace_the_declared_rates():
+    topo = _declared_topo()
+    doc = cb.with_measured_links(topo, {"host": 40.0, "nic:c0": 0.8, "uplink:c0,c1": 0.01, "nic:nowhere": 3.0})
+    assert topo == _declared_topo()  # the caller's document is not changed
+    c0, c1 = doc["clusters"]
+    assert doc["host_gbps"] == 40.0 and doc["inter_cluster_gbps"] == 0.01
+    assert c0["nic_gbps"] == 0.8 and all(h["nics"][0]["gbps"] == 0.8 for h in c0["hosts"])
+    assert c1["nic_gbps"] == 1.0 and all(h["nics"][0]["gbps"] == 1.0 for h in c1["hosts"])
+    assert c0["uplink_gbps"] == c1["uplink_gbps"] == 0.01
+
+
+def test_a_calibration_with_measured_links_prices_with_them():
+    """apply(): the link cost comes from uccl's cost model on the measured rates: a cross-cluster
+    message over an uplink measured at 0.01 Gbit/s costs ~5x the declared 0.05's."""
+    kind = DeviceKind("cpu", 1e9, 4 * GIB, 0.1)
+    cluster = Cluster(_declared_topo(), list(PLACEMENT), [kind] * 8, {h: 2 for h in set(PLACEMENT)})
+    declared = Comm.from_uccl(cluster.topology())
+    comm = cb.apply(cb.Calibration({"quota": 0.1, "links": {"uplink:c0,c1": 0.01}}), cluster, declared)
+    assert comm.p2p(0, 4, 1e6) == pytest.approx(5 * declared.p2p(0, 4, 1e6), rel=0.1)
+    assert comm.p2p(0, 2, 1e6) == pytest.approx(declared.p2p(0, 2, 1e6), rel=0.01)  # inside c0: as declared
+
+
+def test_tp_priced_as_measured_in_place():
+    """A calibration that timed blocks with their real TP groups (block_tp) prices a stage's TP
+    work as block_tp - block per layer, not as operations timed back to back; TP groups that
+    span hosts (not what was measured) keep the per-operation price."""
+    assert cb.tp_inside_hosts(PLACEMENT, 2) and not cb.tp_inside_hosts(PLACEMENT, 4)
+    assert cb.tp_in_place({"block": {"2,1": 0.06}}, 2, 1) is None
+    assert cb.tp_in_place({"block": {"2,1": 0.06}, "block_tp": {"2,1": 0.05}}, 2, 1) == 0.0  # noise: no negative cost
+    tm = {"block": {"2,1": 0.06}, "head": {"2,1": 0.03}, "block_tp": {"2,1": 0.09}, "adam_per_param": 0.0}
+    ops = Comm(lambda c, n, r: 0.001, lambda s, d, n: 0.0)
+    e = estimate(MODEL, bed(tm), ops, Strategy(2, 2, 2, 1, 8, "holmes", [2, 2], [0, 1]))
+    assert e.stage_s == pytest.approx([2 * 0.09, 2 * 0.09 + 0.03])
+    del tm["block_tp"]
+    e = estimate(MODEL, bed(tm), ops, Strategy(2, 2, 2, 1, 8, "holmes", [2, 2], [0, 1]))
+    assert e.stage_s == pytest.approx([2 * (0.06 + 8 * 0.001), 2 * (0.06 + 8 * 0.001) + 0.03])
+
+
+def test_pipeline_messages_priced_as_measured_between_compute():
+    """p2p_in_place (messages between units of compute) wins over back-to-back p2p where measured."""
+    free = Comm(lambda c, n, r: 0.0, lambda s, d, n: 0.0)
+    doc = {"quota": 0.1, "comm": {"n2h2c2x4": {"p2p": {"0": 0.01, "1000": 0.01}}}}
+    comm = cb.calibrated_comm(free, cb.Calibration(doc), PLACEMENT, CLUSTER_OF, [0.1] * 8)
+    assert comm.p2p(0, 4, 1000, concurrent=4) == pytest.approx(0.01)
+    doc["comm"]["n2h2c2x4"]["p2p_in_place"] = {"0": 0.03, "1000": 0.03}
+    comm = cb.calibrated_comm(free, cb.Calibration(doc), PLACEMENT, CLUSTER_OF, [0.1] * 8)
+    assert comm.p2p(0, 4, 1000, concurrent=4) == pytest.approx(0.03)

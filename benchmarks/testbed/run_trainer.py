@@ -38,6 +38,16 @@ SHARES = 8192
 # spend its compute, so the emulated devices do not spin: they sleep at once and are woken by
 # the peer's write. --spin-us overrides (5000 reproduces the runs before 2026-11-25 11:00 UTC).
 SPIN_US = 0
+# The CFS period of each host's quota (--period-ms). The kernel's 100 ms makes a host at 0.2 cores
+# run at full speed for 20 ms and then freeze for 80: a step of a few hundred ms spans a handful of
+# periods, a message to a frozen host waits up to 80 ms, and a host that waited (pipeline bubble)
+# starts with a whole period's budget. 100 reproduces the runs before 2026-11-26.
+PERIOD_US = 100_000
+# Whose quota (--quota-per): "host" (one group per host, ranks x per-rank cores, shared by its
+# ranks: a rank runs up to twice as fast while its neighbour waits, which a model of per-device
+# speeds cannot know) or "rank" (each rank its own group inside the host's, as an accelerator
+# has its own speed). "host" reproduces the runs before 2026-11-26.
+QUOTA_PER = "host"
 
 
 def load1():
@@ -50,10 +60,11 @@ def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517, env_e
     CgroupSampler that records the host groups' cpu.stat while the ranks run."""
     hosts = hosts or bed.all_hosts()
     master = bed.host_addr(*hosts[0])
-    groups, procs = [], []
+    groups, procs, placer = [], [], None
     try:
         for node, (c, h) in enumerate(hosts):
-            q = CpuQuota(f"trainer-{bed.prefix}-c{c}h{h}", quotas[(c, h)] * RPH, shares=SHARES)
+            q = CpuQuota(f"trainer-{bed.prefix}-c{c}h{h}", quotas[(c, h)] * RPH, shares=SHARES,
+                         period_us=PERIOD_US)
             groups.append(q)
             env = launch.base_env({**launch._host_env(bed, c, h, topo, False), "OMP_NUM_THREADS": "1",
                                    "UCCL_SPIN_US": str(SPIN_US), **(env_extra or {})})
@@ -62,10 +73,17 @@ def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517, env_e
                    f"--nproc-per-node={RPH}", f"--node-rank={node}", f"--master-addr={master}",
                    f"--master-port={port}", *args_]
             procs.append((f"node {node} (c{c}h{h})", start_in(bed, c, h, q, cmd, env)))
+            if QUOTA_PER == "rank":
+                for lr in range(RPH):
+                    q.child(f"r{lr}", quotas[(c, h)])
+        if QUOTA_PER == "rank":
+            placer = RankPlacer(groups)
         if sampler is not None:
             sampler.start(groups)
         out = launch.wait(procs, timeout=timeout)
     finally:
+        if placer is not None:
+            placer.stop()
         if sampler is not None:
             sampler.stop()
         for _, p in procs:
@@ -75,6 +93,55 @@ def run_bed(bed, args_, quotas, topo, hosts=None, timeout=900, port=29517, env_e
         for q in groups:
             q.close()
     return out[0]
+
+
+class RankPlacer:
+    """--quota-per rank: moves each worker torchrun starts in a host's group into the child group
+    of its LOCAL_RANK (q.children[local rank]), polling every 20 ms until every worker was
+    placed. The workers cannot do it themselves (`ip netns exec` hides the cgroup file system);
+    they import torch for seconds before their first collective, so they are placed long before
+    any timed work."""
+
+    def __init__(self, groups, every_s=0.02):
+        import threading
+        self.groups, self.every_s, self.placed = groups, every_s, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _local_rank(pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for kv in f.read().split(b"\0"):
+                    if kv.startswith(b"LOCAL_RANK="):
+                        return int(kv[len("LOCAL_RANK="):])
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def _loop(self):
+        want = sum(len(q.children) for q in self.groups)
+        while not self._stop.is_set() and len(self.placed) < want:
+            for q in self.groups:
+                try:
+                    with open(os.path.join(q.path, "cgroup.procs")) as f:
+                        pids = [int(x) for x in f.read().split()]
+                except OSError:
+                    continue
+                for pid in pids:
+                    lr = self._local_rank(pid)
+                    if lr is not None and lr < len(q.children) and pid not in self.placed:
+                        try:
+                            q.children[lr].add(pid)
+                            self.placed.add(pid)
+                        except OSError:
+                            pass  # exited meanwhile
+            self._stop.wait(self.every_s)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
 
 
 class CgroupSampler:
@@ -219,6 +286,10 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
     key = {"method": 4, "spec": spec, "quotas": sorted(set(quotas.values())), "rates": [a.fast, a.slow], "shares": SHARES}
     if SPIN_US != 5000:  # the waiting policy changes what communication costs under a quota
         key["spin_us"] = SPIN_US
+    if PERIOD_US != 100_000:
+        key["period_us"] = PERIOD_US
+    if QUOTA_PER != "host":
+        key["quota_per"] = QUOTA_PER
     path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
     if os.path.exists(path) and not a.recalibrate:
         print(f"[validate] calibration from {path}", flush=True)
@@ -281,7 +352,7 @@ def validate(a, rows):
         cluster, model = bed_cluster(a, topo)
         quotas = {hc: a.quota_fast for hc in bed.all_hosts()}
         link = Comm.from_uccl(cluster.topology())
-        flops = profile_devices(cluster, model)
+        flops = profile_devices(cluster, model, period_us=PERIOD_US)
         for d in cluster.device_of_rank:
             d.flops = flops[d.name]
         cal_path = None
@@ -361,7 +432,7 @@ def one_plan(a, rows):
 
 
 def main():
-    global SPIN_US
+    global SPIN_US, PERIOD_US, QUOTA_PER
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("holmes", "hetero", "validate", "calibrate", "plan"))
     ap.add_argument("--fast", type=float, default=1.0, help="Gbit/s of a fast link")
@@ -398,8 +469,14 @@ def main():
     ap.add_argument("--calib-min-s", type=float, default=1.0, help="calibration: seconds per compute timing")
     ap.add_argument("--spin-us", type=int, default=SPIN_US,
                     help="UCCL_SPIN_US of the ranks (default 0: quota'd devices do not spin, see SPIN_US)")
+    ap.add_argument("--quota-per", choices=("host", "rank"), default=QUOTA_PER,
+                    help="one CPU quota per host (shared by its ranks) or per rank (see QUOTA_PER)")
+    ap.add_argument("--period-ms", type=float, default=PERIOD_US / 1000,
+                    help="CFS period of the hosts' CPU quotas (default 100, the kernel's; see PERIOD_US)")
     a = ap.parse_args()
     SPIN_US = a.spin_us
+    PERIOD_US = int(a.period_ms * 1000)
+    QUOTA_PER = a.quota_per
     t0 = time.time()
     out = a.out or os.path.join(HERE, f"trainer_{a.what}.json")
     rows = Rows(out, {"config": vars(a), "cpus": os.cpu_count()}, t0)

@@ -14,7 +14,7 @@ import shlex
 import time
 
 ROOT = "/sys/fs/cgroup/cpu"
-PERIOD_US = 100_000
+PERIOD_US = 100_000  # the kernel's default CFS period
 
 
 def available() -> bool:
@@ -22,21 +22,39 @@ def available() -> bool:
 
 
 class CpuQuota:
-    def __init__(self, name: str, cores: float, shares: int = 0):
+    def __init__(self, name: str, cores: float, shares: int = 0, period_us: int = PERIOD_US):
+        """period_us: the CFS period. The group runs at full speed until it has used cores x period
+        of CPU time, then waits for the next period: a long period makes a "slow device" that
+        alternates between full speed and frozen (at 0.1 cores and 100 ms, 10 ms on, 90 ms off),
+        a short one (a few ms) a device that is uniformly slower, as an accelerator is."""
         if not available():
             raise OSError(f"cgroup v1 cpu controller not writable at {ROOT}")
         if cores <= 0:
             raise ValueError(f"cpu quota must be positive, got {cores}")
-        self.name, self.cores = name, cores
+        if not 1000 <= period_us <= 1_000_000:
+            raise ValueError(f"cfs period must be 1 ms .. 1 s, got {period_us} us")
+        quota_us = int(cores * period_us)
+        if quota_us < 1000:
+            raise ValueError(f"quota of {cores} cores x {period_us} us period is {quota_us} us: "
+                             "the kernel needs at least 1000 us per period (use a longer period)")
+        self.name, self.cores, self.period_us = name, cores, period_us
+        self.children: list = []
         self.path = os.path.join(ROOT, name)
         os.makedirs(self.path, exist_ok=True)
         with open(os.path.join(self.path, "cpu.cfs_period_us"), "w") as f:
-            f.write(str(PERIOD_US))
+            f.write(str(period_us))
         with open(os.path.join(self.path, "cpu.cfs_quota_us"), "w") as f:
-            f.write(str(int(cores * PERIOD_US)))
+            f.write(str(quota_us))
         if shares:  # weight against other runnable tasks: lets the group reach its quota on a busy machine
             with open(os.path.join(self.path, "cpu.shares"), "w") as f:
                 f.write(str(int(shares)))
+
+    def child(self, name: str, cores: float) -> "CpuQuota":
+        """A group inside this one with its own quota (same period): the cgroup hierarchy caps a
+        process in it by both. Used to give each process of a host its own speed."""
+        c = CpuQuota(f"{self.name}/{name}", cores, period_us=self.period_us)
+        self.children.append(c)
+        return c
 
     def add(self, pid: int) -> None:
         """Moves process pid (all its threads) into the group; its future children inherit it."""
@@ -56,15 +74,20 @@ class CpuQuota:
                 + " ".join(shlex.quote(a) for a in argv)]
 
     def pids(self):
+        """The processes in this group and in its children."""
         try:
             with open(os.path.join(self.path, "cgroup.procs")) as f:
-                return [int(x) for x in f.read().split()]
+                own = [int(x) for x in f.read().split()]
         except FileNotFoundError:
-            return []
+            own = []
+        return own + [pid for c in self.children for pid in c.pids()]
 
     def close(self, wait_s: float = 10.0, kill: bool = True) -> None:
         """Removes the group; kill: first SIGKILL what still runs in it (only processes that
-        were placed there, and their children)."""
+        were placed there, and their children). Child groups are removed first."""
+        for c in self.children:
+            c.close(wait_s, kill)
+        self.children = []
         if kill:
             import signal
             for pid in self.pids():

@@ -10,7 +10,10 @@ Communication is priced by uccl's own cost model (uccl.cost: the C++ topology re
 model and algorithm selection a communicator uses). With --calibration (written by
 `torchrun ... -m uccl.planner.calibrate`, e.g. through benchmarks/testbed/run_trainer.py
 validate) every operation costs max(links' cost, the measured CPU-bound cost of its group
-shape) and compute comes from measured block times: see uccl/planner/calibration.py.
+shape) and compute comes from measured block times: see uccl/planner/calibration.py. The
+calibration run also measures every link level's rate with uccl-perf's sendrecv (two ranks of a
+host, two hosts of each cluster, each pair of clusters): --calibration prices links at those
+measured rates instead of the topology file's declared ones.
 """
 from __future__ import annotations
 
@@ -81,7 +84,10 @@ def main(argv=None) -> int:
     if args.calibration:
         from .calibration import Calibration, apply
         try:
-            comm = apply(Calibration.load(args.calibration), cluster, comm)
+            cal = Calibration.load(args.calibration)
+            comm = apply(cal, cluster, comm)
+            for level, gbit in sorted((cal.doc.get("links") or {}).items()):
+                print(f"link {level}: measured {gbit:.4g} Gbit/s (replaces the declared rate)", file=sys.stderr)
         except (OSError, ValueError, KeyError) as e:
             print(f"uccl.planner: calibration {args.calibration}: {e}", file=sys.stderr)
             return 2

@@ -12,14 +12,25 @@ by `uccl.planner.calibrate` on the real ranks, under their quotas, all ranks at 
       priced:    t(n) = max(t_link(n), t_cpu(n))
   i.e. per operation the slower of what the links allow (uccl.cost, the topology's rates) and
   what the CPU share allows; alpha is the per-operation latency (dominant for small messages).
+  A pipeline's messages are priced as measured between units of compute (p2p_in_place) where
+  the calibration has them: under a quota a message that follows compute waits for wake-ups
+  that back-to-back messages do not.
   A calibration measured at quota q0 is used at quota q scaled by q0 / q (time of CPU-bound
   work is inversely proportional to the CPU share: an approximation; measured, half the share
   cost 1.69x, not 2x: uccl/parallel/RESULTS.md). A calibration with quota 0 (measured under
   several shares, or none) is used as measured.
 
+  links, per level of the topology file (two ranks of a host, two hosts of a cluster, two
+  clusters): the rate uccl-perf's sendrecv reaches between one pair (Gbit/s, the slope of two
+  message sizes), which replaces the file's declared rate (with_measured_links)
+
   compute, per device kind, measured with the model's own modules (shapes of a TP shard):
       block[t,b]  seconds of forward + backward of one transformer block, micro-batch b
       head[t,b]   the same for the final layer norm, the LM head and the loss
+      block_tp[t,b]  the block with its real TP group's sequence-parallel operations, all TP
+                  groups at once (TP groups inside one host): block_tp - block prices TP in a
+                  step, where each blocking operation waits and wakes between compute under
+                  the quota; operations timed back to back cost 30-50% less there
       adam_per_param  seconds per parameter of the optimizer step (copies, Adam, the clone
                       that the ZeRO all_gather sends)
 
@@ -159,9 +170,11 @@ def calibrated_comm(base, cal: Calibration, placement: Sequence[str], cluster_of
         return link if cpu is None else max(link, cpu)
 
     def p2p(s, d, n, concurrent=1):
-        link = base.p2p(s, d, n)
-        cpu = cal.comm_time("p2p", n, group_shape(placement, cluster_of_host, (s, d)), quota((s, d)),
-                            concurrent=concurrent)
+        # a pipeline's messages as measured between units of compute where the calibration has them
+        link, shape = base.p2p(s, d, n), group_shape(placement, cluster_of_host, (s, d))
+        cpu = cal.comm_time("p2p_in_place", n, shape, quota((s, d)), concurrent=concurrent)
+        if cpu is None:
+            cpu = cal.comm_time("p2p", n, shape, quota((s, d)), concurrent=concurrent)
         return link if cpu is None else max(link, cpu)
 
     return Comm(coll, p2p, base.where, base.algorithm, p2p_concurrent=True, knows_async=True)
@@ -237,7 +250,13 @@ def cluster_of_host(topo_dict: dict) -> Dict[str, str]:
 
 def apply(cal: Calibration, cluster, base):
     """Gives the cluster's device kinds the calibration's measured timings (kinds it measured)
-    and returns the Comm to plan with: max(link cost, calibrated CPU-bound cost)."""
+    and returns the Comm to plan with: max(link cost, calibrated CPU-bound cost). A calibration
+    with measured link rates ('links') replaces the cluster's declared ones first (the link
+    cost is then uccl's cost model on the measured rates, not `base`)."""
+    if cal.doc.get("links"):
+        from .estimate import Comm
+        cluster.topo_dict = with_measured_links(cluster.topo_dict, cal.doc["links"])
+        base = Comm.from_uccl(cluster.topology())
     for k in {id(k): k for k in cluster.device_of_rank}.values():
         t = cal.timings(k.name) or (cal.timings("default") if len(cal.compute) == 1 else None)
         if t:
@@ -245,6 +264,82 @@ def apply(cal: Calibration, cluster, base):
     quotas = [k.cpu_quota for k in cluster.device_of_rank]
     return calibrated_comm(base, cal, cluster.placement, cluster_of_host(cluster.topo_dict),
                            quotas if all(q > 0 for q in quotas) else None)
+
+
+def link_items(placement: Sequence[str], cluster_of: Dict[str, str]) -> List[dict]:
+    """The pairs whose links calibrate.py measures, one per level a topology file declares a
+    rate for: 'host' (two ranks of one host: host_gbps), 'nic:<cluster>' (first ranks of two
+    hosts of the cluster: its nic_gbps), 'uplink:<a>,<b>' (first ranks of a host in each of two
+    clusters: their uplink_gbps). Ranks are the first that qualify, in rank order."""
+    first: Dict[str, int] = {}
+    items: List[dict] = []
+    for r, h in enumerate(placement):
+        if h in first:
+            if not any(it["level"] == "host" for it in items):
+                items.append({"level": "host", "pair": [first[h], r]})
+        else:
+            first[h] = r
+    hosts_of: Dict[str, List[str]] = {}
+    for h in first:  # hosts in rank order
+        hosts_of.setdefault(cluster_of.get(h, ""), []).append(h)
+    for c, hs in hosts_of.items():
+        if len(hs) > 1:
+            items.append({"level": f"nic:{c}", "pair": [first[hs[0]], first[hs[1]]]})
+    names = list(hosts_of)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            items.append({"level": f"uplink:{a},{b}", "pair": [first[hosts_of[a][0]], first[hosts_of[b][0]]]})
+    return items
+
+
+def with_measured_links(topo_dict: dict, links: Dict[str, float]) -> dict:
+    """A copy of a UCCL_TOPO_FILE document whose declared rates are replaced by measured ones
+    (Gbit/s per level, from a calibration's 'links'): 'host' -> host_gbps (top level and every
+    cluster), 'nic:<c>' -> cluster c's nic_gbps and its hosts' NIC gbps, 'uplink:<a>,<b>' ->
+    the uplink_gbps of a and b (a cluster in several pairs keeps the fastest: each pair measures
+    the slower of its two uplinks). Levels the document does not have are ignored."""
+    import copy
+    doc = copy.deepcopy(topo_dict)
+    clusters = {c.get("name"): c for c in doc.get("clusters", [])}
+    uplink: Dict[str, float] = {}
+    for level, gbit in links.items():
+        if not gbit or gbit <= 0:
+            continue
+        kind, _, name = level.partition(":")
+        if kind == "host":
+            doc["host_gbps"] = gbit
+            for c in clusters.values():
+                if "host_gbps" in c:
+                    c["host_gbps"] = gbit
+        elif kind == "nic" and name in clusters:
+            c = clusters[name]
+            c["nic_gbps"] = gbit
+            for h in c.get("hosts", []):
+                for nic in (h.get("nics", []) if isinstance(h, dict) else []):
+                    if "gbps" in nic:
+                        nic["gbps"] = gbit
+        elif kind == "uplink":
+            for cn in name.split(","):
+                if cn in clusters:
+                    uplink[cn] = max(uplink.get(cn, 0.0), gbit)
+    for cn, gbit in uplink.items():
+        clusters[cn]["uplink_gbps"] = gbit
+    if uplink and "inter_cluster_gbps" in doc:
+        doc["inter_cluster_gbps"] = max(uplink.values())
+    return doc
+
+
+def tp_inside_hosts(placement: Sequence[str], t: int) -> bool:
+    """Whether every TP group of size t (t consecutive ranks: tp varies fastest) is on one host."""
+    return len(placement) % t == 0 and all(len(set(placement[i:i + t])) == 1 for i in range(0, len(placement), t))
+
+
+def tp_in_place(timings: Optional[dict], tp: int, micro_batch: int) -> Optional[float]:
+    """Seconds TP adds to one block's forward + backward as a stage runs it (block_tp - block,
+    both measured by the calibration, every TP group at once), or None when not measured."""
+    with_tp = block_time(timings or {}, "block_tp", tp, micro_batch)
+    alone = block_time(timings or {}, "block", tp, micro_batch)
+    return None if with_tp is None or alone is None else max(0.0, with_tp - alone)
 
 
 def make_spec(cluster, model, max_micro_batch: int, reps: int = 3, min_s: float = 1.0,
@@ -260,5 +355,7 @@ def make_spec(cluster, model, max_micro_batch: int, reps: int = 3, min_s: float 
     return {"model": dict(hidden=model.hidden, heads=model.heads, seq=model.seq, vocab=model.vocab),
             "tps": tps, "micro_batches": bs, "sizes": sizes_for(1 << 20, 4), "reps": reps,
             "min_s": min_s, "kind_of_rank": [d.name for d in cluster.device_of_rank],
+            "links": link_items(cluster.placement, cluster_of_host(cluster.topo_dict)), "link_bytes": 4 << 20,
+            "tp_in_place": [t for t in tps if t > 1 and tp_inside_hosts(cluster.placement, t)], "p2p_in_place": True,
             "partitions": spec_partitions(cluster.world, tps, [p for p in divisors(cluster.world) if p <= model.layers],
                                           layouts, cluster.placement, cluster_of_host(cluster.topo_dict))}

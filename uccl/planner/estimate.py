@@ -27,6 +27,7 @@ import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..parallel.layout import Coord, Layout
+from .calibration import tp_in_place
 from .spec import Cluster, ModelSpec
 
 
@@ -185,6 +186,10 @@ def estimate(model: ModelSpec, cluster: Cluster, comm: Comm, st: Strategy) -> Es
         compute = stage_compute(model, kinds, t, b, layers, s == p - 1)
         tp_comm = layers * 4 * (comm.coll("all_gather", act, groups["tp"]) + comm.coll("reduce_scatter", act,
                                                                                           groups["tp"]))
+        if t > 1 and len({cluster.placement[r] for r in groups["tp"]}) == 1:
+            measured = [tp_in_place(k.timings, t, b) for k in kinds]
+            if measured and all(x is not None for x in measured):  # TP as measured in place
+                tp_comm = layers * max(measured)
         c.append(compute + tp_comm)
         comp.append(compute)
         tpc.append(tp_comm)

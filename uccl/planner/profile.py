@@ -35,13 +35,15 @@ def layer_flops_here(hidden: int, heads: int, seq: int, micro_batch: int = 1, mi
     return flops * n / (time.perf_counter() - t0)
 
 
-def profile_devices(cluster, model, log=print) -> dict:
-    from ..parallel.cpuquota import CpuQuota
+def profile_devices(cluster, model, log=print, period_us: int = 0) -> dict:
+    """period_us: the quota's CFS period (0: the kernel's default, 100 ms)."""
+    from ..parallel.cpuquota import PERIOD_US, CpuQuota
     out = {}
     kinds = {d.name: d for d in cluster.device_of_rank}
     for name, kind in kinds.items():
         cmd = [sys.executable, "-m", "uccl.planner.profile", str(model.hidden), str(model.heads), str(model.seq), "1"]
-        q = CpuQuota(f"trainer-profile-{os.getpid()}-{name}", kind.cpu_quota, shares=8192) if kind.cpu_quota else None
+        q = CpuQuota(f"trainer-profile-{os.getpid()}-{name}", kind.cpu_quota, shares=8192,
+                     period_us=period_us or PERIOD_US) if kind.cpu_quota else None
         try:
             p = subprocess.run(q.wrap(cmd) if q else cmd, capture_output=True, text=True, timeout=600)
         finally:
