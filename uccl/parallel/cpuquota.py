@@ -27,8 +27,6 @@ class CpuQuota:
         of CPU time, then waits for the next period: a long period makes a "slow device" that
         alternates between full speed and frozen (at 0.1 cores and 100 ms, 10 ms on, 90 ms off),
         a short one (a few ms) a device that is uniformly slower, as an accelerator is."""
-        if not available():
-            raise OSError(f"cgroup v1 cpu controller not writable at {ROOT}")
         if cores <= 0:
             raise ValueError(f"cpu quota must be positive, got {cores}")
         if not 1000 <= period_us <= 1_000_000:
@@ -37,6 +35,8 @@ class CpuQuota:
         if quota_us < 1000:
             raise ValueError(f"quota of {cores} cores x {period_us} us period is {quota_us} us: "
                              "the kernel needs at least 1000 us per period (use a longer period)")
+        if not available():
+            raise OSError(f"cgroup v1 cpu controller not writable at {ROOT}")
         self.name, self.cores, self.period_us = name, cores, period_us
         self.children: list = []
         self.path = os.path.join(ROOT, name)
