@@ -14,6 +14,7 @@ machine has those cores to spare. Configurations alternate within each round.
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -362,25 +363,37 @@ def validate(a, rows):
             cal, cal_path = calibrate_bed(a, bed, topo, cluster, model, quotas)
             comm = cb.apply(cal, cluster, link)
         plans, stats = search(model, cluster, comm, top=a.plans, max_micro_batch=a.max_micro_batch)
-        for i, (e, s) in enumerate(plans):
-            d = plan_dict(e, s, describe_groups(cluster, comm, model, s))
-            if not a.link_only:  # the old model's figure for the same plan (links + FLOP/s profile)
-                kinds = {id(k): k for k in cluster.device_of_rank}.values()
-                saved = [(k, k.timings) for k in kinds]
-                for k in kinds:
-                    k.timings = None
-                d["predicted_link_only_s"] = estimate(model, cluster, link, s).time_s
-                for k, t in saved:
-                    k.timings = t
-            la = load1()
-            r = run_bed(bed, trainer_args(d, model, a.steps, a.warmup), quotas, topo)
-            d.update(rank_predicted=i + 1, measured_s=r["step_s"], measured_all=r["step_s_all"],
-                     error=d["predicted_s"] / r["step_s"] - 1, load1_before=la, load1_after=load1(),
-                     comm_s=r["comm_s"], device_flops=flops, calibration=cal_path)
-            rows.append(d)
-            print(f"[validate] #{i + 1} t={s.tp} p={s.pp} d={s.dp} b={s.micro_batch} {s.layout} parts={s.parts} "
-                  f"order={s.order}: predicted {e.time_s:.3f}s measured {r['step_s']:.3f}s "
-                  f"({d['error'] * 100:+.1f}%) load {la:.1f}", flush=True)
+        for rnd in range(a.repeat):  # --repeat: every plan launched again, interleaved with the others
+            for i, (e, s) in enumerate(plans):
+                if rnd == 0:
+                    d = plan_dict(e, s, describe_groups(cluster, comm, model, s))
+                    if not a.link_only:  # the old model's figure for the same plan (links + FLOP/s profile)
+                        kinds = {id(k): k for k in cluster.device_of_rank}.values()
+                        saved = [(k, k.timings) for k in kinds]
+                        for k in kinds:
+                            k.timings = None
+                        d["predicted_link_only_s"] = estimate(model, cluster, link, s).time_s
+                        for k, t in saved:
+                            k.timings = t
+                    d.update(rank_predicted=i + 1, measured_all=[], launches=[], device_flops=flops,
+                             calibration=cal_path)
+                    rows.append(d)
+                d = rows[len(rows) - len(plans) + i] if rnd else d
+                la = load1()
+                r = run_bed(bed, trainer_args(d, model, a.steps, a.warmup), quotas, topo)
+                d["launches"].append({"step_s": r["step_s"], "step_s_all": r["step_s_all"], "comm_s": r["comm_s"],
+                                      "load1_before": la, "load1_after": load1()})
+                # measured: the median step over every launch so far (steps of one launch agree
+                # better than launches do: up to +-24% between launches of a plan on this machine)
+                d["measured_all"] += r["step_s_all"]
+                m = statistics.median(d["measured_all"])
+                d.update(measured_s=m, error=d["predicted_s"] / m - 1, load1_before=la, load1_after=load1(),
+                         comm_s=r["comm_s"])
+                rows.save()
+                print(f"[validate] #{i + 1} t={s.tp} p={s.pp} d={s.dp} b={s.micro_batch} {s.layout} parts={s.parts} "
+                      f"order={s.order}: predicted {e.time_s:.3f}s measured {r['step_s']:.3f}s"
+                      + (f" (launch {rnd + 1}/{a.repeat}; over launches {m:.3f}s)" if a.repeat > 1 else "")
+                      + f" ({d['error'] * 100:+.1f}%) load {la:.1f}", flush=True)
     finally:
         bed.close()
     return rows
@@ -456,7 +469,8 @@ def main():
     ap.add_argument("--plan", default="1,2,1", help="plan: t,p,b (d = 8 / (t p), 1F1B, uniform parts)")
     ap.add_argument("--layout", default="holmes", help="plan: layout")
     ap.add_argument("--parts", default="", help="plan: layers per stage, e.g. 2,2 (default uniform)")
-    ap.add_argument("--repeat", type=int, default=1, help="plan: runs of the plan")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="plan: runs of the plan; validate: launches of every plan (interleaved; median step over all)")
     ap.add_argument("--env", action="append", default=[], help="plan: KEY=VALUE for the ranks (repeatable)")
     ap.add_argument("--trace", default="", help="plan: Chrome trace of the first timed step, PATH.<rep>.json")
     ap.add_argument("--out", default="")
@@ -494,6 +508,9 @@ class Rows(list):
 
     def append(self, row):
         super().append(row)
+        self.save()
+
+    def save(self):
         with open(self.path, "w") as f:
             json.dump({**self.head, "rows": list(self), "wall_s": time.time() - self.t0}, f, indent=1)
 
