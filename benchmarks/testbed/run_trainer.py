@@ -9,7 +9,10 @@ planner's predictions against measured runs. Writes JSON; uccl/parallel/RESULTS.
 2 clusters x 2 hosts x 2 ranks, torchrun per host (--nnodes 4). Each host's processes run in a
 cgroup with a CPU quota of (ranks x per-rank cores): the quota is the "device speed" and also
 keeps the measurement from depending on what else the (shared) machine runs, as long as the
-machine has those cores to spare. Configurations alternate within each round.
+machine has those cores to spare (--quota-per rank: each rank its own group of per-rank cores
+inside it; --period-ms: the quota's CFS period). Configurations alternate within each round.
+The planner's validation (uccl/parallel/RESULTS.md, section 3) runs with
+`validate --quota-per rank --period-ms 10 [--repeat 2]`.
 """
 import argparse
 import json

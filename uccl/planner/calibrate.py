@@ -66,6 +66,7 @@ def measure_compute(m: dict, tps, bs, min_s: float, tp_comms=None) -> dict:
     at once, as a stage runs it; block_tp - block is what TP costs inside a step (the blocking
     operations' waits and wake-ups between compute, which operations timed back to back miss)."""
     import torch
+    import torch.distributed as dist
     import torch.nn.functional as F
     from ..parallel.model import Block, GPTConfig, full_init
     torch.set_num_threads(1)
@@ -79,7 +80,6 @@ def measure_compute(m: dict, tps, bs, min_s: float, tp_comms=None) -> dict:
             x = torch.randn(cfg.seq // t, b, cfg.hidden, requires_grad=True)
             out["block"][f"{t},{b}"] = _timed(lambda: blk(x).sum().backward(), min_s)
             if real is not None:  # a TP group's ranks must run as many blocks: the largest count of any rank
-                import torch.distributed as dist
                 n = torch.tensor([max(3, math.ceil(min_s / out["block"][f"{t},{b}"]))], dtype=torch.int64)
                 dist.all_reduce(n, op=dist.ReduceOp.MAX)
                 out.setdefault("block_tp", {})[f"{t},{b}"] = _timed_n(lambda: real(x).sum().backward(), int(n))
