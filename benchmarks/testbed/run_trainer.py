@@ -281,6 +281,20 @@ def hetero(a, rows):
     return rows
 
 
+def median_docs(docs):
+    """One calibration document from several of the same spec: every number the median over them."""
+    if len(docs) == 1:
+        return docs[0]
+
+    def merge(vals):
+        if isinstance(vals[0], dict):
+            return {k: merge([v[k] for v in vals]) for k in vals[0]}
+        if isinstance(vals[0], (int, float)) and not isinstance(vals[0], bool):
+            return statistics.median(vals)
+        return vals[0]
+    return merge(docs)
+
+
 def calibrate_bed(a, bed, topo, cluster, model, quotas):
     """The planner's calibration measured on this bed under the quotas (uccl.planner.calibrate),
     cached in --cache-dir by what it was measured for; returns a Calibration."""
@@ -294,6 +308,8 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
         key["period_us"] = PERIOD_US
     if QUOTA_PER != "host":
         key["quota_per"] = QUOTA_PER
+    if a.calib_repeat > 1:
+        key["calib_repeat"] = a.calib_repeat
     path = a.calibration or os.path.join(a.cache_dir, f"calibration-{cb.cache_key(key)}.json")
     if os.path.exists(path) and not a.recalibrate:
         print(f"[validate] calibration from {path}", flush=True)
@@ -301,10 +317,14 @@ def calibrate_bed(a, bed, topo, cluster, model, quotas):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     la, t0 = load1(), time.time()
-    try:
-        doc = run_bed(bed, ["-m", "uccl.planner.calibrate", "--spec", f.name], quotas, topo, port=29519)
+    try:  # --calib-repeat N: N launches, every figure the median over them (launches drift apart)
+        docs = [run_bed(bed, ["-m", "uccl.planner.calibrate", "--spec", f.name], quotas, topo, port=29519)
+                for _ in range(max(1, a.calib_repeat))]
     finally:
         os.unlink(f.name)
+    doc = median_docs(docs)
+    if len(docs) > 1:
+        doc["launches"] = len(docs)
     # one share for every rank: the calibration scales to other shares by q0/q; measured under
     # several shares, each group was measured at its real ones: quota 0 (no scaling)
     doc.update(quota=(quotas and len(set(quotas.values())) == 1 and next(iter(quotas.values()))) or 0.0,
@@ -483,6 +503,8 @@ def main():
     ap.add_argument("--recalibrate", action="store_true", help="validate: measure again even if cached")
     ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/uccl/planner"))
     ap.add_argument("--calib-reps", type=int, default=3, help="calibration: timed repetitions per size")
+    ap.add_argument("--calib-repeat", type=int, default=1,
+                    help="calibration: launches of the calibration run (each figure the median over them)")
     ap.add_argument("--calib-min-s", type=float, default=1.0, help="calibration: seconds per compute timing")
     ap.add_argument("--spin-us", type=int, default=SPIN_US,
                     help="UCCL_SPIN_US of the ranks (default 0: quota'd devices do not spin, see SPIN_US)")
