@@ -21,7 +21,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT = ["all_reduce", "-b", "8", "-e", "8", "-n", "20000", "-w", "1000", "-c", "0", "-z", "1"]
+sys.path.insert(0, HERE)
+from ab_env import ab_argv  # noqa: E402  the same command line as ab_env.py
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", os.environ.get("NP", "2")]
 
 
@@ -56,12 +57,10 @@ def wait_idle(threshold, waited):
 
 
 def main(argv):
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if argv else 2
-    bins = argv[0].split(",")
-    rounds = int(argv[1]) if len(argv) > 1 else 6
-    args = argv[2:] or DEFAULT
+    parsed = ab_argv(argv, __doc__, 6)
+    if isinstance(parsed, int):
+        return parsed
+    bins, rounds, args = parsed
     entries = [(b, lambda b=b: uccl_time(b, args)) for b in bins]
     tmp = tempfile.mkdtemp()
     if os.environ.get("MPI_C", "1") != "0":

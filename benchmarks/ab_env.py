@@ -17,13 +17,20 @@ import sys
 DEFAULT = ["all_reduce", "-b", "8", "-e", "8", "-n", "20000", "-w", "1000", "-c", "0", "-z", "1"]
 
 
-def main(argv):
+def ab_argv(argv, doc, default_rounds):
+    """The A/B scripts' command line: VARIANTS [rounds] [uccl-perf arguments...]. Returns
+    (variants, rounds, uccl-perf arguments), or an exit code after printing `doc` for -h / none."""
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(doc)
         return 0 if argv else 2
-    sets = argv[0].split(",")
-    rounds = int(argv[1]) if len(argv) > 1 else 5
-    args = argv[2:] or DEFAULT
+    return argv[0].split(","), int(argv[1]) if len(argv) > 1 else default_rounds, argv[2:] or DEFAULT
+
+
+def main(argv):
+    parsed = ab_argv(argv, __doc__, 5)
+    if isinstance(parsed, int):
+        return parsed
+    sets, rounds, args = parsed
     nprocs = os.environ.get("NP", "2")
     res = {d: [] for d in sets}
     for r in range(rounds):

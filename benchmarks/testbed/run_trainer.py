@@ -386,6 +386,7 @@ def validate(a, rows):
             cal, cal_path = calibrate_bed(a, bed, topo, cluster, model, quotas)
             comm = cb.apply(cal, cluster, link)
         plans, stats = search(model, cluster, comm, top=a.plans, max_micro_batch=a.max_micro_batch)
+        ds = []  # one row per plan, updated after each of its launches
         for rnd in range(a.repeat):  # --repeat: every plan launched again, interleaved with the others
             for i, (e, s) in enumerate(plans):
                 if rnd == 0:
@@ -401,7 +402,8 @@ def validate(a, rows):
                     d.update(rank_predicted=i + 1, measured_all=[], launches=[], device_flops=flops,
                              calibration=cal_path)
                     rows.append(d)
-                d = rows[len(rows) - len(plans) + i] if rnd else d
+                    ds.append(d)
+                d = ds[i]
                 la = load1()
                 r = run_bed(bed, trainer_args(d, model, a.steps, a.warmup), quotas, topo)
                 d["launches"].append({"step_s": r["step_s"], "step_s_all": r["step_s_all"], "comm_s": r["comm_s"],

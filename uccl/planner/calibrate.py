@@ -242,9 +242,9 @@ def main(argv=None) -> int:
             if rank in g:
                 mine = pg
         groups.append(mine)
+    from ..parallel.model import TPComm
     tp_comms = {}
     for t in spec.get("tp_in_place", []):  # tp fastest: groups of t consecutive ranks
-        from ..parallel.model import TPComm
         for first in range(0, world, t):
             pg = dist.new_group(list(range(first, first + t)), backend="uccl")
             if first <= rank < first + t:

@@ -297,7 +297,8 @@ def with_measured_links(topo_dict: dict, links: Dict[str, float]) -> dict:
     (Gbit/s per level, from a calibration's 'links'): 'host' -> host_gbps (top level and every
     cluster), 'nic:<c>' -> cluster c's nic_gbps and its hosts' NIC gbps, 'uplink:<a>,<b>' ->
     the uplink_gbps of a and b (a cluster in several pairs keeps the fastest: each pair measures
-    the slower of its two uplinks). Levels the document does not have are ignored."""
+    the slower of its two uplinks; inter_cluster_gbps, where declared, becomes the fastest
+    measured uplink). Levels the document does not have are ignored."""
     import copy
     doc = copy.deepcopy(topo_dict)
     clusters = {c.get("name"): c for c in doc.get("clusters", [])}
