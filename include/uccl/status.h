@@ -6,6 +6,7 @@
 // (the Python bindings and the torch backend turn a Status into a typed exception there).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -30,42 +31,54 @@ const char* code_name(Code c);
 class Status {
  public:
   Status() = default;
-  Status(Code code, std::string msg, int peer = -1) : code_(code), msg_(std::move(msg)), peer_(peer) {}
+  Status(Code code, std::string msg, int peer = -1)
+      : rep_(code == Code::kOk && msg.empty() && peer < 0 ? nullptr
+                                                          : std::make_shared<const Rep>(Rep{code, peer, std::move(msg), {}})) {}
   static Status Ok() { return Status(); }
 
-  bool ok() const { return code_ == Code::kOk; }
-  Code code() const { return code_; }
-  const std::string& message() const { return msg_; }
-  int peer() const { return peer_; }  // rank of the peer involved, or -1
+  bool ok() const { return !rep_ || rep_->code == Code::kOk; }
+  Code code() const { return rep_ ? rep_->code : Code::kOk; }
+  const std::string& message() const { return rep_ ? rep_->msg : empty(); }
+  int peer() const { return rep_ ? rep_->peer : -1; }  // rank of the peer involved, or -1
   // What failed first, when this failure descends from another rank's ("" if it does not or
   // is not known). Code branches on this field; the message repeats it for people.
-  const std::string& root_cause() const { return root_cause_; }
+  const std::string& root_cause() const { return rep_ ? rep_->root_cause : empty(); }
 
   // Returns a copy whose message gains "context: " in front (e.g. "all_reduce #12: ").
   Status with_context(const std::string& context) const {
     if (ok()) return *this;
-    Status s(code_, context + ": " + msg_, peer_);
-    s.root_cause_ = root_cause_;
-    return s;
+    return Status(code(), context + ": " + message(), peer(), root_cause());
   }
   // Returns a copy that descends from `cause`: the field is set and the message gains
   // "; root cause: <cause>" (kRootCauseMarker), so the chain stays one level deep.
   Status with_root_cause(const std::string& cause) const {
-    Status s(code_, msg_ + kRootCauseMarker + cause, peer_);
-    s.root_cause_ = cause;
-    return s;
+    return Status(code(), message() + kRootCauseMarker + cause, peer(), cause);
   }
-  std::string to_string() const { return std::string(code_name(code_)) + ": " + msg_; }
+  std::string to_string() const { return std::string(code_name(code())) + ": " + message(); }
 
  private:
   // How a failure message names the failure it descends from: "<what happened here>; root
   // cause: <what failed first>". Transports carry a failing peer's root cause in front of its
   // close, the engine adds a store record's; either way the chain stays one level deep.
   static constexpr char kRootCauseMarker[] = "; root cause: ";
-  Code code_ = Code::kOk;
-  std::string msg_;
-  int peer_ = -1;
-  std::string root_cause_;
+  // Why a pointer: a Status travels on every call of the progress path (each step, endpoint
+  // lookup and request returns or holds one) and is almost always Ok. Ok is a null pointer:
+  // constructing, moving and destroying it is a word, where two inline strings cost a visible
+  // share of an 8-byte all_reduce. A failure's text lives in one immutable Rep, shared by copies
+  // (requests failed together, the Work and the communicator's record) across threads.
+  struct Rep {
+    Code code;
+    int peer;
+    std::string msg;
+    std::string root_cause;
+  };
+  Status(Code code, std::string msg, int peer, std::string root_cause)
+      : rep_(std::make_shared<const Rep>(Rep{code, peer, std::move(msg), std::move(root_cause)})) {}
+  static const std::string& empty() {
+    static const std::string e;
+    return e;
+  }
+  std::shared_ptr<const Rep> rep_;  // null: Ok
 };
 
 inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
