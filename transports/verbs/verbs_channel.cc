@@ -93,6 +93,7 @@ VerbsConnInfo VerbsChannel::local_info() const {
   c.ctrl_slot_bytes = kCtrlSlotBytes;
   c.gbps = p.nic.gbps;
   c.fabric = p.nic.fabric;
+  c.adaptive_writer = true;  // this build honours kFlagAdaptive
   return c;
 }
 

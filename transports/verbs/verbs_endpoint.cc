@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -61,10 +62,13 @@ bool remote_side(ibv_wc_status s) {
 }  // namespace
 
 VerbsEndpoint::VerbsEndpoint(std::vector<VerbsLane> lanes, const VerbsConnInfo& remote, const PeerContext& peer,
-                             int liveness_fd, bool active, std::string left_out)
+                             int liveness_fd, bool active, std::string left_out, const VerbsOptions& options)
     : lanes_(std::move(lanes)),
       ch_(lanes_[0].ch.get()),
       left_out_(std::move(left_out)),
+      adaptive_(options.stripe_adaptive && remote.adaptive_writer),
+      chunk_bytes_(options.stripe_chunk_bytes),
+      inflight_bytes_(std::max<size_t>(1, options.stripe_inflight_bytes)),
       remote_(remote),
       peer_(peer),
       fd_(liveness_fd),
@@ -209,6 +213,7 @@ void VerbsEndpoint::poll_cq(VerbsChannel& ch, int* budget, bool* moved) {
         slot_final_of_[slot] = -1;
         free_send_slots_.push_back(slot);
       } else if (kind == WrKind::kData) {
+        load_.completed(qp);
         if (SendOp* op = send_op(idx)) {
           // The last write's acknowledgement completes a rendezvous send.
           if (--op->writes_inflight == 0 && op->final_posted && c.status == IBV_WC_SUCCESS) op->finished = true;
@@ -376,8 +381,8 @@ Status VerbsEndpoint::post_write(SendOp& op, const LanePiece& p) {
   sge.lkey = op.mr[p.lane].lkey;
   ibv_send_wr wr{};
   wr.wr_id = make_wr_id(WrKind::kData, wr_qp_field(lane.id, local), op.seq);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  wr.sg_list = p.bytes ? &sge : nullptr;
+  wr.num_sge = p.bytes ? 1 : 0;  // zero bytes: an adaptive message's closing immediate
   wr.opcode = p.with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.imm_data = htonl(static_cast<uint32_t>(op.seq));
   wr.send_flags = IBV_SEND_SIGNALED;
@@ -389,6 +394,7 @@ Status VerbsEndpoint::post_write(SendOp& op, const LanePiece& p) {
     return Status(Code::kSystemError, describe() + ": ibv_post_send (RDMA write on " + lane.ch->device().name() +
                                           ") failed: " + std::strerror(rc), peer_.peer_rank);
   ++sq_used_[p.qp];
+  load_.posted(p.qp, p.bytes);
   ++op.writes_inflight;
   if (p.with_imm && p.qp == 0) ++ctrl_sent_;  // it consumes one of the peer's control buffers
   ++activity_;

@@ -19,6 +19,13 @@
 //    each QP carries an immediate (the sequence number), so the receiver knows the message has
 //    landed when every QP it used has delivered its immediate: no acknowledgement round trip,
 //    and a message never waits behind later messages' data queued on another QP.
+//    Over several lanes (HCA ports) the receiver picks how (its CTS says, verbs_lanes.h): static,
+//    the cut by the ports' rates; or adaptive (UCCL_VERBS_STRIPE, the default, when the peer can):
+//    chunks posted one by one to the lane with the fewest bytes posted and not yet completed,
+//    while below UCCL_VERBS_STRIPE_INFLIGHT_BYTES, then an immediate on every QP of the
+//    connection (what the receiver waits for). Writes of one QP land in order, so its immediate
+//    covers all its chunks; a port that is slow or busy completes its writes later and so
+//    is handed fewer chunks, without any rate being measured.
 //    Why WRITE and not READ: data moves one way with no round trip when receives are posted
 //    early (collectives do), there is no max_rd_atomic limit, it is what ib_write_bw measures,
 //    and on Soft-RoCE ib_read_bw reached 10 MB/s vs 37 MB/s for ib_write_bw at 1 MiB (measured
@@ -71,8 +78,9 @@ class VerbsEndpoint : public Endpoint {
   // messages are striped over them (verbs_lanes.h). The passive side learns from READY which
   // of its lanes the active side connected and drops the others. `left_out`: lanes that did
   // not connect and why, for describe().
+  // `options`: the striping knobs (stripe_adaptive, stripe_chunk_bytes, stripe_inflight_bytes).
   VerbsEndpoint(std::vector<VerbsLane> lanes, const VerbsConnInfo& remote, const PeerContext& peer, int liveness_fd,
-                bool active, std::string left_out);
+                bool active, std::string left_out, const VerbsOptions& options);
   ~VerbsEndpoint() override;
 
   void post_send(SendRequest* r) override;
@@ -94,8 +102,10 @@ class VerbsEndpoint : public Endpoint {
     bool have_cts = false;
     CtrlMsg cts;
     MrRef mr[kMaxLanes];        // the buffer's registration on each lane's port (its own PD)
-    std::vector<LanePiece> pieces;  // the writes (computed once the CTS is accepted)
+    std::vector<LanePiece> pieces;  // static: the writes (computed once the CTS is accepted)
     size_t next_piece = 0;      // pieces posted
+    bool adaptive = false;      // the CTS asked for adaptive striping: `cut` says what is posted
+    AdaptiveCut cut;
     int writes_inflight = 0;
     bool final_posted = false;  // nothing left to post (EAGER, last write or DONE is out)
     bool finished = false;      // its completion arrived (or nothing is left to send)
@@ -152,6 +162,8 @@ class VerbsEndpoint : public Endpoint {
   void advance_recv(RecvOp& op);
   void advance_send(SendOp& op);
   Status send_rendezvous(SendOp& op);
+  Status send_adaptive(SendOp& op);
+  bool write_room(size_t qp, bool with_imm) const;
   Scratch* get_scratch(size_t bytes);
   Status sender_mismatch(const SendOp& op) const;
   RecvOp* recv_op(uint64_t seq);
@@ -165,6 +177,12 @@ class VerbsEndpoint : public Endpoint {
   std::vector<size_t> qp_lane_, qp_local_, qp_base_, lane_qps_;
   size_t lane_pos_[kMaxLanes] = {};
   std::vector<double> weights_;
+  // Adaptive striping: our receives ask for it (UCCL_VERBS_STRIPE=adaptive and the peer said
+  // "astripe=1"); chunk and per-lane in-flight limit of our sends; bytes of data writes posted
+  // and not completed, per QP and lane (every data write, static ones too).
+  bool adaptive_ = false;
+  size_t chunk_bytes_ = 0, inflight_bytes_ = 0;
+  StripeLoad load_;
   VerbsConnInfo remote_;
   PeerContext peer_;
   int fd_ = -1;

@@ -19,6 +19,7 @@ void VerbsEndpoint::layout_lanes() {
     gbps.push_back(lanes_[l].gbps);
   }
   if (lanes_.size() > 1) weights_ = rate_weights(gbps);
+  load_ = StripeLoad(lane_qps_);
   sq_used_.assign(qp_lane_.size(), 0);
   data_credits_.assign(qp_lane_.size(), kDataWqes);
 }

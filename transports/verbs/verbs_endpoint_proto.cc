@@ -196,14 +196,16 @@ void VerbsEndpoint::advance_recv(RecvOp& op) {
   }
   if (!op.rndv || op.cts_sent || !ctrl_ok(false)) return;
   RecvRequest* r = op.req;
-  // The writes the sender will post (it computes the same list): which QPs deliver an immediate,
-  // which lanes' ports must be able to write into the buffer.
-  const std::vector<LanePiece> pieces = lane_pieces(r->bytes, weights_, lane_qps_);
-  const uint64_t mask = imm_mask(pieces);
+  // Which QPs deliver an immediate, which lanes' ports must be able to write into the buffer:
+  // adaptive, every QP and lane (the sender picks the lanes as it goes); static, those of the
+  // cut the sender computes too.
+  const bool adaptive = adaptive_ && stripes_adaptively(r->bytes, lanes_.size());
+  const uint64_t mask = expected_imms(r->bytes, adaptive, weights_, lane_qps_);
   for (size_t q = 1; q < data_credits_.size(); ++q)
     if ((mask >> q & 1) && data_credits_[q] == 0) return;  // too many clear-to-sends out on this QP: later
   bool used[kMaxLanes] = {};
-  for (const LanePiece& p : pieces) used[p.lane] = true;
+  for (size_t q = 0; q < qp_lane_.size(); ++q)
+    if (mask >> q & 1) used[qp_lane_[q]] = true;
   uint64_t addr;
   uint32_t rkey[kMaxLanes] = {};
   if (r->reduce) {
@@ -225,6 +227,7 @@ void VerbsEndpoint::advance_recv(RecvOp& op) {
   }
   CtrlMsg c;
   c.type = static_cast<uint8_t>(CtrlType::kCts);
+  c.flags = adaptive ? kFlagAdaptive : 0;
   c.seq = op.seq;
   c.env = r->expect;
   c.bytes = r->bytes;
@@ -345,6 +348,7 @@ Status VerbsEndpoint::send_rendezvous(SendOp& op) {
     op.final_posted = true;
     return Status::Ok();
   }
+  if (c.flags & kFlagAdaptive) return send_adaptive(op);
   // The writes: the lanes' shares in proportion to their rates, each cut over its lane's QPs in
   // contiguous pieces written in parallel; the last piece on each QP carries the immediate that
   // tells the receiver it has landed (verbs_lanes.h; the receiver computed the same list).
@@ -356,12 +360,54 @@ Status VerbsEndpoint::send_rendezvous(SendOp& op) {
       if (!m.ok()) return m.status().with_context("send to " + peer_.describe());
       op.mr[p.lane] = m.value();
     }
-    int limit = p.qp == 0 ? kMaxSendWr - kSqReserveForCtrl : kMaxSendWr;
-    if (sq_used_[p.qp] >= limit) return Status::Ok();  // send queue full: continue next time
-    if (p.with_imm && p.qp == 0 && !ctrl_ok(false)) return Status::Ok();  // needs a control buffer
+    if (!write_room(p.qp, p.with_imm)) return Status::Ok();  // continue next time
     UCCL_RETURN_IF_ERROR(post_write(op, p));
     ++op.next_piece;
   }
+  op.final_posted = true;  // finished when the last acknowledgement arrives
+  return Status::Ok();
+}
+
+// Whether a data write may go on `qp` now: send queue space (QP 0 keeps some for control), and
+// for an immediate on QP 0 a control buffer of the peer's (it consumes one).
+bool VerbsEndpoint::write_room(size_t qp, bool with_imm) const {
+  const int limit = qp == 0 ? kMaxSendWr - kSqReserveForCtrl : kMaxSendWr;
+  return sq_used_[qp] < limit && !(with_imm && qp == 0 && !ctrl_ok(false));
+}
+
+// Adaptive striping (verbs_lanes.h): chunks in order, each to the QP StripeLoad picks (its lane
+// has the fewest bytes in flight, below the limit); then every QP of the connection still owing
+// its immediate gets a zero-length write with one. Called again by progress() as writes complete.
+Status VerbsEndpoint::send_adaptive(SendOp& op) {
+  SendRequest* r = op.req;
+  if (!op.adaptive) {
+    if (!stripes_adaptively(r->bytes, lanes_.size()))
+      return Status(Code::kRemoteError, describe() + ": " + peer_.describe() + " asked for adaptive striping of a " +
+                                            std::to_string(r->bytes) + "-byte message over " +
+                                            std::to_string(lanes_.size()) + " lane(s)", peer_.peer_rank);
+    for (size_t l = 0; l < lanes_.size(); ++l) {  // every lane may carry a chunk or a closing write
+      if (op.mr[l]) continue;
+      auto m = lanes_[l].ch->device().mr_cache().acquire(r->data, r->bytes, false);
+      if (!m.ok()) return m.status().with_context("send to " + peer_.describe());
+      op.mr[l] = m.value();
+    }
+    op.cut.start(r->bytes, chunk_bytes_, qp_lane_.size());
+    op.adaptive = true;
+  }
+  while (op.cut.data_left()) {
+    const size_t qp = load_.pick(inflight_bytes_);
+    if (qp == SIZE_MAX || !write_room(qp, op.cut.last_chunk())) return Status::Ok();  // after completions
+    UCCL_RETURN_IF_ERROR(post_write(op, op.cut.next_chunk(qp, qp_lane_[qp])));
+  }
+  LanePiece p;
+  while (op.cut.closing(qp_lane_, &p)) {
+    if (!write_room(p.qp, true)) return Status::Ok();
+    UCCL_RETURN_IF_ERROR(post_write(op, p));
+    op.cut.closed(p.qp);
+  }
+  if (!op.cut.done())
+    return Status(Code::kInternal, describe() + ": adaptive send to " + peer_.describe() + " owes an immediate on no QP",
+                  peer_.peer_rank);
   op.final_posted = true;  // finished when the last acknowledgement arrives
   return Status::Ok();
 }

@@ -60,6 +60,78 @@ uint64_t imm_mask(const std::vector<LanePiece>& pieces) {
   return m;
 }
 
+uint64_t expected_imms(size_t bytes, bool adaptive, const std::vector<double>& weights, const std::vector<size_t>& qps) {
+  if (adaptive && stripes_adaptively(bytes, qps.size())) {
+    size_t total = 0;
+    for (size_t n : qps) total += n;
+    return total >= 64 ? ~uint64_t(0) : (uint64_t(1) << total) - 1;
+  }
+  return imm_mask(lane_pieces(bytes, weights, qps));
+}
+
+StripeLoad::StripeLoad(const std::vector<size_t>& qps) : lane_qps_(qps), lane_load_(qps.size(), 0) {
+  for (size_t l = 0; l < qps.size(); ++l) {
+    lane_first_.push_back(qp_lane_.size());
+    for (size_t q = 0; q < qps[l]; ++q) qp_lane_.push_back(l);
+  }
+  qp_load_.assign(qp_lane_.size(), 0);
+  fifo_.resize(qp_lane_.size());
+}
+
+size_t StripeLoad::pick(size_t limit) const {
+  const size_t lane = least_committed_lane(lane_load_, std::vector<size_t>(lane_load_.size(), limit));
+  if (lane == SIZE_MAX || lane_qps_[lane] == 0) return SIZE_MAX;
+  size_t best = lane_first_[lane];
+  for (size_t q = best + 1; q < lane_first_[lane] + lane_qps_[lane]; ++q)
+    if (qp_load_[q] < qp_load_[best]) best = q;
+  return best;
+}
+
+void StripeLoad::posted(size_t qp, size_t bytes) {
+  fifo_[qp].push_back(bytes);
+  qp_load_[qp] += bytes;
+  lane_load_[qp_lane_[qp]] += bytes;
+}
+
+void StripeLoad::completed(size_t qp) {
+  if (qp >= fifo_.size() || fifo_[qp].empty()) return;
+  const size_t b = fifo_[qp].front();
+  fifo_[qp].pop_front();
+  qp_load_[qp] -= b;
+  lane_load_[qp_lane_[qp]] -= b;
+}
+
+void AdaptiveCut::start(size_t n, size_t c, size_t total_qps) {
+  bytes = n;
+  sent = 0;
+  chunk = std::min(kMaxWrite, std::max(kStripeAlign, c / kStripeAlign * kStripeAlign));
+  owe_imm = total_qps >= 64 ? ~uint64_t(0) : (uint64_t(1) << total_qps) - 1;
+}
+
+LanePiece AdaptiveCut::next_chunk(size_t qp, size_t lane) {
+  LanePiece p;
+  p.lane = lane;
+  p.qp = qp;
+  p.offset = sent;
+  p.bytes = std::min(chunk, bytes - sent);
+  sent += p.bytes;
+  p.with_imm = sent == bytes;
+  if (p.with_imm) closed(qp);
+  return p;
+}
+
+bool AdaptiveCut::closing(const std::vector<size_t>& qp_lane, LanePiece* out) const {
+  if (data_left() || owe_imm == 0) return false;
+  size_t q = 0;
+  while (!(owe_imm >> q & 1)) ++q;
+  if (q >= qp_lane.size()) return false;
+  *out = LanePiece();
+  out->lane = qp_lane[q];
+  out->qp = q;
+  out->with_imm = true;  // offset 0, no bytes: only the immediate
+  return true;
+}
+
 double lane_rate(const LanePort& a, const LanePort& b) {
   return a.gbps > 0 && b.gbps > 0 ? std::min(a.gbps, b.gbps) : std::max(a.gbps, b.gbps);
 }

@@ -20,6 +20,7 @@
 #include "transports/verbs/verbs_channel.h"
 #include "transports/verbs/verbs_device.h"
 #include "transports/path_choice.h"
+#include "transports/stripe.h"
 #include "transports/verbs/verbs_endpoint.h"
 #include "transports/verbs/verbs_lanes.h"
 #include "transports/verbs/verbs_mr_cache.h"
@@ -110,7 +111,7 @@ class VerbsPendingConnect : public PendingConnect {
       kept.push_back(std::move(l));
     }
     lanes_.clear();
-    return static_cast<Endpoint*>(new VerbsEndpoint(std::move(kept), remote.value(), peer_, fd, true, notes_));
+    return static_cast<Endpoint*>(new VerbsEndpoint(std::move(kept), remote.value(), peer_, fd, true, notes_, options_));
   }
 
  private:
@@ -204,7 +205,7 @@ class VerbsTransport : public Transport {
       mine.lanes.push_back({lanes[i].id, std::make_shared<VerbsConnInfo>(lanes[i].ch->local_info())});
     *answer = mine.serialize();
     const int fd = take_liveness_fd(fds);
-    return static_cast<Endpoint*>(new VerbsEndpoint(std::move(lanes), remote, peer, fd, false, notes));
+    return static_cast<Endpoint*>(new VerbsEndpoint(std::move(lanes), remote, peer, fd, false, notes, options_));
   }
 
  private:
@@ -247,6 +248,18 @@ const IntSetting kIbTimeout("verbs", "UCCL_IB_TIMEOUT", "18", "IB ack timeout ex
 const IntSetting kIbRetryCnt("verbs", "UCCL_IB_RETRY_CNT", "7", "IB transport retry count", int_in(0, 7));
 const IntSetting kIbTc("verbs", "UCCL_IB_TC", "0", "IB traffic class", int_in(0, 255));
 const IntSetting kIbSl("verbs", "UCCL_IB_SL", "0", "IB service level", int_in(0, 15));
+const TextSetting kVerbsStripe("verbs", "UCCL_VERBS_STRIPE", "adaptive",
+                               "how a large message is spread over a connection's HCA ports: adaptive (chunks go to "
+                               "the port with the fewest bytes posted and not yet completed, so a slow or busy port "
+                               "carries less) or static (cut by the ports' rated speeds); the receiver decides",
+                               one_of({"adaptive", "static"}));
+const BytesSetting kVerbsStripeChunkBytes("verbs", "UCCL_VERBS_STRIPE_CHUNK_BYTES", "256K",
+                                          "adaptive striping: the RDMA write handed to one port at a time",
+                                          bytes_at_least(kStripeAlign));
+const BytesSetting kVerbsStripeInflightBytes("verbs", "UCCL_VERBS_STRIPE_INFLIGHT_BYTES", "1M",
+                                             "adaptive striping: a port gets its next chunk while less than this is "
+                                             "posted to it and not yet completed",
+                                             bytes_at_least(1));
 
 namespace {
 
@@ -285,6 +298,9 @@ VerbsOptions VerbsOptions::from_config() {
   o.tc = kIbTc.get();
   o.sl = kIbSl.get();
   o.stripe = kStripeNetworks.get() != "off";
+  o.stripe_adaptive = kVerbsStripe.get() == "adaptive";
+  o.stripe_chunk_bytes = kVerbsStripeChunkBytes.get();
+  o.stripe_inflight_bytes = kVerbsStripeInflightBytes.get();
   return o;
 }
 

@@ -19,7 +19,8 @@
 //    region, then reduce into dst.
 //  * With several usable ports (UCCL_IB_HCA selects them, no rail port picked), the connection
 //    has a lane (channel) per pair of ports on one fabric and large messages are cut over the
-//    lanes by their rates (verbs_lanes.h); lane 0 carries the control stream.
+//    lanes (verbs_lanes.h): by default adaptively, in chunks that go to the lane with the
+//    fewest bytes on their way (UCCL_VERBS_STRIPE); lane 0 carries the control stream.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +37,8 @@ namespace uccl {
 // The verbs settings (declared in verbs_transport.cc; defaults and meanings there).
 extern const TextSetting kIbHca;
 extern const IntSetting kIbGidIndex, kIbQpsPerConnection, kIbTimeout, kIbRetryCnt, kIbTc, kIbSl;
+extern const TextSetting kVerbsStripe;
+extern const BytesSetting kVerbsStripeChunkBytes, kVerbsStripeInflightBytes;
 
 // Knobs of one verbs transport instance. make_verbs_transport() fills them from the settings
 // (from_config()); fields start at the settings' defaults.
@@ -50,6 +53,13 @@ struct VerbsOptions {
   // Stripe large messages over every ACTIVE port `hca` selects that the peer has a port beside
   // (transports/verbs/verbs_lanes.h); false (UCCL_STRIPE_NETWORKS=off): the first port only.
   bool stripe = true;
+  // How a message striped over several lanes is spread (UCCL_VERBS_STRIPE, verbs_lanes.h): in
+  // chunks of stripe_chunk_bytes, each to the lane with the fewest bytes posted and not yet
+  // completed while below stripe_inflight_bytes (adaptive), or cut by the ports' rates (false).
+  // Decided by the receiver of each message.
+  bool stripe_adaptive = kVerbsStripe.default_value() == "adaptive";
+  size_t stripe_chunk_bytes = kVerbsStripeChunkBytes.default_value();
+  size_t stripe_inflight_bytes = kVerbsStripeInflightBytes.default_value();
   // Tests: lane `fail_lane_for_testing` (>= 1) fails to connect on this side (-1: none).
   int fail_lane_for_testing = -1;
   static VerbsOptions from_config();

@@ -91,6 +91,7 @@ std::string VerbsConnInfo::serialize() const {
     << mbox_addr << ":" << mbox_rkey << std::dec << " ctrl=" << ctrl_slots << "x" << ctrl_slot_bytes;
   if (gbps > 0) o << " gbps=" << gbps;
   if (!fabric.empty()) o << " fab=" << fabric;
+  if (adaptive_writer) o << " astripe=1";
   for (const Lane& l : lanes) {
     const VerbsConnInfo& c = *l.info;
     o << " lane" << l.index << "=" << c.device << "|" << c.link_layer << "|" << c.lid << "|" << gid_hex(c.gid) << "|"
@@ -148,6 +149,10 @@ Result<VerbsConnInfo> VerbsConnInfo::parse(const std::string& text) {
   c.ctrl_slot_bytes = static_cast<uint32_t>(bytes);
   if (kv.count("gbps") && !parse_rate(kv["gbps"], &c.gbps)) return bad("gbps");
   if (kv.count("fab")) c.fabric = kv["fab"];
+  if (kv.count("astripe")) {
+    if (kv["astripe"] != "0" && kv["astripe"] != "1") return bad("astripe");
+    c.adaptive_writer = kv["astripe"] == "1";
+  }
   for (auto& e : kv) {
     if (e.first.compare(0, 4, "lane") != 0) continue;
     uint64_t index;

@@ -17,6 +17,10 @@
 //                                  that does not stripe (lane 0 alone)
 // The data of a rendezvous needs no control message: the last RDMA write on each QP carries
 // the immediate (uint32) low 32 bits of seq; on QP 0 it consumes a control buffer (a credit).
+// Which QPs deliver one (verbs_lanes.h): a CTS without flag ADAPTIVE, those of the static cut
+// both sides compute (lane_pieces); with ADAPTIVE (only sent to a peer whose offer/answer says
+// "astripe=1"), every QP of the connection, each closed by a write with immediate after the
+// message's last chunk, a zero-length one where the QP's last chunk carried none.
 // An EAGER with flag INVALID tells the receiver the sender's request was bad (no payload).
 // Every message carries `credits`: the cumulative number of control buffers its sender has
 // reposted, so credits flow back for free whenever traffic goes both ways; otherwise the
@@ -41,6 +45,7 @@ enum CtrlFlag : uint8_t {
   kFlagMismatch = 1,  // DONE: the sender found the CTS did not match; no data was written
   kFlagReject = 2,    // CTS: the receiver failed this message; the sender must not write
   kFlagInvalid = 4,   // EAGER: the sender's request was invalid; CTS (with REJECT): the receive was
+  kFlagAdaptive = 8,  // CTS: stripe adaptively over the lanes, close every QP with an immediate
 };
 
 struct CtrlMsg {
@@ -77,6 +82,9 @@ struct VerbsConnInfo {
   uint32_t ctrl_slot_bytes = 0;  // each = sizeof(CtrlMsg) + eager payload limit
   double gbps = 0;           // the port's rated speed (0 unknown): lanes are weighted by it
   std::string fabric;        // "roce:10.77.0.0/24": lanes pair ports on one fabric
+  // "astripe=1": this side honours a CTS with kFlagAdaptive (verbs_lanes.h). Optional on the
+  // wire: a peer without it is only sent static CTSs, so older builds still interoperate.
+  bool adaptive_writer = false;
 
   // Striping over several ports (verbs_lanes.h): the fields above describe lane 0; each entry
   // here one more lane: in an offer the active side's lane `index` (1, 2, ...), in an answer the
