@@ -79,7 +79,8 @@ StripeLoad::StripeLoad(const std::vector<size_t>& qps) : lane_qps_(qps), lane_lo
 }
 
 size_t StripeLoad::pick(size_t limit) const {
-  const size_t lane = least_committed_lane(lane_load_, std::vector<size_t>(lane_load_.size(), limit));
+  limits_.assign(lane_load_.size(), limit);  // no allocation once sized
+  const size_t lane = least_committed_lane(lane_load_, limits_);
   if (lane == SIZE_MAX || lane_qps_[lane] == 0) return SIZE_MAX;
   size_t best = lane_first_[lane];
   for (size_t q = best + 1; q < lane_first_[lane] + lane_qps_[lane]; ++q)

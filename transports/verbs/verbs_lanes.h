@@ -95,6 +95,7 @@ class StripeLoad {
 
  private:
   std::vector<size_t> qp_lane_, lane_first_, lane_qps_, lane_load_, qp_load_;
+  mutable std::vector<size_t> limits_;  // pick()'s per-lane limit, kept so a chunk allocates nothing
   std::vector<std::deque<size_t>> fifo_;
 };
 
