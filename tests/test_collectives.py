@@ -2,7 +2,7 @@
 
 World sizes 1, 2, 3, 4, 5, 8; transports tcp only, shm only, auto, and mixed (ranks get
 different UCCL_HOST_ID, so same-"host" pairs use shm and the others tcp); algorithms forced
-with UCCL_ALGO=ring / direct / rhd in some scenarios. Each scenario starts its ranks once and runs
+with UCCL_ALGO=ring / direct / rhd / twoshot in some scenarios. Each scenario starts its ranks once and runs
 the whole sweep inside them (tests/sweeps.py); all_reduce results must be bitwise identical on
 every rank.
 """
@@ -32,6 +32,10 @@ SCENARIOS = [
     ("w4-shm-rhd", 4, "shm", None, {"UCCL_ALGO": "rhd"}, 2),
     ("w8-mixed-rhd", 8, "auto", 2, {"UCCL_ALGO": "rhd"}, 1),
     ("w2-tcp-rhd-kwarg", 2, "tcp", None, {"comm:algorithm": "rhd"}, 0),
+    # two-shot: ordered receives taking turns on shm, posted one at a time on tcp / mixed
+    ("w4-shm-twoshot", 4, "shm", None, {"UCCL_ALGO": "twoshot"}, 2),
+    ("w3-tcp-twoshot", 3, "tcp", None, {"UCCL_ALGO": "twoshot"}, 2),
+    ("w5-mixed-twoshot", 5, "auto", 2, {"UCCL_ALGO": "twoshot"}, 1),
     # hierarchical, whole and cut into segments pipelined over the levels (every size of 128
     # bytes and more runs as 2..8 segments, uneven ones included)
     ("w6-mixed-hier", 6, "auto", 2, {"UCCL_ALGO": "hier", "UCCL_HIER_SEGMENT_BYTES": "0"}, 1),
@@ -63,8 +67,8 @@ def test_collectives(sid, world, transport, groups, env, big):
             want = ("local", "local")
         elif forced:
             want = (forced, forced)
-        elif hosts is None and world >= 4 and world & (world - 1) == 0:
-            want = ("direct", "rhd")  # recursive halving/doubling: power-of-two group on one host
+        elif hosts is None and world >= 3:
+            want = ("direct", "twoshot")  # one host: two phases (rhd's 2 log2 n, the ring's 2 (n-1))
         else:
             want = ("direct", "ring")
         # Several hosts with several ranks each: the cost model may pick the hierarchical

@@ -84,7 +84,7 @@ def _ranks(ranks):
 def predict(topo, collective, nbytes, ranks=None, algorithm="auto"):
     """Predicted seconds of `collective` over the group `ranks` (global ranks in group order;
     None = all). algorithm: "auto" (what uccl would pick) or a forced name ("ring", "direct",
-    "rhd", "hier"); a forced one that cannot run on this group raises InvalidArgument saying why."""
+    "rhd", "hier", "twoshot"); a forced one that cannot run on this group raises InvalidArgument saying why."""
     return _core.cost_predict(topo._t, collective, float(nbytes), _ranks(ranks), algorithm)
 
 

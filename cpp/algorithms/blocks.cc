@@ -4,7 +4,8 @@
 namespace uccl {
 
 const TextSetting kAlgo("algorithms", "UCCL_ALGO", "auto",
-                        "force an algorithm: auto, ring, direct, hier, rhd (recursive halving/doubling all_reduce)",
+                        "force an algorithm: auto, ring, direct, hier, rhd (recursive halving/doubling all_reduce), "
+                        "twoshot (all_reduce / reduce_scatter: every rank reduces its block from all peers at once)",
                         any_text());  // checked by Communicator::create with the option (parse_algorithm)
 const BytesSetting kSmallMsgBytes("algorithms", "UCCL_SMALL_MSG_BYTES", "64K",
                                   "latency-oriented (direct) algorithms up to this many bytes", bytes_at_least(0));

@@ -103,6 +103,38 @@ void halving_doubling_all_reduce(const void* send, void* recv, const Blocks& b, 
   }
 }
 
+// Two-shot (NCCL's name; select.cc says when): every rank reduces its own block from all n-1
+// peers in one phase, then sends it to all of them in a second: 2 phases instead of the
+// ring's 2 (n-1), the same bytes on every link. The n-1 reducing receives are ordered
+// (Action::ordered): on shm they take turns over the block a few hundred KiB at a time, so the
+// block is read and written once per operation instead of once per ring step, and the sum is
+// formed in the same order every run (own data first, then ranks r+1, r+2, ...). One rank
+// reduces each block, so all ranks get identical bytes. In place works: a rank writes only its
+// own block while its peers read theirs from it.
+void two_shot_reduce_scatter(const void* send, void* out_block, const Blocks& b, const OpEnv& env, Schedule* s) {
+  const int n = env.size, r = env.rank;
+  const size_t es = dtype_size(s->dtype());
+  for (int k = 1; k < n; ++k) {
+    const int p = (r + k) % n;
+    s->send(p, at(send, b.off[p], es), b.cnt[p] * es);
+  }
+  for (int k = 1; k < n; ++k)
+    s->recv_reduce((r + k) % n, out_block, k == 1 ? at(send, b.off[r], es) : nullptr, b.cnt[r] * es).ordered = true;
+}
+
+void two_shot_all_reduce(const void* send, void* recv, const Blocks& b, bool avg, const OpEnv& env, Schedule* s) {
+  const int n = env.size, r = env.rank;
+  const size_t es = dtype_size(s->dtype());
+  two_shot_reduce_scatter(send, at(recv, b.off[r], es), b, env, s);
+  s->new_phase();
+  if (avg) s->divide(at(recv, b.off[r], es), at(recv, b.off[r], es), b.cnt[r] * es, n);
+  for (int k = 1; k < n; ++k) {
+    const int p = (r + k) % n;
+    s->send(p, at(recv, b.off[r], es), b.cnt[r] * es).final_data = true;
+    s->recv(p, at(recv, b.off[p], es), b.cnt[p] * es).final_data = true;
+  }
+}
+
 }  // namespace
 
 Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
@@ -138,6 +170,10 @@ Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
     halving_doubling_all_reduce(send, a.recv, b, a.op == RedOp::kAvg, env, s);
     return Status::Ok();
   }
+  if (algo == Algorithm::kTwoShot) {
+    two_shot_all_reduce(send, a.recv, b, a.op == RedOp::kAvg, env, s);
+    return Status::Ok();
+  }
   // Ring: reduce-scatter accumulating straight into recv (the first step folds `send` in, so
   // out-of-place needs no copy), then all-gather of the finished blocks.
   const int next = (r + 1) % n, prev = (r - 1 + n) % n;
@@ -167,9 +203,10 @@ Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, con
   const Algorithm algo = choose_algorithm(env, Collective::kReduceScatter, total);
   if (algo == Algorithm::kHier) return build_hier_reduce_scatter_v(send, recv, b, a, env, s);
   const bool direct = algo == Algorithm::kDirect;  // local (one rank) takes the ring's path
-  // Scratch layout: [premul-scaled input][direct: n slots | ring: two blocks in flight].
+  // Scratch layout: [premul-scaled input][direct: n slots | ring: two blocks in flight | two-shot: none].
   const size_t scaled_bytes = a.op == RedOp::kPremulSum ? total : 0;
-  char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + (direct ? n * maxb : 2 * maxb) + 64));
+  const size_t work_bytes = direct ? n * maxb : algo == Algorithm::kTwoShot ? 0 : 2 * maxb;
+  char* scratch = static_cast<char*>(env.scratch->get(scaled_bytes + work_bytes + 64));
   s->new_phase();
   if (a.op == RedOp::kPremulSum) {
     s->scale(scratch, send, total, a.scalar);
@@ -187,6 +224,9 @@ Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, con
     s->new_phase();
     if (n == 1) s->copy(recv, work, mine);
     else reduce_slots_in_order(recv, work, mine, n, s);
+  } else if (algo == Algorithm::kTwoShot) {
+    two_shot_reduce_scatter(send, recv, b, env, s);
+    s->new_phase();
   } else {
     ring_reduce_scatter(send, recv, work, b, env, s);
     s->new_phase();

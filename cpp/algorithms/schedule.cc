@@ -45,8 +45,8 @@ Action& Schedule::recv(int peer, void* dst, size_t bytes) {
   return add(Action::Kind::kRecv, peer, dst, nullptr, nullptr, bytes);
 }
 
-void Schedule::recv_reduce(int peer, void* dst, const void* acc, size_t bytes) {
-  add(Action::Kind::kRecvReduce, peer, dst, nullptr, acc, bytes);
+Action& Schedule::recv_reduce(int peer, void* dst, const void* acc, size_t bytes) {
+  return add(Action::Kind::kRecvReduce, peer, dst, nullptr, acc, bytes);
 }
 
 void Schedule::copy(void* dst, const void* src, size_t bytes) {

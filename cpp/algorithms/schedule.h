@@ -50,6 +50,12 @@ struct Action {
   // Builders set it on both ends of a message (schedules are symmetric); a disagreement only
   // costs the hint.
   bool final_data = false;
+  // kRecvReduce: the phase's ordered receives all reduce into the same bytes, one after another
+  // in action order, range by range (the executor chains them: RecvRequest::after). So the
+  // result is the same every run whichever peer's data arrives first, and where the transport
+  // takes turns (shm) each range is combined from every peer while it is in cache. The first
+  // one folds its accumulator in, the others accumulate into dst.
+  bool ordered = false;
   Envelope env;
   bool is_comm() const { return kind == Kind::kSend || kind == Kind::kRecv || kind == Kind::kRecvReduce; }
 };
@@ -73,8 +79,8 @@ class Schedule {
   // Nothing else in the phase may read or write `tee`.
   Action& send_tee(int peer, const void* src, size_t bytes, void* tee);
   Action& recv(int peer, void* dst, size_t bytes);
-  // dst = op(acc, incoming); acc == nullptr means dst itself.
-  void recv_reduce(int peer, void* dst, const void* acc, size_t bytes);
+  // dst = op(acc, incoming); acc == nullptr means dst itself. Returns the action (hints).
+  Action& recv_reduce(int peer, void* dst, const void* acc, size_t bytes);
   void copy(void* dst, const void* src, size_t bytes);
   void reduce(void* dst, const void* a, const void* b, size_t bytes);
   void scale(void* dst, const void* src, size_t bytes, double factor);

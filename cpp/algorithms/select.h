@@ -38,6 +38,7 @@ enum class Algorithm : uint8_t {
   kRing,           // rings (bandwidth)
   kHalvingDoubling,  // "rhd": recursive halving/doubling all_reduce
   kHier,           // rings along the topology's levels (hierarchical.cc)
+  kTwoShot,        // "twoshot": each rank reduces its block from all peers at once, then sends it to all
   kDissemination,  // barrier
 };
 

@@ -31,6 +31,14 @@ struct ExecState {
   std::vector<SendRequest> sends;  // the posted phase's are the first nsends (the vectors only grow)
   std::vector<RecvRequest> recvs;
   size_t nsends = 0, nrecvs = 0;
+  // Ordered receives (Action::ordered) whose endpoints cannot take turns: posted one at a time,
+  // each once the one before it (recvs[before]) completed. held[held_next..] wait.
+  struct Held {
+    size_t index, before;
+    const Action* action;
+  };
+  std::vector<Held> held;
+  size_t held_next = 0;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
   // Device operations: the stream their local actions run on and the events the executor
   // queries (never waits on), for the device of the last device operation.
@@ -80,6 +88,8 @@ class ScheduleTask {
   Result<Endpoint*> endpoint_for(int peer);
   Endpoint* comm_endpoint(int peer);
   void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes);
+  void fill_recv(const Action& a, RecvRequest* r);
+  void post_held();  // the held ordered receives whose turn came
   // Chooses the peer of an any-source receive (a.peer == kAnySource): the first peer, in turn,
   // whose next message is a p2p message with the receive's tag. *matched stays false while
   // none has arrived; a failed peer (or connection) fails the receive.

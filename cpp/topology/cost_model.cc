@@ -114,6 +114,12 @@ double predict_halving_doubling(const Topology& t, CostOp op, double total_bytes
   return total;
 }
 
+double predict_two_shot(const Topology& t, CostOp op, double total_bytes) {
+  const int n = t.size();
+  if ((op != CostOp::kAllReduce && op != CostOp::kReduceScatter) || n < 1) return -1;
+  return (reduces_twice(op) ? 2 : 1) * phase_time(t, all_pairs(n, total_bytes / n));
+}
+
 double predict_hierarchical(const Topology& t, CostOp op, double total_bytes) {
   if (op != CostOp::kAllGather && op != CostOp::kReduceScatter && op != CostOp::kAllReduce) return -1;
   const auto& dims = t.dims();

@@ -10,7 +10,7 @@
 // rate is known); inside a host each rank's shared-memory rate is split among the flows it
 // sends (or receives) in that phase. A phase lasts as long as its slowest flow plus a fixed
 // latency (a network round of the tcp transport, or a shared-memory handoff when the phase stays
-// on one host): that latency term is what makes few-step algorithms (rhd) win on one host.
+// on one host): that latency term is what makes few-step algorithms (two-shot, rhd) win on one host.
 //
 // For the rail-only grid the hierarchical prediction reduces to
 // AGtime(D,x,y,C_F,C_S) = (y-1)D/(x*y*C_S) + (x-1)D/(x*C_F) with C_S the per-rank share of the
@@ -47,6 +47,9 @@ double predict_flat_ring(const Topology& t, CostOp op, double total_bytes, int r
 double predict_direct(const Topology& t, CostOp op, double total_bytes, int root = 0);
 // Recursive halving/doubling all_reduce (power-of-two groups): 2 log2(n) pairwise steps.
 double predict_halving_doubling(const Topology& t, CostOp op, double total_bytes);
+// Two-shot all_reduce / reduce_scatter: one all-pairs phase of blocks (each rank gets its block
+// from everyone), and for all_reduce a second one that gives every block to everyone.
+double predict_two_shot(const Topology& t, CostOp op, double total_bytes);
 // Rings along the grid's dims (all_gather, reduce_scatter, all_reduce).
 double predict_hierarchical(const Topology& t, CostOp op, double total_bytes);
 // Dissemination barrier: ceil(log2 n) rounds of empty messages.

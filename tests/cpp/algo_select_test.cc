@@ -89,14 +89,21 @@ std::string previous_choice(Collective coll, size_t bytes, const Topology* t, in
       if (hier()) return "hier";
       if (n == 1) return "local";
       std::string a = pick();
+      // Since issue 18's two-shot: a bandwidth-sized request on one host of 3+ ranks.
+      if (forced == Algorithm::kAuto && a == "ring" && n >= 3 && t && t->num_hosts() == 1) return "twoshot";
       const bool pow2 = (n & (n - 1)) == 0;
       if (pow2 && (forced == Algorithm::kHalvingDoubling ||
                    (forced == Algorithm::kAuto && n >= 4 && a == "ring" && t && t->num_hosts() == 1)))
         a = "rhd";
       return a;
     }
+    case Collective::kReduceScatter: {
+      if (hier()) return "hier";
+      if (n == 1) return "local";
+      const std::string a = pick();
+      return forced == Algorithm::kAuto && a == "ring" && n >= 3 && t && t->num_hosts() == 1 ? "twoshot" : a;
+    }
     case Collective::kAllGather:
-    case Collective::kReduceScatter:
       if (hier()) return "hier";
       return n == 1 ? "local" : pick();
     case Collective::kReduce: return n == 1 ? "local" : pick();
@@ -131,17 +138,24 @@ TEST_CASE("the table reproduces the cases the tests and benchmarks exercise") {
       {"small all_reduce", Collective::kAllReduce, 16, h4, A, "direct"},
       {"at UCCL_SMALL_MSG_BYTES, 2 ranks", Collective::kAllReduce, kSmall, h2, A, "direct"},
       {"at UCCL_SMALL_MSG_BYTES / 3, 4 ranks", Collective::kAllReduce, kSmall / 3, h4, A, "direct"},
-      {"just above it", Collective::kAllReduce, kSmall / 3 + 1, h4, A, "rhd"},
+      {"just above it", Collective::kAllReduce, kSmall / 3 + 1, h4, A, "twoshot"},
       {"all_gather keeps the whole threshold", Collective::kAllGather, kSmall, h4, A, "direct"},
-      {"4 ranks one host: rhd (measured)", Collective::kAllReduce, 1 << 18, h4, A, "rhd"},
-      {"8 ranks one host", Collective::kAllReduce, 16 << 20, h8, A, "rhd"},
-      {"2 ranks: ring (same steps as rhd)", Collective::kAllReduce, 1 << 20, h2, A, "ring"},
-      {"3 ranks: not a power of two", Collective::kAllReduce, 1 << 20, h3, A, "ring"},
+      {"4 ranks one host: two-shot (2 phases vs rhd's 4)", Collective::kAllReduce, 1 << 18, h4, A, "twoshot"},
+      {"8 ranks one host", Collective::kAllReduce, 16 << 20, h8, A, "twoshot"},
+      {"2 ranks: ring (same steps as rhd and two-shot)", Collective::kAllReduce, 1 << 20, h2, A, "ring"},
+      {"3 ranks one host", Collective::kAllReduce, 1 << 20, h3, A, "twoshot"},
+      {"reduce_scatter, 4 ranks one host", Collective::kReduceScatter, 1 << 20, h4, A, "twoshot"},
+      {"reduce_scatter, 2 ranks", Collective::kReduceScatter, 1 << 20, h2, A, "ring"},
+      {"two-shot avoided across hosts", Collective::kReduceScatter, 1 << 20, topo(mixed(4, 4)), A, "ring"},
+      {"two-shot forced across hosts", Collective::kAllReduce, 1 << 20, m8, Algorithm::kTwoShot, "twoshot"},
+      {"two-shot forced, small", Collective::kAllReduce, 16, h4, Algorithm::kTwoShot, "twoshot"},
+      {"two-shot forced on all_gather: plain choice", Collective::kAllGather, 1 << 20, h4, Algorithm::kTwoShot, "ring"},
       {"two hosts of two ranks: hier (cost model)", Collective::kAllReduce, 1 << 20, m4, A, "hier"},
       {"four hosts of one rank: the ring, not rhd", Collective::kAllReduce, 1 << 20, topo(mixed(4, 4)), A, "ring"},
       {"rhd forced across hosts", Collective::kAllReduce, 1 << 20, m8, Algorithm::kHalvingDoubling, "rhd"},
       {"rhd forced, small", Collective::kAllReduce, 16, h4, Algorithm::kHalvingDoubling, "rhd"},
       {"rhd forced on 3 ranks: plain choice", Collective::kAllReduce, 1 << 20, h3, Algorithm::kHalvingDoubling, "ring"},
+      {"rhd forced on 4 ranks", Collective::kAllReduce, 1 << 20, h4, Algorithm::kHalvingDoubling, "rhd"},
       {"rhd forced on reduce_scatter", Collective::kReduceScatter, 16, h4, Algorithm::kHalvingDoubling, "direct"},
       {"direct forced, large", Collective::kAllReduce, 1 << 20, h4, Algorithm::kDirect, "direct"},
       {"ring forced, small", Collective::kAllReduce, 16, h4, Algorithm::kRing, "ring"},
@@ -209,7 +223,7 @@ TEST_CASE("the table agrees with the previous rules everywhere") {
 }
 
 TEST_CASE("names: enum in, enum out; unknown names refused") {
-  for (const char* n : {"ring", "direct", "rhd", "hier"}) {
+  for (const char* n : {"ring", "direct", "rhd", "hier", "twoshot"}) {
     auto a = parse_algorithm(n);
     REQUIRE(a.ok());
     CHECK(std::string(algorithm_name(a.value())) == n);
@@ -242,11 +256,12 @@ TEST_CASE("the reason names every candidate with its predicted cost, and why the
   r.topo = t.get();
   r.small_msg_bytes = kSmall;
   const Selection s = select_algorithm(r);
-  CHECK(s.algo == Algorithm::kHalvingDoubling);
+  CHECK(s.algo == Algorithm::kTwoShot);
   CHECK(s.cost > 0);
   INFO(s.reason);
-  CHECK(s.reason.find("rhd predicted") != std::string::npos);
+  CHECK(s.reason.find("twoshot predicted") != std::string::npos);
   CHECK(s.reason.find("ring ") != std::string::npos);
+  CHECK(s.reason.find("rhd ") != std::string::npos);
   CHECK(s.reason.find("UCCL_SMALL_MSG_BYTES") != std::string::npos);  // why not direct
   CHECK(s.reason.find("hier (the hierarchy is flat") != std::string::npos);
   // The chosen one is the cheapest of those that compete.
@@ -270,6 +285,10 @@ TEST_CASE("cost model: every algorithm has a latency term and the bandwidth term
   const double rhd_ar = predict_halving_doubling(*t, CostOp::kAllReduce, D);
   CHECK(rhd_ar < ring_ar);
   CHECK(ring_ar - rhd_ar == doctest::Approx(2 * 5e-6));  // 6 phases vs 4, equal bytes
+  // two-shot: the same bytes again in 2 phases; its reduce_scatter is direct's (one phase).
+  CHECK(rhd_ar - predict_two_shot(*t, CostOp::kAllReduce, D) == doctest::Approx(2 * 5e-6));
+  CHECK(predict_two_shot(*t, CostOp::kReduceScatter, D) == doctest::Approx(predict_direct(*t, CostOp::kReduceScatter, D)));
+  CHECK(predict_two_shot(*t, CostOp::kAllGather, D) < 0);  // no such schedule
   // direct all_gather: one phase, each rank's share split over 3 flows.
   CHECK(predict_direct(*t, CostOp::kAllGather, D) == doctest::Approx(3 * D / 4 / B + 5e-6));
   // empty messages still cost the latency: barrier of 4 ranks = 2 rounds

@@ -194,10 +194,23 @@ uint64_t ShmEndpoint::rx_available(uint64_t want) {
   return rx_head_cache_ - rx_tail_;
 }
 
+namespace {
+// How far an ordered receive may combine now: up to where the receive before it got, plus its
+// lead (RecvRequest::after); all of it otherwise.
+uint64_t order_limit(const RecvRequest* r) {
+  const RecvRequest* a = r->after;
+  if (!a) return r->bytes;
+  const uint64_t reached = a->pending() ? a->delivered : a->bytes;
+  return std::min<uint64_t>(r->bytes, reached + r->lead);
+}
+}  // namespace
+
 bool ShmEndpoint::recv_step() {
   if (recvq_.empty()) return false;
   RecvRequest* r = recvq_.front();
   if (!rx_in_message_) {
+    // A payload of one line is combined when its header is read: wait for all of its turn.
+    if (r->after && order_limit(r) < std::min<uint64_t>(r->bytes, kLineBytes)) return false;
     if (!recv_start(r)) return false;
     if (!rx_in_message_) return true;  // finished (zero bytes) or failed
   }
@@ -281,7 +294,7 @@ void ShmEndpoint::deliver(RecvRequest* r, size_t offset, const char* src, size_t
 
 bool ShmEndpoint::recv_ring_piece(RecvRequest* r) {
   const uint64_t remaining = r->bytes - rx_off_;
-  const uint64_t want = std::min<uint64_t>(remaining, piece_);
+  const uint64_t want = std::min<uint64_t>(std::min<uint64_t>(remaining, piece_), order_limit(r) - rx_off_);
   uint64_t n = std::min<uint64_t>(rx_available(want), want);
   // The writer publishes whole pieces (multiples of 64) and the final remainder, so n is
   // already a whole number of elements; keep the reduction safe regardless.
@@ -292,6 +305,7 @@ bool ShmEndpoint::recv_ring_piece(RecvRequest* r) {
   deliver(r, rx_off_, rx_data_ + at, first);
   if (n > first) deliver(r, rx_off_ + first, rx_data_, n - first);
   rx_off_ += n;
+  r->delivered = rx_off_;
   rx_tail_ += n;
   const bool done = rx_off_ == r->bytes;
   if (done) rx_tail_ = align_up(rx_tail_, kLine);
@@ -310,7 +324,8 @@ bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
     die(gone_status_);  // never read a dead pid: the number may already name another process
     return true;
   }
-  const uint64_t remaining = r->bytes - rx_off_;
+  const uint64_t remaining = std::min<uint64_t>(r->bytes, order_limit(r)) - rx_off_;
+  if (remaining == 0) return false;  // an ordered receive whose turn has not come yet
   const uintptr_t src = rx_hdr_.cma_address + rx_off_;
   ssize_t got;
   if (!r->reduce) {
@@ -345,6 +360,7 @@ bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
   }
   if (got == 0) return false;
   rx_off_ += static_cast<uint64_t>(got);
+  r->delivered = rx_off_;
   if (rx_off_ == r->bytes) {
     rx_ctl_->cma_done.store(++cma_acked_, std::memory_order_release);
     rx_in_message_ = false;
@@ -356,6 +372,7 @@ bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
 
 void ShmEndpoint::finish_recv(RecvRequest* r) {
   recvq_.pop_front();
+  r->delivered = r->bytes;
   counters_.bytes_received += r->bytes;
   complete(r);
 }
