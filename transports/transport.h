@@ -16,6 +16,7 @@
 // Endpoints are not thread safe: the communicator's engine lock serializes all calls.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -99,15 +100,22 @@ struct RecvRequest : Request {
   // the data is read right after (a direct all_reduce's slots), the ring's pieces arrive
   // cache-warm and win.
   bool final = false;
-  // Ordered reduces (Action::ordered; only for endpoints whose orders_receives() is true): this
+  // Ordered reduces (Action::ordered; only for endpoints whose takes_turns() is true): this
   // receive combines byte i only once `after` has delivered it, and at most `lead` bytes
   // ahead of it. The executor chains the receives of one phase that reduce into the same
   // bytes in a ring (the first is `lead` ahead of the last): they take turns over the range,
   // each piece combined from every peer while it is in cache, in the same order every run.
   const RecvRequest* after = nullptr;
   size_t lead = 0;
-  size_t delivered = 0;  // bytes combined so far: kept current by endpoints that order receives
+  size_t delivered = 0;  // bytes combined so far: kept current by endpoints that take turns
 };
+
+// How far a receive that takes turns may combine now: to where its `after` got, plus its lead;
+// all of it without an `after`, or once that one is no longer pending.
+inline size_t turn_limit(const RecvRequest& r) {
+  const RecvRequest* a = r.after;
+  return !a ? r.bytes : std::min(r.bytes, (a->pending() ? a->delivered : a->bytes) + r.lead);
+}
 
 // Byte counters per endpoint, read by the communicator's per-op statistics.
 struct EndpointCounters {
@@ -162,7 +170,7 @@ class Endpoint {
   virtual bool takes_tee() const { return false; }
   // Whether receives honour RecvRequest::after / lead and keep `delivered` current. Otherwise
   // the executor posts each ordered receive only once the one before it has completed.
-  virtual bool orders_receives() const { return false; }
+  virtual bool takes_turns() const { return false; }
   virtual bool has_pending() const = 0;
   // Any-source receives (P2POp::peer == kAnySource) choose their peer by the header of each
   // peer's next message. peek() makes progress and returns true with that message's envelope

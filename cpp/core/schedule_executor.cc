@@ -124,7 +124,7 @@ void fresh_requests(std::vector<R>* v, size_t n) {
 
 // How far the first ordered receive may run ahead of the last of its chain: a few of shm's CMA
 // chunks (128 KiB), so the range all peers' data is combined into stays in L2. (4 ranks, 64 MiB
-// reduce_scatter on the 2-core VM: 128 KiB to 64 MiB within the noise, 26.9-29.0 ms.)
+// reduce_scatter on the 2-core VM: leads of 128 KiB to 64 MiB within the noise, 26.9-29.0 ms.)
 constexpr size_t kOrderedLeadBytes = 512 << 10;
 
 void ScheduleTask::fill_recv(const Action& a, RecvRequest* r) {
@@ -142,12 +142,22 @@ void ScheduleTask::fill_recv(const Action& a, RecvRequest* r) {
 
 void ScheduleTask::post_held() {
   while (x_->held_next < x_->held.size()) {
-    const ExecState::Held& h = x_->held[x_->held_next];
+    const ExecState::Turn& h = x_->held[x_->held_next];
     if (x_->recvs[h.before].pending()) return;  // (a failed one fails the phase in progress())
-    comm_endpoint(h.action->peer)->post_recv(&x_->recvs[h.index]);
+    comm_endpoint(h.peer)->post_recv(&x_->recvs[h.index]);
     ++x_->held_next;
   }
 }
+
+namespace {
+// Chains a phase's ordered receives (RecvRequest::after) in a ring: each after the one before
+// it, the first up to kOrderedLeadBytes ahead of the last.
+void link_turns(std::vector<RecvRequest>& recvs, const std::vector<ExecState::Turn>& chain) {
+  for (size_t k = 1; k < chain.size(); ++k) recvs[chain[k].index].after = &recvs[chain[k].before];
+  recvs[chain[0].index].after = &recvs[chain.back().index];
+  recvs[chain[0].index].lead = kOrderedLeadBytes;
+}
+}  // namespace
 
 void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes) {
   // Sized before posting: transports keep pointers to these requests.
@@ -159,40 +169,29 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
   x_->nrecvs = nrecv;
   x_->held.clear();
   x_->held_next = 0;
+  std::vector<ExecState::Turn>& chain = x_->chain;  // the ordered receives
   // Receives first: a shm receive posted before the matching send starts lets the sender
   // write straight into it (CMA push), and the peer may be waiting for exactly that offer.
-  size_t ri = 0, nordered = 0, first = 0, prev = 0;
-  bool turns = true;  // every ordered receive's endpoint takes turns (RecvRequest::after)
+  chain.clear();
+  bool turns = true;  // every ordered receive's endpoint takes turns
+  size_t ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
     Endpoint* ep = comm_endpoint(a.peer);
-    RecvRequest& r = recvs[ri];
-    fill_recv(a, &r);
+    fill_recv(a, &recvs[ri]);
     if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_received_by_transport, env_.stats->bytes_received_by_level);
     if (a.ordered) {
-      turns = turns && ep->orders_receives();
-      if (nordered++ == 0) {
-        first = ri;
-      } else {
-        r.after = &recvs[prev];
-        x_->held.push_back({ri, prev, &a});
-      }
-      prev = ri;
+      chain.push_back({ri, chain.empty() ? ri : chain.back().index, a.peer});
+      turns = turns && ep->takes_turns();
     }
     ++ri;
   }
-  if (nordered > 1 && turns) {
-    // They take turns, all posted now; the first runs up to kOrderedLeadBytes ahead of the last.
-    recvs[first].after = &recvs[prev];
-    recvs[first].lead = kOrderedLeadBytes;
-    x_->held.clear();
-  } else {
-    for (size_t i = 0; i < nrecv; ++i) recvs[i].after = nullptr;  // posted one at a time instead
-  }
+  if (chain.size() > 1 && turns) link_turns(recvs, chain);
+  else if (chain.size() > 1) x_->held.assign(chain.begin() + 1, chain.end());  // posted one at a time
   ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
-    if (!(a.ordered && ri != first && !x_->held.empty())) comm_endpoint(a.peer)->post_recv(&recvs[ri]);
+    if (!(a.ordered && !x_->held.empty() && ri != chain[0].index)) comm_endpoint(a.peer)->post_recv(&recvs[ri]);
     ++ri;
   }
   size_t si = 0;

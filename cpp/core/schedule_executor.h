@@ -31,13 +31,16 @@ struct ExecState {
   std::vector<SendRequest> sends;  // the posted phase's are the first nsends (the vectors only grow)
   std::vector<RecvRequest> recvs;
   size_t nsends = 0, nrecvs = 0;
-  // Ordered receives (Action::ordered) whose endpoints cannot take turns: posted one at a time,
-  // each once the one before it (recvs[before]) completed. held[held_next..] wait.
-  struct Held {
+  // A phase's ordered receives (Action::ordered) in schedule order: receive `index` goes after
+  // receive `before` (RecvRequest::after).
+  struct Turn {
     size_t index, before;
-    const Action* action;
+    int peer;
   };
-  std::vector<Held> held;
+  std::vector<Turn> chain;  // scratch of post_messages
+  // Ordered receives whose endpoints cannot take turns: posted one at a time, each once the one
+  // before it completed. held[held_next..] wait.
+  std::vector<Turn> held;
   size_t held_next = 0;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
   // Device operations: the stream their local actions run on and the events the executor

@@ -143,7 +143,7 @@ class ShmEndpoint final : public Endpoint {
   void fail_all(const Status& why) override;
   TransportKind kind() const override { return TransportKind::kShm; }
   bool takes_tee() const override { return true; }
-  bool orders_receives() const override { return true; }  // pieces: ring pieces and CMA chunks
+  bool takes_turns() const override { return true; }  // by ring pieces and CMA chunks
   void arm_wait(WaitSet* ws) override;
   void disarm_wait() override;
   void note_waiting_on_cpu(int cpu) override {

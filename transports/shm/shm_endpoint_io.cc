@@ -194,23 +194,12 @@ uint64_t ShmEndpoint::rx_available(uint64_t want) {
   return rx_head_cache_ - rx_tail_;
 }
 
-namespace {
-// How far an ordered receive may combine now: up to where the receive before it got, plus its
-// lead (RecvRequest::after); all of it otherwise.
-uint64_t order_limit(const RecvRequest* r) {
-  const RecvRequest* a = r->after;
-  if (!a) return r->bytes;
-  const uint64_t reached = a->pending() ? a->delivered : a->bytes;
-  return std::min<uint64_t>(r->bytes, reached + r->lead);
-}
-}  // namespace
-
 bool ShmEndpoint::recv_step() {
   if (recvq_.empty()) return false;
   RecvRequest* r = recvq_.front();
   if (!rx_in_message_) {
     // A payload of one line is combined when its header is read: wait for all of its turn.
-    if (r->after && order_limit(r) < std::min<uint64_t>(r->bytes, kLineBytes)) return false;
+    if (r->after && turn_limit(*r) < std::min<uint64_t>(r->bytes, kLineBytes)) return false;
     if (!recv_start(r)) return false;
     if (!rx_in_message_) return true;  // finished (zero bytes) or failed
   }
@@ -294,7 +283,7 @@ void ShmEndpoint::deliver(RecvRequest* r, size_t offset, const char* src, size_t
 
 bool ShmEndpoint::recv_ring_piece(RecvRequest* r) {
   const uint64_t remaining = r->bytes - rx_off_;
-  const uint64_t want = std::min<uint64_t>(std::min<uint64_t>(remaining, piece_), order_limit(r) - rx_off_);
+  const uint64_t want = std::min<uint64_t>(std::min<uint64_t>(remaining, piece_), turn_limit(*r) - rx_off_);
   uint64_t n = std::min<uint64_t>(rx_available(want), want);
   // The writer publishes whole pieces (multiples of 64) and the final remainder, so n is
   // already a whole number of elements; keep the reduction safe regardless.
@@ -324,7 +313,7 @@ bool ShmEndpoint::recv_cma_chunk(RecvRequest* r) {
     die(gone_status_);  // never read a dead pid: the number may already name another process
     return true;
   }
-  const uint64_t remaining = std::min<uint64_t>(r->bytes, order_limit(r)) - rx_off_;
+  const uint64_t remaining = std::min<uint64_t>(r->bytes, turn_limit(*r)) - rx_off_;
   if (remaining == 0) return false;  // an ordered receive whose turn has not come yet
   const uintptr_t src = rx_hdr_.cma_address + rx_off_;
   ssize_t got;
