@@ -67,8 +67,8 @@ def test_collectives(sid, world, transport, groups, env, big):
             want = ("local", "local")
         elif forced:
             want = (forced, forced)
-        elif hosts is None and world >= 3:
-            want = ("direct", "twoshot")  # one host: two phases (rhd's 2 log2 n, the ring's 2 (n-1))
+        elif hosts is None and world >= 4 and world & (world - 1) == 0:
+            want = ("direct", "rhd")  # recursive halving/doubling: power-of-two group on one host
         else:
             want = ("direct", "ring")
         # Several hosts with several ranks each: the cost model may pick the hierarchical

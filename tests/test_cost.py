@@ -88,9 +88,13 @@ def test_reasons_and_choices_on_one_host():
     t = cost.Topology.from_dict(TWO_CLUSTERS, ["ha"] * 4)
     assert cost.choose(t, "all_reduce", 1024)[0] == "direct"
     name, _, reason = cost.choose(t, "all_reduce", 1 << 20)
-    assert name == "twoshot"  # one host: 2 phases, against rhd's 4 and the ring's 6
-    assert "rhd" in reason and "ring" in reason and "UCCL_SMALL_MSG_BYTES" in reason and "flat" in reason
-    assert cost.predict(t, "all_reduce", 1 << 20, algorithm="twoshot") < cost.predict(t, "all_reduce", 1 << 20, algorithm="rhd")
+    assert name == "rhd"
+    assert "ring" in reason and "UCCL_SMALL_MSG_BYTES" in reason and "flat" in reason
+    assert "twoshot" in reason and "below 32 MiB" in reason  # avoided there, and says why
+    # from 32 MiB two-shot: 2 phases against rhd's 4 and the ring's 6
+    assert cost.choose(t, "all_reduce", 64 << 20)[0] == "twoshot"
+    assert cost.choose(t, "reduce_scatter", 1 << 20)[0] == "twoshot"
+    assert cost.predict(t, "all_reduce", 64 << 20, algorithm="twoshot") < cost.predict(t, "all_reduce", 64 << 20, algorithm="rhd")
     assert cost.choose(t, "barrier", 0)[0] == "dissemination"
     assert cost.choose(t, "all_to_all", 1 << 20)[0] == "direct"
 

@@ -105,12 +105,15 @@ void halving_doubling_all_reduce(const void* send, void* recv, const Blocks& b, 
 
 // Two-shot (NCCL's name; select.cc says when): every rank reduces its own block from all n-1
 // peers in one phase, then sends it to all of them in a second: 2 phases instead of the
-// ring's 2 (n-1), the same bytes on every link. The n-1 reducing receives are ordered
-// (Action::ordered): on shm they take turns over the block a few hundred KiB at a time, so the
-// block is read and written once per operation instead of once per ring step, and the sum is
-// formed in the same order every run (own data first, then ranks r+1, r+2, ...). One rank
-// reduces each block, so all ranks get identical bytes. In place works: a rank writes only its
-// own block while its peers read theirs from it.
+// ring's 2 (n-1), the same bytes on every link. The n-1 reducing receives of the first phase
+// all accumulate into the block, so they are ordered (Action::ordered): the sum is formed in the
+// same order every run whichever peer's data comes first (own data, then ranks r+1, r+2, ...);
+// on shm they take turns a few hundred KiB at a time, so each piece is combined from every
+// peer while in cache. (On the 2-core VM the gain comes from the phases: leads from 128 KiB to
+// the whole block were within the noise; and the all-gather half by recursive doubling or by
+// the ring instead of direct was no faster at 4-64 MiB.) One rank reduces each block, so all
+// ranks get identical bytes. In place works: a rank writes only its own block while its peers
+// read theirs from it.
 void two_shot_reduce_scatter(const void* send, void* out_block, const Blocks& b, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(s->dtype());

@@ -64,6 +64,9 @@ std::string small_range(const SelectRequest& r) {
   return s;
 }
 
+// Two-shot all_reduce from this size (see its row).
+constexpr size_t kTwoShotAllReduceMin = 32u << 20;
+
 // Predicates answer on the hot path without building text: `why` is only filled when given.
 bool say(std::string* why, const std::string& text) {
   if (why) *why = text;
@@ -150,13 +153,18 @@ const Row kTable[] = {
      [](const SelectRequest& r, std::string* why) {
        // Its phases have every rank send to all others at once: fine through shared memory,
        // incast on a NIC. On one host it moves the ring's bytes in 2 phases instead of
-       // 2 (n-1) and reduces each block from all peers at once (4 ranks on the 2-core VM,
-       // all_reduce 4 / 16 / 64 MiB: 1.97 / 12.3 / 50.5 ms against rhd's 2.06 / 14.2 / 60.1;
-       // reduce_scatter 64 MiB 28.6 vs 37.8; parity from 64 KiB to 1 MiB).
+       // 2 (n-1) (the 2-core VM, against the previous choice in alternating rounds:
+       // reduce_scatter of 4 ranks 1 / 16 / 64 MiB 0.36 / 5.1 / 27.4 ms vs the ring's 0.52 / 7.0 /
+       // 36.4; all_reduce 64 MiB on 3 / 4 / 8 ranks 41.9 / 49.0 / 104 vs 50.0 / 55.9 / 118).
+       // An all_reduce of 4-16 MiB, whose buffers stay in the caches, is faster by rhd or the
+       // ring (16 MiB: 12.1 vs 11.2 ms on 4 ranks, 9.6 vs 8.5 on 3), hence the floor.
        if (avoid_small(r, why)) return true;
        if (!r.topo) return say(why, "topology unknown");
        if (r.topo->num_hosts() > 1)
          return say(why, "the group spans " + std::to_string(r.topo->num_hosts()) + " hosts: every rank would send to all at once");
+       if (r.coll == Collective::kAllReduce && r.bytes < kTwoShotAllReduceMin)
+         return say(why, "an all_reduce below " + fmt_bytes(static_cast<double>(kTwoShotAllReduceMin)) +
+                             " (measured: rhd and the ring win while the buffers stay in the caches)");
        return false;
      },
      [](const Topology& t, const SelectRequest& r) {

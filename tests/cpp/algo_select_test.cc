@@ -89,8 +89,9 @@ std::string previous_choice(Collective coll, size_t bytes, const Topology* t, in
       if (hier()) return "hier";
       if (n == 1) return "local";
       std::string a = pick();
-      // Since issue 18's two-shot: a bandwidth-sized request on one host of 3+ ranks.
-      if (forced == Algorithm::kAuto && a == "ring" && n >= 3 && t && t->num_hosts() == 1) return "twoshot";
+      // Since issue 18's two-shot: from 32 MiB on one host of 3+ ranks.
+      if (forced == Algorithm::kAuto && a == "ring" && n >= 3 && t && t->num_hosts() == 1 && bytes >= (32u << 20))
+        return "twoshot";
       const bool pow2 = (n & (n - 1)) == 0;
       if (pow2 && (forced == Algorithm::kHalvingDoubling ||
                    (forced == Algorithm::kAuto && n >= 4 && a == "ring" && t && t->num_hosts() == 1)))
@@ -138,12 +139,14 @@ TEST_CASE("the table reproduces the cases the tests and benchmarks exercise") {
       {"small all_reduce", Collective::kAllReduce, 16, h4, A, "direct"},
       {"at UCCL_SMALL_MSG_BYTES, 2 ranks", Collective::kAllReduce, kSmall, h2, A, "direct"},
       {"at UCCL_SMALL_MSG_BYTES / 3, 4 ranks", Collective::kAllReduce, kSmall / 3, h4, A, "direct"},
-      {"just above it", Collective::kAllReduce, kSmall / 3 + 1, h4, A, "twoshot"},
+      {"just above it", Collective::kAllReduce, kSmall / 3 + 1, h4, A, "rhd"},
       {"all_gather keeps the whole threshold", Collective::kAllGather, kSmall, h4, A, "direct"},
-      {"4 ranks one host: two-shot (2 phases vs rhd's 4)", Collective::kAllReduce, 1 << 18, h4, A, "twoshot"},
-      {"8 ranks one host", Collective::kAllReduce, 16 << 20, h8, A, "twoshot"},
-      {"2 ranks: ring (same steps as rhd and two-shot)", Collective::kAllReduce, 1 << 20, h2, A, "ring"},
-      {"3 ranks one host", Collective::kAllReduce, 1 << 20, h3, A, "twoshot"},
+      {"4 ranks one host: rhd (measured)", Collective::kAllReduce, 1 << 18, h4, A, "rhd"},
+      {"8 ranks one host", Collective::kAllReduce, 16 << 20, h8, A, "rhd"},
+      {"3 ranks: not a power of two", Collective::kAllReduce, 1 << 20, h3, A, "ring"},
+      {"4 ranks one host, 32 MiB: two-shot (2 phases vs rhd's 4)", Collective::kAllReduce, 32 << 20, h4, A, "twoshot"},
+      {"3 ranks one host, 64 MiB", Collective::kAllReduce, 64 << 20, h3, A, "twoshot"},
+      {"2 ranks: ring (same steps as rhd and two-shot)", Collective::kAllReduce, 64 << 20, h2, A, "ring"},
       {"reduce_scatter, 4 ranks one host", Collective::kReduceScatter, 1 << 20, h4, A, "twoshot"},
       {"reduce_scatter, 2 ranks", Collective::kReduceScatter, 1 << 20, h2, A, "ring"},
       {"two-shot avoided across hosts", Collective::kReduceScatter, 1 << 20, topo(mixed(4, 4)), A, "ring"},
@@ -256,12 +259,13 @@ TEST_CASE("the reason names every candidate with its predicted cost, and why the
   r.topo = t.get();
   r.small_msg_bytes = kSmall;
   const Selection s = select_algorithm(r);
-  CHECK(s.algo == Algorithm::kTwoShot);
+  CHECK(s.algo == Algorithm::kHalvingDoubling);
   CHECK(s.cost > 0);
   INFO(s.reason);
-  CHECK(s.reason.find("twoshot predicted") != std::string::npos);
+  CHECK(s.reason.find("rhd predicted") != std::string::npos);
   CHECK(s.reason.find("ring ") != std::string::npos);
-  CHECK(s.reason.find("rhd ") != std::string::npos);
+  CHECK(s.reason.find("twoshot") != std::string::npos);  // avoided below 32 MiB, with why
+  CHECK(s.reason.find("below 32 MiB") != std::string::npos);
   CHECK(s.reason.find("UCCL_SMALL_MSG_BYTES") != std::string::npos);  // why not direct
   CHECK(s.reason.find("hier (the hierarchy is flat") != std::string::npos);
   // The chosen one is the cheapest of those that compete.
