@@ -169,9 +169,13 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
   x_->nrecvs = nrecv;
   x_->held.clear();
   x_->held_next = 0;
-  std::vector<ExecState::Turn>& chain = x_->chain;  // the ordered receives
   // Receives first: a shm receive posted before the matching send starts lets the sender
   // write straight into it (CMA push), and the peer may be waiting for exactly that offer.
+  // A phase with ordered receives posts them once all are chained (below); any other phase
+  // posts each as it is filled (the small operations' path: one pass, one lookup each).
+  bool ordered = false;
+  for (const Action& a : ph.actions) ordered = ordered || a.ordered;
+  std::vector<ExecState::Turn>& chain = x_->chain;  // the ordered receives
   chain.clear();
   bool turns = true;  // every ordered receive's endpoint takes turns
   size_t ri = 0;
@@ -180,19 +184,23 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     Endpoint* ep = comm_endpoint(a.peer);
     fill_recv(a, &recvs[ri]);
     if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_received_by_transport, env_.stats->bytes_received_by_level);
-    if (a.ordered) {
+    if (!ordered) {
+      ep->post_recv(&recvs[ri]);
+    } else if (a.ordered) {
       chain.push_back({ri, chain.empty() ? ri : chain.back().index, a.peer});
       turns = turns && ep->takes_turns();
     }
     ++ri;
   }
-  if (chain.size() > 1 && turns) link_turns(recvs, chain);
-  else if (chain.size() > 1) x_->held.assign(chain.begin() + 1, chain.end());  // posted one at a time
-  ri = 0;
-  for (const Action& a : ph.actions) {
-    if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
-    if (!(a.ordered && !x_->held.empty() && ri != chain[0].index)) comm_endpoint(a.peer)->post_recv(&recvs[ri]);
-    ++ri;
+  if (ordered) {
+    if (chain.size() > 1 && turns) link_turns(recvs, chain);
+    else if (chain.size() > 1) x_->held.assign(chain.begin() + 1, chain.end());  // posted one at a time
+    ri = 0;
+    for (const Action& a : ph.actions) {
+      if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
+      if (!(a.ordered && !x_->held.empty() && ri != chain[0].index)) comm_endpoint(a.peer)->post_recv(&recvs[ri]);
+      ++ri;
+    }
   }
   size_t si = 0;
   for (const Action& a : ph.actions) {
