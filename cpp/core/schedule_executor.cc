@@ -141,8 +141,8 @@ void ScheduleTask::fill_recv(const Action& a, RecvRequest* r) {
 }
 
 void ScheduleTask::post_held() {
-  while (x_->held_next < x_->held.size()) {
-    const ExecState::Turn& h = x_->held[x_->held_next];
+  while (x_->held_next < x_->chain.size()) {
+    const ExecState::Turn& h = x_->chain[x_->held_next];
     if (x_->recvs[h.before].pending()) return;  // (a failed one fails the phase in progress())
     comm_endpoint(h.peer)->post_recv(&x_->recvs[h.index]);
     ++x_->held_next;
@@ -167,8 +167,6 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
   fresh_requests(&recvs, nrecv);
   x_->nsends = nsend;
   x_->nrecvs = nrecv;
-  x_->held.clear();
-  x_->held_next = 0;
   // Receives first: a shm receive posted before the matching send starts lets the sender
   // write straight into it (CMA push), and the peer may be waiting for exactly that offer.
   // A phase with ordered receives posts them once all are chained (below); any other phase
@@ -177,6 +175,7 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
   for (const Action& a : ph.actions) ordered = ordered || a.ordered;
   std::vector<ExecState::Turn>& chain = x_->chain;  // the ordered receives
   chain.clear();
+  x_->held_next = 0;  // (nothing waits)
   bool turns = true;  // every ordered receive's endpoint takes turns
   size_t ri = 0;
   for (const Action& a : ph.actions) {
@@ -193,12 +192,13 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     ++ri;
   }
   if (ordered) {
+    const bool hold = chain.size() > 1 && !turns;  // posted one at a time: chain[1..] wait
     if (chain.size() > 1 && turns) link_turns(recvs, chain);
-    else if (chain.size() > 1) x_->held.assign(chain.begin() + 1, chain.end());  // posted one at a time
+    x_->held_next = hold ? 1 : chain.size();
     ri = 0;
     for (const Action& a : ph.actions) {
       if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
-      if (!(a.ordered && !x_->held.empty() && ri != chain[0].index)) comm_endpoint(a.peer)->post_recv(&recvs[ri]);
+      if (!(hold && a.ordered && ri != chain[0].index)) comm_endpoint(a.peer)->post_recv(&recvs[ri]);
       ++ri;
     }
   }
@@ -313,7 +313,7 @@ Status ScheduleTask::progress(bool* done) {
       if (!ready) return Status::Ok();
       posted_ = true;
     }
-    if (x_->held_next < x_->held.size()) post_held();  // before anything returns: peers wait for them
+    if (x_->held_next < x_->chain.size()) post_held();  // before anything returns: peers wait for them
     for (size_t i = 0; i < x_->nsends; ++i) {
       const SendRequest& s = x_->sends[i];
       if (s.state == ReqState::kFailed) return s.error;

@@ -37,10 +37,9 @@ struct ExecState {
     size_t index, before;
     int peer;
   };
-  std::vector<Turn> chain;  // scratch of post_messages
-  // Ordered receives whose endpoints cannot take turns: posted one at a time, each once the one
-  // before it completed. held[held_next..] wait.
-  std::vector<Turn> held;
+  std::vector<Turn> chain;
+  // Where their endpoints cannot take turns they are posted one at a time, each once the one
+  // before it completed: chain[held_next..] wait (held_next == chain.size(): none waits).
   size_t held_next = 0;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
   // Device operations: the stream their local actions run on and the events the executor
