@@ -5,7 +5,7 @@ Every survivor must raise a uccl error that names the dead rank within --max-det
 cleanly (exit code 0) without hanging, and /dev/shm must hold no uccl segment afterwards.
 Ranks 0,1 and 2,3 share a "host" (UCCL_HOST_ID), so both shm and tcp peers die.
 
-    python benchmarks/kill_points.py --trials 50
+    python benchmarks/kill_points.py --trials 150
 
 With --shrink, every survivor then calls comm.shrink() (cpp/core/agreement.h) and must get the
 same communicator of the survivors (ranks renumbered in order) and an exact all_reduce on it,
@@ -20,6 +20,7 @@ addresses even if the store dies next).
 """
 import argparse
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import random
 import signal
@@ -48,7 +49,7 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=Fa
             if rank == victim and i == kill_op:
                 if kill_delay == 0:
                     os.kill(os.getpid(), signal.SIGKILL)
-                q.put(("kill", rank, time.time() + kill_delay))
+                q.send(("kill", rank, time.time() + kill_delay))
                 threading.Timer(kill_delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
             x = np.ones(n, np.float32)
             if kind == "all_reduce":
@@ -63,9 +64,9 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=Fa
                 comm.all_to_all(x)
             else:
                 comm.barrier()
-        q.put(("no-error", rank, time.time(), ""))
+        q.send(("no-error", rank, time.time(), ""))
     except uccl.UcclError as e:
-        q.put(("error", rank, time.time(), f"{type(e).__name__}: {e}"))
+        q.send(("error", rank, time.time(), f"{type(e).__name__}: {e}"))
         if shrink:
             shrink_and_check(comm, rank, world, q)
     sys.exit(0)  # a normal exit: communicator destructors run
@@ -83,9 +84,9 @@ def shrink_and_check(comm, rank, world, q):
         members = int(x[0])
         exact = bool((x == members).all())
         new.barrier()  # rank 0 of the new communicator serves its store: leave together
-        q.put(("shrunk", rank, time.time() - t0, new.rank, new.size, members, exact))
+        q.send(("shrunk", rank, time.time() - t0, new.rank, new.size, members, exact))
     except uccl.UcclError as e:
-        q.put(("shrink-error", rank, time.time() - t0, f"{type(e).__name__}: {e}"))
+        q.send(("shrink-error", rank, time.time() - t0, f"{type(e).__name__}: {e}"))
 
 
 worst_shrink = [0.0]  # slowest shrink over the trials (seconds)
@@ -104,18 +105,41 @@ def trial(k, args):
     port = s.getsockname()[1]
     s.close()
     ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, q, args.shrink,
-                                                 agree_kill if r == coordinator else ""))
+    # One pipe per rank, written without a lock or a feeder thread: a multiprocessing.Queue
+    # shares one write lock among its writers, and a rank killed while holding it (its feeder
+    # thread was sending "kill") leaves every other rank blocked on it at exit forever.
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, pipes[r][1],
+                                                 args.shrink, agree_kill if r == coordinator else ""))
              for r in range(world)]
     for p in procs:
         p.start()
+    for _, w in pipes:
+        w.close()  # the parent reads only: a dead rank's pipe then reads as closed
+    readers = [r for r, _ in pipes]
+    pending = []
+
+    def next_message(timeout):
+        while not pending:
+            if not readers:  # every rank has exited
+                time.sleep(timeout)
+                raise TimeoutError
+            ready = mp.connection.wait(readers, timeout)
+            if not ready:
+                raise TimeoutError
+            for conn in ready:
+                try:
+                    pending.append(conn.recv())
+                except (EOFError, OSError):  # the rank exited (or was killed mid-message)
+                    readers.remove(conn)
+        return pending.pop(0)
+
     deadline = time.time() + args.max_detect_s + 30 + (150 if args.shrink else 0)
     killed_at, reports, shrunk = None, {}, {}
     want_shrunk = world - len(dead) if args.shrink else 0
     while (len(reports) < world - 1 or len(shrunk) < want_shrunk) and time.time() < deadline:
         try:
-            msg = q.get(timeout=1)
+            msg = next_message(timeout=1)
         except Exception:
             if killed_at is None and not procs[victim].is_alive():
                 killed_at = time.time()  # died between ops before reporting (delay 0)

@@ -187,6 +187,11 @@ class Endpoint {
   bool watched = false;
   // Fails all pending requests with `why` and refuses new ones (abort, or a sibling failure).
   virtual void fail_all(const Status& why) = 0;
+  // After fail_all: whether what it left for the peer (tcp's abort frame, naming the root
+  // cause) has reached the peer. The engine waits for this briefly before it closes the
+  // endpoint: closing a socket with input still unread resets the connection, and the reset
+  // drops what was still queued for the peer.
+  virtual bool farewell_delivered() const { return true; }
   virtual TransportKind kind() const = 0;
   // Human description for logs and errors: "tcp 10.0.0.2:41234 (2 sockets)".
   virtual std::string describe() const = 0;

@@ -400,8 +400,9 @@ Result<int> listen_on(SockAddr* addr, int backlog) {
   return fd;
 }
 
-Result<int> connect_to(const SockAddr& addr, double deadline_s) {
+Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_until_s, bool* refused) {
   double backoff = 0.005;
+  if (refused) *refused = false;
   std::string last_error = "no attempt made";
   do {
     int fd = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -440,11 +441,13 @@ Result<int> connect_to(const SockAddr& addr, double deadline_s) {
     }
     close(fd);
     last_error = std::strerror(err);
+    if (refused) *refused = err == ECONNREFUSED;
     // Transient: the listener is not there yet, or its backlog overflowed.
     bool retry = err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == ETIMEDOUT ||
                  err == EINTR || err == EAGAIN;
     if (!retry) return Status(Code::kSystemError, "connect to " + addr.to_string() + ": " + last_error);
-    double left = deadline_s - now_s();
+    const bool short_window = err == ECONNREFUSED && refused_until_s >= 0;
+    double left = (short_window ? std::min(deadline_s, refused_until_s) : deadline_s) - now_s();
     if (left <= 0) break;
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(backoff, left)));
     backoff = std::min(backoff * 2, 0.1);

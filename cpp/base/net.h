@@ -73,7 +73,11 @@ void set_socket_options(int fd);  // TCP_NODELAY, buffer sizes, keepalive
 // Listening socket on addr (port 0 = ephemeral); the bound port is written back into addr.
 Result<int> listen_on(SockAddr* addr, int backlog = 128);
 // Blocking connect with retries until the deadline (the listener may not exist yet).
-Result<int> connect_to(const SockAddr& addr, double deadline_s);
+// A refusal (ECONNREFUSED: the host answered, nothing listens there) is retried only until
+// refused_until_s when that is given (>= 0): a caller that knows the listener exists learns
+// quickly that its process is gone. *refused (if given) says whether the last try was refused.
+Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_until_s = -1,
+                       bool* refused = nullptr);
 // Blocking full send/recv bounded by a deadline; kRemoteError if the peer closed.
 Status send_all(int fd, const void* buf, size_t len, double deadline_s);
 Status recv_all(int fd, void* buf, size_t len, double deadline_s);

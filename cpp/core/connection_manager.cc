@@ -304,6 +304,7 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   out->offer = offer;
   out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
+  bool refused_before = false;  // an address of this peer refused for the whole window
   for (const std::vector<std::string>& attempt : attempts) {
     const std::string addr_text = attempt.size() == 1 ? attempt[0] : "its address on each common network";
     std::vector<int> fds;
@@ -315,8 +316,12 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
         break;
       }
       // The peer listens before it publishes its address, so a refusal means it is gone:
-      // retry only briefly (a full accept backlog), and never hold the engine for long.
-      auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0));
+      // retry only briefly (a full accept backlog), and never hold the engine for long. Once
+      // one address refused for that long, the others get one try each against a refusal (an
+      // address that does not answer at all still gets the window: another network's route).
+      bool refused = false;
+      auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0), refused_before ? now_s() : -1, &refused);
+      refused_before = refused_before || refused;
       if (!fd.ok()) {
         s = Status(Code::kRemoteError, "cannot connect: " + fd.status().message() + " (has the peer exited?)", peer);
         break;

@@ -198,6 +198,17 @@ void Engine::fail_everything(const Status& cause, Callbacks* done) {
   for (auto& ep : conns_->endpoints())
     if (ep) ep->fail_all(cause_for_peers_);
   // Closing the sockets tells every peer at once, instead of leaving them to their timeouts.
+  // First the abort notes just written must reach them: a socket closed with input unread is
+  // reset, and the reset drops what it still held for the peer, which would then see a bare
+  // "connection reset" and name this rank instead of the root cause. A live peer reads them
+  // within microseconds; a dead or stuck one costs at most kFarewellSeconds.
+  const double farewell_until = now_s() + kFarewellSeconds;
+  auto delivered = [&] {
+    for (auto& ep : conns_->endpoints())
+      if (ep && !ep->farewell_delivered()) return false;
+    return true;
+  };
+  while (!delivered() && now_s() < farewell_until) std::this_thread::sleep_for(std::chrono::microseconds(200));
   conns_->close_all();
   remove_dead_peers_leftovers();
 }

@@ -138,6 +138,7 @@ class Engine {
   // Tells the pending endpoints' peers which cpu this thread spins on; true if one of them
   // spins on the same one (unpinned ranks the scheduler put together: yield to it).
   bool peer_on_my_cpu();
+  static constexpr double kFarewellSeconds = 0.2;  // fail_everything's wait for abort notes to land
   static constexpr uint32_t kSpinPasses = 16;  // passes of Engine::wait spun before the clock is read
   static void run(Callbacks& cbs);
 

@@ -140,6 +140,14 @@ TEST_CASE("connect_to: deadline, and a listener that appears late") {
   double dt = now_s() - t0;
   CHECK((!c.ok() && c.status().code() == Code::kTimeout));
   CHECK((dt >= 0.25 && dt < 5));
+  // A short refusal window: the refusal is reported at once (one try), flagged as a refusal.
+  bool refused = false;
+  t0 = now_s();
+  auto quick = connect_to(a, now_s() + 5, now_s(), &refused);
+  dt = now_s() - t0;
+  CHECK((!quick.ok() && quick.status().code() == Code::kTimeout));
+  CHECK(refused);
+  CHECK(dt < 1.0);  // not the 5 s deadline
   // A listener that appears late is still reached.
   std::thread late([&] {
     uccl_test::run_guarded([&] {

@@ -2,8 +2,12 @@
 // The byte-moving halves live in tcp_endpoint_send.cc and tcp_endpoint_recv.cc.
 #include "transports/tcp/tcp_endpoint.h"
 
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -297,7 +301,10 @@ void TcpEndpoint::fatal(const Status& why, bool send_abort_frame) {
     s.stage_begin = s.stage_end = 0;
     if (s.in_epoll) epoll_ctl(epfd_, EPOLL_CTL_DEL, s.fd, nullptr);  // keep wait_fd quiet from now on
     s.in_epoll = false;
-    shutdown(s.fd, SHUT_RDWR);
+    // The write side only: the FIN follows the abort frame. A socket shut for reading resets
+    // the connection when more of the peer's data arrives (RFC 1122), and a reset drops the
+    // abort frame if it was still queued here (the peer's window full of our earlier parts).
+    shutdown(s.fd, SHUT_WR);
   }
 }
 
@@ -344,6 +351,17 @@ void TcpEndpoint::send_abort_frames(const std::string& why) {
     const iovec iov{frame.data(), frame.size()};
     (void)io_sendmsg(s, &iov, 1);
   }
+}
+
+bool TcpEndpoint::farewell_delivered() const {
+  for (const auto& s : socks_) {
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (getsockopt(s.fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE) continue;  // reset: nothing more goes
+    int unacked = 0;
+    if (ioctl(s.fd, SIOCOUTQ, &unacked) == 0 && unacked > 0) return false;
+  }
+  return true;
 }
 
 Status TcpEndpoint::peer_gone(const std::string& detail) {

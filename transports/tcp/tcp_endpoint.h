@@ -123,6 +123,7 @@ class TcpEndpoint final : public Endpoint {
   // posted for it): its header names the message.
   Result<bool> peek(Envelope* env, size_t* bytes) override;
   void fail_all(const Status& why) override { fatal(why); }
+  bool farewell_delivered() const override;  // every socket's output acknowledged (SIOCOUTQ 0)
   TransportKind kind() const override { return TransportKind::kTcp; }
   std::string describe() const override;
 
