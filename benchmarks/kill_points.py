@@ -17,6 +17,12 @@ before the random operations (a job's first step: the ranks then know each other
 addresses even if the store dies next).
 
     python benchmarks/kill_points.py --shrink --trials 100
+
+With --async-batch K the operations are issued asynchronously, K in flight before the rank
+waits for them (the engine's queue instead of the blocking calls' inline path), so a death
+fails several queued operations at once.
+
+    python benchmarks/kill_points.py --async-batch 4 --trials 150
 """
 import argparse
 import multiprocessing as mp
@@ -32,7 +38,7 @@ import time
 import numpy as np
 
 
-def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=False, agree_kill=""):
+def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=False, agree_kill="", batch=0):
     os.environ["UCCL_HOST_ID"] = "a" if rank < 2 else "b"
     if agree_kill:
         os.environ["UCCL_AGREE_KILL_POINT"] = agree_kill
@@ -40,8 +46,11 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=Fa
     store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=30)
     comm = uccl.Communicator(rank, world, store, timeout=60)
     rng = random.Random(seed)  # the same op sequence on every rank
-    if shrink:
-        comm.all_reduce(np.ones(world, np.float32))  # the first step
+    if shrink or batch:
+        # The first step, blocking: every rank has joined (an asynchronous call returns before
+        # that, and a victim killed then takes the store with it before its peers reach it).
+        comm.all_reduce(np.ones(world, np.float32))
+    pending = []  # with --async-batch: operations in flight (the queued path, not the blocking one)
     try:
         for i in range(10000):
             kind = rng.choice(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"])
@@ -52,18 +61,25 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=Fa
                 q.send(("kill", rank, time.time() + kill_delay))
                 threading.Timer(kill_delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
             x = np.ones(n, np.float32)
+            a = batch > 0
             if kind == "all_reduce":
-                comm.all_reduce(x)
+                w = comm.all_reduce(x, async_op=a)
             elif kind == "all_gather":
-                comm.all_gather(x[: n // world])
+                w = comm.all_gather(x[: n // world], async_op=a)
             elif kind == "reduce_scatter":
-                comm.reduce_scatter(x)
+                w = comm.reduce_scatter(x, async_op=a)
             elif kind == "broadcast":
-                comm.broadcast(x, root=rng.randrange(world))
+                w = comm.broadcast(x, root=rng.randrange(world), async_op=a)
             elif kind == "all_to_all":
-                comm.all_to_all(x)
+                w = comm.all_to_all(x, async_op=a)
             else:
-                comm.barrier()
+                w = comm.barrier(async_op=a)
+            if a:
+                pending.append(w)
+                if len(pending) >= batch:
+                    for w in pending:
+                        w.wait()
+                    pending = []
         q.send(("no-error", rank, time.time(), ""))
     except uccl.UcclError as e:
         q.send(("error", rank, time.time(), f"{type(e).__name__}: {e}"))
@@ -110,7 +126,7 @@ def trial(k, args):
     # thread was sending "kill") leaves every other rank blocked on it at exit forever.
     pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
     procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, pipes[r][1],
-                                                 args.shrink, agree_kill if r == coordinator else ""))
+                                                 args.shrink, agree_kill if r == coordinator else "", args.async_batch))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -208,6 +224,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=50)
     p.add_argument("--max-detect-s", type=float, default=5.0)
+    p.add_argument("--async-batch", type=int, default=0, metavar="K",
+                   help="issue operations asynchronously, K in flight before waiting for them (0: blocking calls)")
     p.add_argument("--shrink", action="store_true", help="survivors shrink and all_reduce on the new communicator")
     args = p.parse_args()
     failed, worst = 0, 0.0
