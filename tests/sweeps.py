@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+import uccl
 from reference import (BIG, COUNTS, DTYPES, OPS, check_reduction, expected, is_int, make_input, np_dtype,
                        scalar_for)
 
@@ -309,6 +310,29 @@ def p2p_sweep(ctx, big=False):
         w.wait()
         check.equal(a, np.full(4, prv, np.int32), "two sends in one batch: first")
         check.equal(b, np.full(4, 100 + prv, np.int32), "two sends in one batch: second")
+        # In place (MPI_Sendrecv_replace, nccl-tests' in-place sendrecv): one buffer sent to the
+        # next rank and received from the previous in one batch. The send goes out from a copy:
+        # from shm's CMA sizes up the peer read the buffer while the receive overwrote it.
+        for count in [7, 4099] + ([1 << 18, BIG] if big else []):
+            buf = _iota("float32", count, me, 3)
+            comm.batch_isend_irecv([("send", buf, nxt, 2), ("recv", buf, prv, 2)]).wait()
+            check.equal(buf, _iota("float32", count, prv, 3), f"in-place sendrecv count={count}")
+        # Partly overlapping: the tail of the sent range is the head of the received one.
+        buf = _iota("int32", 3000, me, 4)
+        mine = buf[:2000].copy()
+        comm.batch_isend_irecv([("send", buf[:2000], nxt, 3), ("recv", buf[1000:], prv, 3)]).wait()
+        check.equal(buf[:1000], mine[:1000], "overlapping sendrecv: the part only sent")
+        check.equal(buf[1000:], _iota("int32", 3000, prv, 4)[:2000], "overlapping sendrecv: received")
+    # Two receives into overlapping memory are refused, naming both ops. (Not through
+    # device_sweeps' wrapper: it gives every buffer of a batch its own device copy.)
+    z = _sentinel("int32", 8)
+    if not isinstance(comm, uccl.Communicator):
+        return
+    try:
+        comm.batch_isend_irecv([("recv", z[:6], 0, 9), ("recv", z[4:], 0, 9)])
+        check.true(False, "overlapping receive buffers were accepted")
+    except uccl.InvalidArgument as e:
+        check.true("ops 0 (from rank 0) and 1 (from rank 0) overlap" in str(e), f"overlapping receives: {e}")
 
 
 def barrier_async_sweep(ctx, big=False):

@@ -23,6 +23,15 @@ const std::string& algorithm_name(const CommOptions& opts) {
   return !opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : kAlgo.get();
 }
 
+// Whether two p2p ops' byte ranges share a byte.
+bool p2p_overlap(const P2POp& a, const P2POp& b) {
+  const auto lo_a = reinterpret_cast<uintptr_t>(a.buf), lo_b = reinterpret_cast<uintptr_t>(b.buf);
+  const size_t len_a = a.count * dtype_size(a.dtype), len_b = b.count * dtype_size(b.dtype);
+  return len_a && len_b && lo_a < lo_b + len_b && lo_b < lo_a + len_a;
+}
+
+constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
 }  // namespace
 
 Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, std::shared_ptr<Store> store,
@@ -143,7 +152,29 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
     build = [plan](const OpEnv& e, Schedule* s) {
       if (e.stats) e.stats->algorithm = "p2p";
       s->new_phase();
-      for (auto& [op, env2] : plan) s->p2p(op, env2);
+      // A send whose buffer overlaps a receive of the batch (MPI_Sendrecv_replace's case,
+      // nccl-tests' in-place sendrecv) goes out from a copy taken before anything is posted:
+      // the peer may still be reading the buffer (shm's CMA) while the receive overwrites it.
+      std::vector<bool> staged(plan.size());
+      size_t staged_bytes = 0;
+      for (size_t i = 0; i < plan.size(); ++i) {
+        const P2POp& op = plan[i].first;
+        if (!op.is_send) continue;
+        for (auto& [other, env3] : plan)
+          if (!other.is_send && p2p_overlap(op, other)) staged[i] = true;
+        if (staged[i]) staged_bytes += round_up(op.count * dtype_size(op.dtype), 64);
+      }
+      char* copy = staged_bytes ? static_cast<char*>(e.scratch->get(staged_bytes)) : nullptr;
+      for (size_t i = 0; i < plan.size(); ++i) {
+        P2POp op = plan[i].first;
+        if (staged[i]) {
+          const size_t bytes = op.count * dtype_size(op.dtype);
+          s->copy(copy, op.buf, bytes);
+          op.buf = copy;
+          copy += round_up(bytes, 64);
+        }
+        s->p2p(op, plan[i].second);
+      }
       return Status::Ok();
     };
   } else {
@@ -352,6 +383,12 @@ Result<WorkPtr> CommunicatorImpl::p2p(const std::vector<P2POp>& ops) {
                              " out of range for " + std::to_string(size_) + " ranks");
     UCCL_RETURN_IF_ERROR(check_common(op.is_send ? "send" : "recv", op.dtype, op.count, op.buf, op.buf));
   }
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (size_t j = i + 1; j < ops.size(); ++j)
+      if (!ops[i].is_send && !ops[j].is_send && p2p_overlap(ops[i], ops[j]))
+        return InvalidArgument("p2p batch: the receive buffers of ops " + std::to_string(i) + " (from rank " +
+                               std::to_string(ops[i].peer) + ") and " + std::to_string(j) + " (from rank " +
+                               std::to_string(ops[j].peer) + ") overlap");
   std::vector<P2POp> copy = ops;
   MemoryLoc mem;
   uintptr_t stream = 0;

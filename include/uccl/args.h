@@ -110,6 +110,9 @@ struct ScatterArgs {
 constexpr int kAnySource = -1;
 
 // One point-to-point operation of a batch (torch's batch_isend_irecv, or a single send/recv).
+// A send may overlap a receive of its batch (in place, like MPI_Sendrecv_replace): it goes out
+// from a copy taken before anything is posted. Two receives of a batch must not overlap
+// (InvalidArgument).
 struct P2POp {
   bool is_send = true;
   void* buf = nullptr;

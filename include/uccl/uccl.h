@@ -178,7 +178,9 @@ uccl_result_t uccl_send(const void* buf, size_t count, uccl_datatype_t datatype,
                         uccl_request_t* request);
 uccl_result_t uccl_recv(void* buf, size_t count, uccl_datatype_t datatype, int peer, uccl_comm_t comm,
                         uccl_request_t* request);
-/* Posts all ops together (no ordering deadlock between them). */
+/* Posts all ops together (no ordering deadlock between them). A send may overlap a receive of
+ * the same call (in place, like MPI_Sendrecv_replace: it is sent from a copy); two receives must
+ * not overlap (UCCL_ERR_INVALID_ARGUMENT). */
 uccl_result_t uccl_p2p(const uccl_p2p_op_t* ops, int n, uccl_comm_t comm, uccl_request_t* request);
 
 /* ---- requests ---- */

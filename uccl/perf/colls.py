@@ -13,9 +13,8 @@ One Coll per nccl-tests binary (all_reduce_perf, ...), with nccl-tests' conventi
         broadcast, reduce, sendrecv  base count  factor 1
   * in place: the send buffer lies inside the receive buffer where the collective allows it
     (all_gather/gather: send = recv + rank*count; reduce_scatter/scatter: recv = send + rank*count;
-    the others: send == recv). sendrecv has no in-place variant here: sending a buffer to one
-    peer while receiving into it from another breaks uccl's contract (a buffer stays unchanged
-    until its Work completes; the peer may still be reading it with CMA), so those columns say N/A.
+    the others: send == recv). In-place sendrecv sends a buffer to the next rank while receiving
+    into it from the previous (MPI_Sendrecv_replace): uccl sends from a copy taken first.
 """
 from . import data
 
@@ -31,10 +30,6 @@ class Coll:
         self.factor = factor        # busbw factor as a function of n
         self.send_inplace = send_inplace  # in place: send = buf + rank*count*send_inplace
         self.recv_inplace = recv_inplace
-
-    @property
-    def in_place_ok(self):
-        return self.name != "sendrecv"
 
     def count(self, nbytes, esize, n):
         c = nbytes // esize

@@ -65,10 +65,6 @@ def run(comm, args, out=print):
                     line = report.params(nbytes, count, tname, op, root)
                     row = {"size": nbytes, "count": count, "type": tname, "redop": op, "root": root}
                     for in_place in (False, True):
-                        if in_place and not args.coll.in_place_ok:
-                            line += report.not_applicable()
-                            row["in_place"] = None
-                            continue
                         m = bench.Measure(comm, bufs, args.coll, tname, op, max(root, 0), in_place, count, timeout)
                         if args.check:
                             m.prepare()

@@ -41,10 +41,6 @@ def result(us, algbw, busbw, wrong):
     return "  %7s  %6.2f  %6.2f  %s" % (time_str(us), algbw, busbw, w)
 
 
-def not_applicable():
-    return "  %7s  %6s  %6s  %5s" % ("N/A", "N/A", "N/A", "N/A")
-
-
 def footer(errors, avg_busbw, out):
     out("# Out of bounds values : %d %s" % (errors, "FAILED" if errors else "OK"))
     out("# Avg bus bandwidth    : %g " % avg_busbw)
