@@ -23,11 +23,30 @@ const std::string& algorithm_name(const CommOptions& opts) {
   return !opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : kAlgo.get();
 }
 
-// Whether two p2p ops' byte ranges share a byte.
+uintptr_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// Whether [a, a + a_len) and [b, b + b_len) share a byte.
+bool overlaps(uintptr_t a, size_t a_len, uintptr_t b, size_t b_len) { return a_len && b_len && a < b + b_len && b < a + a_len; }
+
 bool p2p_overlap(const P2POp& a, const P2POp& b) {
-  const auto lo_a = reinterpret_cast<uintptr_t>(a.buf), lo_b = reinterpret_cast<uintptr_t>(b.buf);
-  const size_t len_a = a.count * dtype_size(a.dtype), len_b = b.count * dtype_size(b.dtype);
-  return len_a && len_b && lo_a < lo_b + len_b && lo_b < lo_a + len_a;
+  return overlaps(address(a.buf), a.count * dtype_size(a.dtype), address(b.buf), b.count * dtype_size(b.dtype));
+}
+
+// A collective's schedule reads the send buffer while it writes the receive buffer, so the two
+// may share memory only as the collective's in-place arrangement has it: send at `in_place`
+// (`how` says where in words). A 1 MiB all_reduce into its own send buffer shifted by one
+// element came out wrong without a word; it is refused instead.
+Status check_overlap(const char* what, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                     uintptr_t in_place, const char* how) {
+  if (!send || !recv || address(send) == in_place || !overlaps(address(send), send_bytes, address(recv), recv_bytes))
+    return Status::Ok();
+  return InvalidArgument(std::string(what) + ": the send and receive buffers overlap without being in place (" + how + ")");
+}
+
+// Where the send buffer of an in-place call lies: `blocks` blocks of `count` elements of `dt`
+// past (or, negative, before) the receive buffer.
+uintptr_t in_place_at(const void* recv, ptrdiff_t blocks, size_t count, DataType dt) {
+  return address(recv) + static_cast<uintptr_t>(blocks * static_cast<ptrdiff_t>(count * dtype_size(dt)));
 }
 
 constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -228,6 +247,8 @@ Status CommunicatorImpl::check_root(const char* what, int root) {
 Result<WorkPtr> CommunicatorImpl::all_reduce_impl(const AllReduceArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("all_reduce", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("all_reduce", a.dtype, a.op));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("all_reduce", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   UCCL_WHERE(mem, "all_reduce", a.send, a.recv);
   const Call c{Collective::kAllReduce, a.count, a.dtype, a.op, -1};
   if (x && express_cached(c, mem, x)) return WorkPtr();
@@ -241,6 +262,9 @@ Result<WorkPtr> CommunicatorImpl::reduce_impl(const ReduceArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_root("reduce", a.root));
   UCCL_RETURN_IF_ERROR(check_common("reduce", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
   UCCL_RETURN_IF_ERROR(check_op("reduce", a.dtype, a.op));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  if (rank_ == a.root)
+    UCCL_RETURN_IF_ERROR(check_overlap("reduce", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   UCCL_WHERE(mem, "reduce", a.send, a.recv);
   const Call c{Collective::kReduce, a.count, a.dtype, a.op, a.root};
   if (x && express_cached(c, mem, x)) return WorkPtr();
@@ -254,6 +278,9 @@ Result<WorkPtr> CommunicatorImpl::broadcast_impl(const BroadcastArgs& a, Express
   UCCL_RETURN_IF_ERROR(check_root("broadcast", a.root));
   const bool root = rank_ == a.root;
   UCCL_RETURN_IF_ERROR(check_common("broadcast", a.dtype, a.count, root ? a.send : a.recv, a.recv, !root));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  if (root)
+    UCCL_RETURN_IF_ERROR(check_overlap("broadcast", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   UCCL_WHERE(mem, "broadcast", root ? a.send : nullptr, a.recv);
   const Call c{Collective::kBroadcast, a.count, a.dtype, RedOp::kSum, a.root};
   if (x && express_cached(c, mem, x)) return WorkPtr();
@@ -265,6 +292,9 @@ Result<WorkPtr> CommunicatorImpl::broadcast(const BroadcastArgs& a) { return bro
 
 Result<WorkPtr> CommunicatorImpl::all_gather_impl(const AllGatherArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("all_gather", a.dtype, a.count, a.send, a.recv));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("all_gather", a.send, bytes, a.recv, bytes * size_, in_place_at(a.recv, rank_, a.count, a.dtype),
+                                     "send == recv + rank * count"));
   UCCL_WHERE(mem, "all_gather", a.send, a.recv);
   const Call c{Collective::kAllGather, a.count, a.dtype, RedOp::kSum, -1};
   if (x && express_cached(c, mem, x)) return WorkPtr();
@@ -291,6 +321,9 @@ Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
 Result<WorkPtr> CommunicatorImpl::reduce_scatter_impl(const ReduceScatterArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("reduce_scatter", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("reduce_scatter", a.dtype, a.op));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("reduce_scatter", a.send, bytes * size_, a.recv, bytes,
+                                     in_place_at(a.recv, -rank_, a.count, a.dtype), "recv == send + rank * count"));
   UCCL_WHERE(mem, "reduce_scatter", a.send, a.recv);
   const Call c{Collective::kReduceScatter, a.count, a.dtype, a.op, -1};
   if (x && express_cached(c, mem, x)) return WorkPtr();
@@ -330,6 +363,8 @@ Result<WorkPtr> CommunicatorImpl::all_to_all(const AllToAllArgs& a) {
     v.recv_displs.push_back(p * a.count);
   }
   UCCL_RETURN_IF_ERROR(check_common("all_to_all", a.dtype, a.count, a.send, a.recv));
+  const size_t bytes = a.count * dtype_size(a.dtype) * size_;
+  UCCL_RETURN_IF_ERROR(check_overlap("all_to_all", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   UCCL_WHERE(mem, "all_to_all", a.send, a.recv);
   return issue({Collective::kAllToAll, a.count, a.dtype, RedOp::kSum, -1},
                [v](const OpEnv& e, Schedule* s) { return build_all_to_all_v(v, e, s); }, nullptr, mem, a.stream);
@@ -355,6 +390,10 @@ Result<WorkPtr> CommunicatorImpl::all_to_all_v(const AllToAllVArgs& a) {
 Result<WorkPtr> CommunicatorImpl::gather(const GatherArgs& a) {
   UCCL_RETURN_IF_ERROR(check_root("gather", a.root));
   UCCL_RETURN_IF_ERROR(check_common("gather", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  if (rank_ == a.root)
+    UCCL_RETURN_IF_ERROR(check_overlap("gather", a.send, bytes, a.recv, bytes * size_, in_place_at(a.recv, a.root, a.count, a.dtype),
+                                       "send == recv + root * count"));
   UCCL_WHERE(mem, "gather", a.send, rank_ == a.root ? a.recv : nullptr);
   return issue({Collective::kGather, a.count, a.dtype, RedOp::kSum, a.root},
                [a](const OpEnv& e, Schedule* s) { return build_gather(a, e, s); }, nullptr, mem, a.stream);
@@ -363,6 +402,10 @@ Result<WorkPtr> CommunicatorImpl::gather(const GatherArgs& a) {
 Result<WorkPtr> CommunicatorImpl::scatter(const ScatterArgs& a) {
   UCCL_RETURN_IF_ERROR(check_root("scatter", a.root));
   UCCL_RETURN_IF_ERROR(check_common("scatter", a.dtype, a.count, rank_ == a.root ? a.send : a.recv, a.recv));
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  if (rank_ == a.root)
+    UCCL_RETURN_IF_ERROR(check_overlap("scatter", a.send, bytes * size_, a.recv, bytes, in_place_at(a.recv, -a.root, a.count, a.dtype),
+                                       "recv == send + root * count"));
   UCCL_WHERE(mem, "scatter", rank_ == a.root ? a.send : nullptr, a.recv);
   return issue({Collective::kScatter, a.count, a.dtype, RedOp::kSum, a.root},
                [a](const OpEnv& e, Schedule* s) { return build_scatter(a, e, s); }, nullptr, mem, a.stream);

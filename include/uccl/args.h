@@ -2,8 +2,9 @@
 // a new field has a default and old callers keep compiling.
 //
 // Public (include/uccl). Counts are in elements, displacements in elements; send == recv means
-// in place where the collective allows it. The schedule builders (cpp/algorithms) take these
-// structs as they are.
+// in place where the collective allows it (the field comments say where send lies then); send
+// and receive buffers that overlap any other way are refused (InvalidArgument). The schedule
+// builders (cpp/algorithms) take these structs as they are.
 //
 // Buffers may be host memory or device memory of a registered device backend (cpp/base/
 // device.h): the core finds out from the pointers (all buffers of one call must live in one
@@ -75,7 +76,7 @@ struct ReduceScatterVArgs {
 };
 struct AllToAllArgs {
   const void* send = nullptr;  // size * count elements, block j goes to rank j
-  void* recv = nullptr;        // size * count elements, block j came from rank j
+  void* recv = nullptr;        // size * count elements, block j came from rank j; may equal send
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
@@ -88,7 +89,7 @@ struct AllToAllVArgs {
   uintptr_t stream = 0;  // device buffers: ordered after this stream's queued work (last: aggregates)
 };
 struct GatherArgs {
-  const void* send = nullptr;  // count elements
+  const void* send = nullptr;  // count elements; on the root may equal recv + root*count (in place)
   void* recv = nullptr;        // size * count elements on the root
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
@@ -97,7 +98,7 @@ struct GatherArgs {
 };
 struct ScatterArgs {
   const void* send = nullptr;  // size * count elements on the root
-  void* recv = nullptr;        // count elements
+  void* recv = nullptr;        // count elements; on the root may equal send + root*count (in place)
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   int root = 0;

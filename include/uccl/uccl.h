@@ -13,7 +13,8 @@
  *     operation finished); otherwise the call returns at once and the request is completed with
  *     uccl_test / uccl_wait and released with uccl_request_free. Buffers stay untouched by the
  *     caller until then. Operations complete in issue order; every rank issues the same ones.
- *   - send == recv means in place where the collective allows it. Counts are in elements.
+ *   - send == recv means in place where the collective allows it (include/uccl/args.h); buffers
+ *     that overlap any other way are refused with UCCL_ERR_INVALID_ARGUMENT. Counts are in elements.
  *   - Nothing hangs forever: waits end at the communicator's timeout (UCCL_TIMEOUT_S or
  *     uccl_config_t.timeout_s) with UCCL_ERR_TIMEOUT; a dead peer is UCCL_ERR_REMOTE.
  *   - Thread safety: calls on one communicator from several threads are serialized by uccl;
