@@ -51,6 +51,14 @@ uintptr_t in_place_at(const void* recv, ptrdiff_t blocks, size_t count, DataType
 
 constexpr size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// Elements from a buffer's start to the end of its last block.
+size_t extent(const Blocks& b) {
+  size_t end = 0;
+  for (size_t p = 0; p < b.cnt.size(); ++p)
+    if (b.cnt[p]) end = std::max(end, b.off[p] + b.cnt[p]);
+  return end;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, std::shared_ptr<Store> store,
@@ -312,6 +320,9 @@ Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
     return InvalidArgument("all_gather_v: recv_counts/recv_displs need one entry per rank (" + std::to_string(size_) + ")");
   const Blocks b = blocks_from(a.recv_counts, a.recv_displs);
   UCCL_RETURN_IF_ERROR(check_common("all_gather_v", a.dtype, b.total(), a.send ? a.send : a.recv, a.recv));
+  const size_t es = dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("all_gather_v", a.send, b.cnt[rank_] * es, a.recv, extent(b) * es,
+                                     in_place_at(a.recv, 1, b.off[rank_], a.dtype), "send == recv + recv_displs[rank]"));
   UCCL_WHERE(mem, "all_gather_v", a.send, a.recv);
   return issue({Collective::kAllGatherV, b.total(), a.dtype, RedOp::kSum, -1}, [a, b](const OpEnv& e, Schedule* s) {
     return build_all_gather_v(a.send, a.recv, b, a.dtype, e, s);
@@ -340,6 +351,9 @@ Result<WorkPtr> CommunicatorImpl::reduce_scatter_v(const ReduceScatterVArgs& a) 
     return InvalidArgument("reduce_scatter_v: recv_counts needs one entry per rank (" + std::to_string(size_) + ")");
   const Blocks b = blocks_from(a.recv_counts, {});
   UCCL_RETURN_IF_ERROR(check_common("reduce_scatter_v", a.dtype, b.total(), a.send, a.recv, a.recv_counts[rank_] > 0));
+  const size_t es = dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("reduce_scatter_v", a.send, b.total() * es, a.recv, b.cnt[rank_] * es,
+                                     in_place_at(a.recv, -1, b.off[rank_], a.dtype), "recv == send + its block's offset"));
   UCCL_RETURN_IF_ERROR(check_op("reduce_scatter_v", a.dtype, a.op));
   ReduceScatterArgs base;
   base.dtype = a.dtype;
@@ -382,6 +396,11 @@ Result<WorkPtr> CommunicatorImpl::all_to_all_v(const AllToAllVArgs& a) {
   const size_t total_send = std::accumulate(a.send_counts.begin(), a.send_counts.end(), size_t(0));
   const size_t total_recv = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(), size_t(0));
   UCCL_RETURN_IF_ERROR(check_common("all_to_all_v", a.dtype, total_send, a.send, a.recv, total_recv > 0));
+  const size_t es = dtype_size(a.dtype);
+  const bool same_layout = a.send_counts == a.recv_counts && a.send_displs == a.recv_displs;
+  UCCL_RETURN_IF_ERROR(check_overlap("all_to_all_v", a.send, extent(blocks_from(a.send_counts, a.send_displs)) * es, a.recv,
+                                     extent(blocks_from(a.recv_counts, a.recv_displs)) * es,
+                                     same_layout ? address(a.recv) : 0, "recv == send with the same counts and displacements"));
   UCCL_WHERE(mem, "all_to_all_v", a.send, a.recv);
   return issue({Collective::kAllToAllV, 0, a.dtype, RedOp::kSum, -1},
                [a](const OpEnv& e, Schedule* s) { return build_all_to_all_v(a, e, s); }, nullptr, mem, a.stream);
