@@ -89,9 +89,13 @@ class DeviceComm:
         return object.__getattribute__(self, name)
 
     def batch_isend_irecv(self, ops):
-        dev_ops, pairs = [], []
+        # A buffer given twice (in-place sendrecv) gets one device copy: it stays in place there.
+        dev_ops, pairs, copies = [], [], {}
         for item in ops:
-            d = self._dev(item[1])
+            key = (item[1].ctypes.data, item[1].nbytes)
+            d = copies.get(key)
+            if d is None:
+                d = copies[key] = self._dev(item[1])
             dev_ops.append((item[0], d) + tuple(item[2:]))
             if item[0] == "recv":
                 pairs.append((d, item[1]))
