@@ -127,3 +127,26 @@ def test_min_max_propagate_nan_like_numpy():
         if not np.array_equal(np.isnan(got), np.isnan(want)):
             problems.append(f"{key}: got {got}, numpy gives {want.tolist()}")
     assert not problems, "\n".join(problems)
+
+
+def body_probe_behind_async(ctx):
+    """Asynchronous operations right after the communicator is made, then a large one whose
+    algorithm needs the measured link rates: the link probe runs while the connections of the
+    first operations are still being set up. Returns the reduce_scatter's block."""
+    import numpy as np
+    comm, n = ctx.comm, ctx.world
+    w0 = comm.broadcast(np.full(1 << 18, ctx.rank, np.float32), root=0, async_op=True)
+    w1 = comm.all_to_all(np.full(28, ctx.rank, np.float32), async_op=True)
+    w2 = comm.reduce_scatter(np.ones(n << 20, np.float32), async_op=True)  # 4 MiB blocks: the rates decide
+    w0.wait(), w1.wait()
+    block = np.asarray(w2.wait())
+    return [block.size, float(block.min()), float(block.max())]
+
+
+def test_link_probe_behind_asynchronous_operations_does_not_stall():
+    """The probe's store waits shared the store's client with the engine thread, which needed it
+    to finish connecting for the operations queued before: every rank stalled until its
+    timeout (deterministic with UCCL_PROBE_CACHE_S=0, 2 "hosts" of 2 ranks)."""
+    results = run_world(4, "test_collectives:body_probe_behind_async", env={"UCCL_PROBE_CACHE_S": "0"},
+                        host_ids=mixed_hosts(4, 2), transport="auto", comm_timeout=20, timeout=90)
+    assert results == [[1 << 20, 4.0, 4.0]] * 4

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "base/log.h"
 
@@ -90,16 +91,27 @@ Status recv_side(const P2PIssuer& p2p, int peer, std::vector<uint8_t>& buf, doub
   return Status::Ok();
 }
 
-// The store with its failures mapped (see StoreErrorMapper).
+// The store with its failures mapped (see StoreErrorMapper). A wait polls in short slices: the
+// store's client is shared with the engine thread, which may need it meanwhile (a peer's address,
+// to finish connecting for an operation queued before the one that triggered this probe), and
+// one long get would hold the client for the whole wait. (4 ranks issuing asynchronous
+// operations, then the first large one: every rank sat in the probe until its timeout, one
+// engine thread blocked on the client while its rank's probe waited for a key its peer could
+// not set without that connection.)
 struct MappedStore {
+  static constexpr double kPollSliceS = 0.05;
   Store& s;
   const StoreErrorMapper& map;
   Status fix(const Status& st) const { return st.ok() || !map ? st : map(st); }
   Status set(const std::string& k, const std::string& v) { return fix(s.set(k, v)); }
   Result<std::string> get(const std::string& k, double timeout_s) {
-    auto r = s.get(k, timeout_s);
-    if (!r.ok()) return fix(r.status());
-    return r;
+    const double deadline = now_s() + timeout_s;
+    for (;;) {
+      auto r = s.get(k, std::max(0.001, std::min(kPollSliceS, deadline - now_s())));
+      if (r.ok()) return r;
+      if (r.status().code() != Code::kTimeout || now_s() >= deadline) return fix(r.status());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a thread waiting for the client takes it
+    }
   }
 };
 
