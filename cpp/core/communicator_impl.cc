@@ -255,11 +255,12 @@ Status CommunicatorImpl::check_root(const char* what, int root) {
 Result<WorkPtr> CommunicatorImpl::all_reduce_impl(const AllReduceArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("all_reduce", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("all_reduce", a.dtype, a.op));
-  const size_t bytes = a.count * dtype_size(a.dtype);
-  UCCL_RETURN_IF_ERROR(check_overlap("all_reduce", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   UCCL_WHERE(mem, "all_reduce", a.send, a.recv);
   const Call c{Collective::kAllReduce, a.count, a.dtype, a.op, -1};
   if (x && express_cached(c, mem, x)) return WorkPtr();
+  // (After the cache: a cached call has the same buffers and counts, checked when first made.)
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("all_reduce", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   return issue(c,
                [a](const OpEnv& e, Schedule* s) { return build_all_reduce(a, e, s); }, nullptr, mem, a.stream, x);
 }
@@ -270,12 +271,12 @@ Result<WorkPtr> CommunicatorImpl::reduce_impl(const ReduceArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_root("reduce", a.root));
   UCCL_RETURN_IF_ERROR(check_common("reduce", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
   UCCL_RETURN_IF_ERROR(check_op("reduce", a.dtype, a.op));
-  const size_t bytes = a.count * dtype_size(a.dtype);
-  if (rank_ == a.root)
-    UCCL_RETURN_IF_ERROR(check_overlap("reduce", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   UCCL_WHERE(mem, "reduce", a.send, a.recv);
   const Call c{Collective::kReduce, a.count, a.dtype, a.op, a.root};
   if (x && express_cached(c, mem, x)) return WorkPtr();
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  if (rank_ == a.root)
+    UCCL_RETURN_IF_ERROR(check_overlap("reduce", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   return issue(c,
                [a](const OpEnv& e, Schedule* s) { return build_reduce(a, e, s); }, nullptr, mem, a.stream, x);
 }
@@ -286,12 +287,12 @@ Result<WorkPtr> CommunicatorImpl::broadcast_impl(const BroadcastArgs& a, Express
   UCCL_RETURN_IF_ERROR(check_root("broadcast", a.root));
   const bool root = rank_ == a.root;
   UCCL_RETURN_IF_ERROR(check_common("broadcast", a.dtype, a.count, root ? a.send : a.recv, a.recv, !root));
-  const size_t bytes = a.count * dtype_size(a.dtype);
-  if (root)
-    UCCL_RETURN_IF_ERROR(check_overlap("broadcast", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   UCCL_WHERE(mem, "broadcast", root ? a.send : nullptr, a.recv);
   const Call c{Collective::kBroadcast, a.count, a.dtype, RedOp::kSum, a.root};
   if (x && express_cached(c, mem, x)) return WorkPtr();
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  if (root)
+    UCCL_RETURN_IF_ERROR(check_overlap("broadcast", a.send, bytes, a.recv, bytes, address(a.recv), "recv == send"));
   return issue(c,
                [a](const OpEnv& e, Schedule* s) { return build_broadcast(a, e, s); }, nullptr, mem, a.stream, x);
 }
@@ -300,12 +301,12 @@ Result<WorkPtr> CommunicatorImpl::broadcast(const BroadcastArgs& a) { return bro
 
 Result<WorkPtr> CommunicatorImpl::all_gather_impl(const AllGatherArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("all_gather", a.dtype, a.count, a.send, a.recv));
-  const size_t bytes = a.count * dtype_size(a.dtype);
-  UCCL_RETURN_IF_ERROR(check_overlap("all_gather", a.send, bytes, a.recv, bytes * size_, in_place_at(a.recv, rank_, a.count, a.dtype),
-                                     "send == recv + rank * count"));
   UCCL_WHERE(mem, "all_gather", a.send, a.recv);
   const Call c{Collective::kAllGather, a.count, a.dtype, RedOp::kSum, -1};
   if (x && express_cached(c, mem, x)) return WorkPtr();
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("all_gather", a.send, bytes, a.recv, bytes * size_, in_place_at(a.recv, rank_, a.count, a.dtype),
+                                     "send == recv + rank * count"));
   const Blocks b = even_blocks(a.count * size_, size_);
   return issue(c, [a, b](const OpEnv& e, Schedule* s) {
     return build_all_gather_v(a.send, a.recv, b, a.dtype, e, s);
@@ -332,12 +333,12 @@ Result<WorkPtr> CommunicatorImpl::all_gather_v(const AllGatherVArgs& a) {
 Result<WorkPtr> CommunicatorImpl::reduce_scatter_impl(const ReduceScatterArgs& a, Express* x) {
   UCCL_RETURN_IF_ERROR(check_common("reduce_scatter", a.dtype, a.count, a.send, a.recv));
   UCCL_RETURN_IF_ERROR(check_op("reduce_scatter", a.dtype, a.op));
-  const size_t bytes = a.count * dtype_size(a.dtype);
-  UCCL_RETURN_IF_ERROR(check_overlap("reduce_scatter", a.send, bytes * size_, a.recv, bytes,
-                                     in_place_at(a.recv, -rank_, a.count, a.dtype), "recv == send + rank * count"));
   UCCL_WHERE(mem, "reduce_scatter", a.send, a.recv);
   const Call c{Collective::kReduceScatter, a.count, a.dtype, a.op, -1};
   if (x && express_cached(c, mem, x)) return WorkPtr();
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  UCCL_RETURN_IF_ERROR(check_overlap("reduce_scatter", a.send, bytes * size_, a.recv, bytes,
+                                     in_place_at(a.recv, -rank_, a.count, a.dtype), "recv == send + rank * count"));
   const Blocks b = even_blocks(a.count * size_, size_);
   return issue(c, [a, b](const OpEnv& e, Schedule* s) {
     return build_reduce_scatter_v(a.send, a.recv, b, a, e, s);
