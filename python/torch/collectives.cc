@@ -5,6 +5,7 @@
 // back by an epilogue that runs only on success.
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 
 #include "backend.h"
 #include "convert.h"
@@ -12,6 +13,17 @@
 
 namespace uccl_torch {
 namespace {
+
+// OpType::REDUCE_SCATTER_TENSOR_COALESCED where this torch has it (2.13 does, 2.11 does not),
+// else OpType::COALESCED: only the Work's op type (profiling, logs) differs.
+template <class T, class = void>
+struct ReduceScatterCoalesced {
+  static constexpr T value = T::COALESCED;
+};
+template <class T>
+struct ReduceScatterCoalesced<T, std::void_t<decltype(T::REDUCE_SCATTER_TENSOR_COALESCED)>> {
+  static constexpr T value = T::REDUCE_SCATTER_TENSOR_COALESCED;
+};
 
 using c10d::OpType;
 
@@ -183,7 +195,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::reduce_scatter_tensor_coalesced(std:
     rws.push_back(reduce_wire(outputs[i].scalar_type(), opts.reduceOp, op));
   }
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
-  auto w = make_work(outputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::REDUCE_SCATTER_TENSOR_COALESCED, op,
+  auto w = make_work(outputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : ReduceScatterCoalesced<OpType>::value, op,
                      outputs, opts.timeout);
   for (size_t i = 0; i < outputs.size(); ++i) {
     at::Tensor send = in_buf(*w, inputs[i]);

@@ -67,7 +67,8 @@ inline ReduceWire reduce_wire(at::ScalarType t, const c10d::ReduceOp& rop, const
     case R::PREMUL_SUM: {
       rw.op = uccl::RedOp::kPremulSum;
       // torch only ever attaches a PreMulSumSupplement to PREMUL_SUM (ProcessGroupNCCL casts the same way).
-      auto* sup = static_cast<c10d::PreMulSumSupplement*>(rop.supplement_.get());
+      // Its older name, which newer torch keeps as an alias (torch 2.11 has only this one).
+      auto* sup = static_cast<c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
       TORCH_CHECK_VALUE(sup != nullptr, "uccl ", opname, ": PREMUL_SUM without a factor; build the op with ",
                         "torch.distributed._make_nccl_premul_sum(factor)");
       // A tensor factor is read once on the host: uccl applies one scalar per operation.
