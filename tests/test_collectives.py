@@ -101,21 +101,23 @@ def body_nan(ctx):
                 x[me] = np.nan              # element j is NaN on rank j only
                 x[n + (me + 1) % n] = np.nan  # and element n + j on rank j - 1
                 sub.all_reduce(x, op=op)
-                out[f"{algo} {dtype} {op}"] = x.tolist()
+                out[f"{algo} {dtype} {op}"] = x.tobytes()  # bits: which NaN matters too
     return out
 
 
 def test_min_max_propagate_nan_like_numpy():
-    """Open bug (cpp/base/reduce.cc): min/max are `v < u ? v : u` / `v > u ? v : u`, so a NaN
-    survives only when it is the first operand of a step: the result depends on which rank
-    holds the NaN and on the algorithm (direct and ring disagree), and matches neither numpy's
-    propagating np.maximum nor np.fmax. sum already propagates NaN."""
+    """min/max/sum propagate NaN like numpy's np.maximum/np.minimum/np.add, whichever rank holds
+    the NaN and whatever the algorithm; and every NaN in a result is the canonical quiet NaN
+    (cpp/base/elementwise.h: positive, all payload bits set, what NVIDIA's float units give),
+    not numpy's 0x7fc00000 that went in, so results are bit-equal whichever device reduced."""
     import numpy as np
     world = 3
     results = run_world(world, "test_collectives:body_nan", transport="shm")
+    canonical = {"float16": 0x7fff, "float32": 0x7fffffff, "float64": 0x7fffffffffffffff}
     problems = []
-    for key, got in results[0].items():
+    for key, raw in results[0].items():
         algo, dtype, op = key.split()
+        got = np.frombuffer(raw, dtype=dtype)
         inputs = []
         for p in range(world):
             x = np.arange(2 * world, dtype=np.float64) + p
@@ -125,7 +127,10 @@ def test_min_max_propagate_nan_like_numpy():
         fn = {"max": np.maximum, "min": np.minimum, "sum": np.add}[op]
         want = fn.reduce(np.stack(inputs), axis=0)
         if not np.array_equal(np.isnan(got), np.isnan(want)):
-            problems.append(f"{key}: got {got}, numpy gives {want.tolist()}")
+            problems.append(f"{key}: got {got.tolist()}, numpy gives {want.tolist()}")
+        bits = got.view(f"u{got.itemsize}")[np.isnan(got)]
+        if np.any(bits != canonical[dtype]):
+            problems.append(f"{key}: NaN bits {[hex(b) for b in bits]}, expected {hex(canonical[dtype])}")
     assert not problems, "\n".join(problems)
 
 

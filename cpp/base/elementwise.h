@@ -5,8 +5,14 @@
 // instantiate these functions, so the host unit tests (tests/cpp/reduce_kernels_test.cc,
 // elementwise_test.cc) check the very arithmetic the GPU runs:
 //  * bfloat16 and float16 are widened to float, combined in float and rounded once
-//    (round-to-nearest-even); a NaN stays a quiet NaN (its payload may differ per device).
+//    (round-to-nearest-even).
 //  * min/max propagate NaN (as numpy and torch do): v != v is true only for NaN.
+//  * every NaN a kernel writes is THE canonical quiet NaN (positive, all payload bits set:
+//    0x7fff / 0x7fffffff / 0x7fffffffffffffff), whatever NaN came in. NVIDIA's float units
+//    answer any arithmetic on a NaN with that NaN while x86 keeps the input's payload, so
+//    without this rule a result would depend on the device that computed it (first seen on an
+//    H200: scale of NaN inputs differed from the host in fp16, bf16 and float32). One select
+//    per element in Elem::store, which vectorizes.
 //  * integer sum/prod wrap around (unsigned arithmetic), never undefined overflow.
 //  * bitwise ops exist for integers only (callers refuse them for floats).
 //  * scale: integers multiply by the factor rounded to the nearest integer (llround); floats
@@ -54,16 +60,37 @@ UCCL_HD float bits_float(uint32_t u) {
 #endif
 }
 
+// ---- the canonical NaN -----------------------------------------------------------------------
+UCCL_HD float canonical_nan(float v) { return v != v ? bits_float(0x7fffffffu) : v; }
+UCCL_HD double canonical_nan(double v) {
+#if defined(__CUDA_ARCH__)
+  return v != v ? __longlong_as_double(0x7fffffffffffffffll) : v;
+#else
+  const uint64_t u = 0x7fffffffffffffffull;
+  double nan;
+  std::memcpy(&nan, &u, 8);
+  return v != v ? nan : v;
+#endif
+}
+
 // ---- bfloat16 (bit exact, round-to-nearest-even) ---------------------------------------------
 UCCL_HD float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
-UCCL_HD uint16_t float_to_bf16(float f) {
+// Branch-free so that loops of it vectorize: NaN becomes `nan_bits(bits)`, the rest rounds to
+// nearest even.
+template <class NanBits>
+UCCL_HD uint16_t bf16_narrow(float f, NanBits nan_bits) {
   const uint32_t bits = float_bits(f);
-  // Branch-free so that loops of it vectorize: NaN stays a (quiet) NaN, the rest rounds to
-  // nearest even.
-  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
   const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan_bits(bits) : rounded);
 }
+struct QuietPayload {
+  UCCL_HD uint32_t operator()(uint32_t bits) const { return (bits >> 16) | 0x40u; }
+};
+struct CanonicalBf16Nan {
+  UCCL_HD uint32_t operator()(uint32_t) const { return 0x7fffu; }
+};
+// The conversion: a NaN stays a NaN of its sign and payload, made quiet.
+UCCL_HD uint16_t float_to_bf16(float f) { return bf16_narrow(f, QuietPayload{}); }
 
 // ---- float16, portable bit-exact conversions ---------------------------------------------------
 // The reference every fast path must equal (elementwise_test checks _Float16/F16C against it
@@ -92,7 +119,7 @@ UCCL_HD uint16_t float_to_fp16_portable(float f) {
   const uint32_t x = float_bits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return sign | 0x7e00;           // nan
+  if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00 | ((absx >> 13) & 0x3ff));  // nan, as F16C
   if (absx >= 0x477ff000u) return sign | 0x7c00;          // overflow (rounds to inf) or inf
   if (absx < 0x38800000u) {                               // subnormal or zero in fp16
     if (absx < 0x33000000u) return sign;                  // below half the smallest subnormal
@@ -140,19 +167,25 @@ template <class T> struct Elem {
   using S = T;  // storage
   using C = T;  // compute
   static UCCL_HD T load(S v) { return v; }
-  static UCCL_HD S store(T v) { return v; }
+  static UCCL_HD S store(T v) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return canonical_nan(v);
+    } else {
+      return v;
+    }
+  }
 };
 template <> struct Elem<Bf16> {
   using S = uint16_t;
   using C = float;
   static UCCL_HD float load(S v) { return bf16_to_float(v); }
-  static UCCL_HD S store(float v) { return float_to_bf16(v); }
+  static UCCL_HD S store(float v) { return bf16_narrow(v, CanonicalBf16Nan{}); }  // one select
 };
 template <> struct Elem<Fp16> {
   using S = uint16_t;
   using C = float;
   static UCCL_HD float load(S v) { return fp16_to_float(v); }
-  static UCCL_HD S store(float v) { return float_to_fp16(v); }
+  static UCCL_HD S store(float v) { return float_to_fp16(canonical_nan(v)); }
 };
 
 // ---- the operations on compute values ----------------------------------------------------------

@@ -25,6 +25,9 @@ enum class DataType : uint8_t {
 };
 constexpr int kNumDataTypes = 8;
 
+// Floats: min/max propagate NaN (like numpy's maximum/minimum), and every NaN a reduction
+// writes is the canonical quiet NaN (positive, all payload bits set), whichever device (host,
+// GPU) computed it: results are bit-identical across devices, NaN included.
 enum class RedOp : uint8_t {
   kSum = 0,
   kProd = 1,

@@ -8,6 +8,7 @@
 // both ways, events and stream ordering. tests/gpu/run.sh runs it on a GPU machine.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -57,6 +58,24 @@ std::vector<uint8_t> random_bytes(size_t n, DataType dt, uint32_t seed) {
       if (rng() % 4) f[i] = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 7.0;
   }
   return v;
+}
+// "" when equal; else how many elements differ and the first one's bytes (hex, little endian).
+std::string differing(const std::vector<uint8_t>& want, const std::vector<uint8_t>& got, size_t es) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i * es < want.size(); ++i)
+    if (std::memcmp(&want[i * es], &got[i * es], es) != 0 && bad++ == 0) first = i;
+  if (bad == 0) return "";
+  auto hex = [&](const std::vector<uint8_t>& v) {
+    std::string h;
+    char b[3];
+    for (size_t k = es; k-- > 0;) {
+      std::snprintf(b, sizeof b, "%02x", v[first * es + k]);
+      h += b;
+    }
+    return h;
+  };
+  return std::to_string(bad) + " of " + std::to_string(want.size() / es) + " elements differ; first [" +
+         std::to_string(first) + "]: got 0x" + hex(got) + ", host 0x" + hex(want);
 }
 }  // namespace
 
@@ -122,26 +141,10 @@ TEST_CASE("cuda backend on a GPU: kernels equal the host kernels bit for bit") {
           CHECK_OK(b->reduce_async(pa, pa, pb, n, dt, op, s));  // in place
           CHECK_OK(b->copy_async(got.data(), pa, bytes, CopyDir::kDeviceToHost, s));
           CHECK_OK(b->synchronize(s));
-          const bool same = std::memcmp(want.data(), got.data(), bytes) == 0;
-          if (!same) {
-            // NaN payloads may differ between devices; everything else must be bit-equal.
-            size_t bad = 0;
-            for (size_t i = 0; i < n; ++i) {
-              const uint8_t* w = want.data() + i * es;
-              const uint8_t* g = got.data() + i * es;
-              if (std::memcmp(w, g, es) == 0) continue;
-              bool both_nan = false;
-              if (dt == DataType::kFloat32) { float x, y; std::memcpy(&x, w, 4); std::memcpy(&y, g, 4); both_nan = std::isnan(x) && std::isnan(y); }
-              if (dt == DataType::kFloat64) { double x, y; std::memcpy(&x, w, 8); std::memcpy(&y, g, 8); both_nan = std::isnan(x) && std::isnan(y); }
-              if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
-                uint16_t x, y; std::memcpy(&x, w, 2); std::memcpy(&y, g, 2);
-                const uint16_t em = dt == DataType::kFloat16 ? 0x7c00 : 0x7f80, mm = dt == DataType::kFloat16 ? 0x3ff : 0x7f;
-                both_nan = (x & em) == em && (x & mm) && (y & em) == em && (y & mm);
-              }
-              if (!both_nan) ++bad;
-            }
-            CHECK_MESSAGE(bad == 0, "dtype " << static_cast<int>(dt) << " op " << static_cast<int>(op) << " n " << n);
-          }
+          // Bit for bit, NaN included (every NaN written is the canonical one).
+          CHECK_MESSAGE(differing(want, got, es) == "", "dtype " << static_cast<int>(dt) << " op "
+                                                                 << static_cast<int>(op) << " n " << n << ": "
+                                                                 << differing(want, got, es));
           b->free(da.value());
           b->free(db.value());
         }
@@ -176,7 +179,8 @@ TEST_CASE("cuda backend on a GPU: scale, divide, events and stream_wait") {
     CHECK_OK(b->scale_async(o.value(), d.value(), n, dt, 0.37, s2.value().get()));
     CHECK_OK(b->copy_async(got.data(), o.value(), bytes, CopyDir::kDeviceToHost, s2.value().get()));
     CHECK_OK(b->synchronize(s2.value().get()));
-    CHECK(std::memcmp(got.data(), want_s.data(), bytes) == 0);
+    CHECK_MESSAGE(differing(want_s, got, dsize(dt)) == "", "scale, dtype " << static_cast<int>(dt) << ": "
+                                                                     << differing(want_s, got, dsize(dt)));
     CHECK_OK(b->divide_async(o.value(), d.value(), n, dt, 3, s2.value().get()));
     CHECK_OK(b->copy_async(got.data(), o.value(), bytes, CopyDir::kDeviceToHost, s2.value().get()));
     CHECK_OK(b->record(ev.value().get(), s2.value().get()));
@@ -187,7 +191,8 @@ TEST_CASE("cuda backend on a GPU: scale, divide, events and stream_wait") {
       done = q.value();
     }
     CHECK(done);
-    CHECK(std::memcmp(got.data(), want_d.data(), bytes) == 0);
+    CHECK_MESSAGE(differing(want_d, got, dsize(dt)) == "", "divide, dtype " << static_cast<int>(dt) << ": "
+                                                                      << differing(want_d, got, dsize(dt)));
     b->free(d.value());
     b->free(o.value());
   }
