@@ -16,12 +16,15 @@ Inside a child the target is called as fn(ctx, *args) where ctx has rank, world,
 (unless make_comm=False), store and check (a Checker that records mismatches instead of stopping
 at the first, so that one run reports every failing op/dtype/count).
 """
+import faulthandler
 import importlib
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import shutil
 import socket
 import sys
+import tempfile
 import time
 import traceback
 
@@ -103,7 +106,19 @@ class Ctx:
         self.linger = True
 
 
-def _child(rank, world, port, target, args, env, make_comm, comm_kwargs, q):
+_CRASH_FILE = None  # kept open for faulthandler
+
+
+def crash_file(crash_dir, rank):
+    return os.path.join(crash_dir, f"rank{rank}.crash")
+
+
+def _child(rank, world, port, target, args, env, make_comm, comm_kwargs, q, crash_dir):
+    global _CRASH_FILE
+    # A fatal signal (SIGSEGV, SIGABRT...) leaves no report: faulthandler writes every thread's
+    # Python stack to a file the parent shows with "exited with code -11".
+    _CRASH_FILE = open(crash_file(crash_dir, rank), "w")
+    faulthandler.enable(file=_CRASH_FILE, all_threads=True)
     try:
         os.environ.update(env)
         module, _, name = target.partition(":")
@@ -127,6 +142,20 @@ def _child(rank, world, port, target, args, env, make_comm, comm_kwargs, q):
         q.put(("error", rank, f"{type(e).__module__}.{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         _leave(q, 1)
     _leave(q, 0)
+
+
+def _crash_text(crash_dir, rank, limit=6000):
+    """What faulthandler wrote for a rank that died by a fatal signal ("" if nothing)."""
+    try:
+        with open(crash_file(crash_dir, rank)) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    if not text.strip():
+        return ""
+    if len(text) > limit:
+        text = "...\n" + text[-limit:]
+    return "; faulthandler (Python stacks at the crash):\n" + text
 
 
 def _leave(q, code):
@@ -158,6 +187,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
+    crash_dir = tempfile.mkdtemp(prefix="uccl-harness-")
     comm_kwargs["timeout"] = comm_timeout
     procs = []
     for r in range(world):
@@ -167,7 +197,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
             e["UCCL_HOST_ID"] = host_ids[r]
         if rank_env is not None:
             e.update(rank_env(r))
-        p = ctx.Process(target=_child, args=(r, world, port, target, args, e, make_comm, comm_kwargs, q),
+        p = ctx.Process(target=_child, args=(r, world, port, target, args, e, make_comm, comm_kwargs, q, crash_dir),
                         name=f"uccl-rank{r}", daemon=True)
         p.start()
         procs.append(p)
@@ -196,7 +226,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
                         continue
                     dead_since.setdefault(r, now)
                     if now - dead_since[r] > 1.0:
-                        errors[r] = f"rank {r} exited with code {p.exitcode} without reporting"
+                        errors[r] = f"rank {r} exited with code {p.exitcode} without reporting" + _crash_text(crash_dir, r)
                         first_error_at = first_error_at or now
                 continue
             if kind == "ok":
@@ -216,6 +246,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
             p.join(timeout=5)
         q.close()
         q.cancel_join_thread()
+        shutil.rmtree(crash_dir, ignore_errors=True)
     missing = [r for r in range(world) if r not in results and r not in errors and r not in expect_exit]
     msgs = []
     for r in sorted(errors):

@@ -25,6 +25,13 @@ def body_die(ctx):
     time.sleep(3600)
 
 
+def body_segfault(ctx):
+    if ctx.rank == 1:
+        import ctypes
+        ctypes.string_at(0)  # SIGSEGV in C
+    time.sleep(3600)
+
+
 def body_checks(ctx):
     ctx.check.equal([1, 2], [1, 3], "deliberate mismatch")
     return "done"
@@ -47,6 +54,14 @@ def test_exception_in_a_rank_is_reported_with_its_traceback():
 def test_rank_that_dies_silently_is_reported():
     with pytest.raises(pytest.fail.Exception, match=r"rank 1 exited with code 3 without reporting"):
         run_world(2, "test_harness:body_die", timeout=60, grace=1, make_comm=False)
+
+
+def test_rank_that_crashes_is_reported_with_its_python_stack():
+    """A segfault leaves no report from the rank: faulthandler's stacks stand in for one (the
+    first GPU run had every rank die with -11 and nothing else to go on)."""
+    with pytest.raises(pytest.fail.Exception,
+                       match=r"(?s)rank 1 exited with code -11 without reporting; faulthandler.*body_segfault"):
+        run_world(2, "test_harness:body_segfault", timeout=60, grace=1, make_comm=False)
 
 
 def test_failed_checks_are_listed():

@@ -6,7 +6,8 @@
 # 1. says "no GPU" and exits 0 (skipped) where there is none;
 # 2. builds uccl with the CUDA backend (pip install --no-build-isolation . with
 #    UCCL_WITH_CUDA=ON) into the current Python, and the C++ tests (build/gpu);
-# 3. runs the C++ device tests (cuda_backend_test: kernels bit-equal to the host's on the GPU,
+# 3. runs the smoke test (tests/gpu/smoke.py: two ranks, step by step, rank 0 under cuda-gdb),
+#    the C++ device tests (cuda_backend_test: kernels bit-equal to the host's on the GPU,
 #    elementwise_test), then the Python GPU tests (tests/gpu/test_*.py: every collective on
 #    CUDA buffers through IPC and staged paths, mixed CUDA/host ranks, several ranks on one
 #    GPU, a kernel writing the buffer on the current stream right before the collective);
@@ -43,9 +44,9 @@ if [ "${UCCL_GPU_SKIP_BUILD:-0}" != 1 ]; then
   if ! CMAKE_ARGS="-DUCCL_WITH_CUDA=ON ${CMAKE_ARGS:-}" "$PY" -m pip install --no-build-isolation -q . >> "$LOG" 2>&1; then
     say "pip install failed (see $LOG)"; exit 1
   fi
-  say "building the C++ tests (build/gpu)"
+  say "building the C++ device tests (build/gpu)"
   if ! { cmake -S . -B build/gpu -DUCCL_WITH_CUDA=ON -DUCCL_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >> "$LOG" 2>&1 &&
-         cmake --build build/gpu -j"$(nproc)" >> "$LOG" 2>&1; }; then
+         cmake --build build/gpu -j"$(nproc)" --target cuda_backend_test elementwise_test reduce_kernels_test >> "$LOG" 2>&1; }; then
     say "C++ build failed (see $LOG)"; exit 1
   fi
 fi
@@ -56,12 +57,32 @@ if ! (cd /tmp && "$PY" -c "import uccl, sys; sys.exit(0 if uccl.build_info().get
   exit 1
 fi
 
+# The smoke test first: two ranks, each step printed, so that a crash names its step; rank 0
+# runs under cuda-gdb where the machine has it (it debugs host code too) for a native stack.
+GDB=$(command -v cuda-gdb || true)
+for ipc in off on; do
+  port=$((20000 + RANDOM % 20000))
+  r0=("$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 0 2 "$port")
+  [ -n "$GDB" ] && r0=("$GDB" -q -batch -ex "set pagination off" -ex "set cuda api_failures ignore" -ex run \
+                        -ex "thread apply all bt 30" --args "${r0[@]}")
+  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "${r0[@]}") > "$OUT/smoke_ipc_$ipc.rank0.log" 2>&1 &
+  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 1 2 "$port") \
+    > "$OUT/smoke_ipc_$ipc.rank1.log" 2>&1
+  wait
+  if grep -q "done, 0 wrong" "$OUT/smoke_ipc_$ipc.rank0.log" && grep -q "done, 0 wrong" "$OUT/smoke_ipc_$ipc.rank1.log"; then
+    say "smoke (UCCL_CUDA_IPC=$ipc): passed"
+  else
+    say "smoke (UCCL_CUDA_IPC=$ipc): FAILED; last steps:"; status=1
+    for r in 0 1; do grep "^\[rank" "$OUT/smoke_ipc_$ipc.rank$r.log" | tail -2 | tee -a "$LOG"; done
+  fi
+done
+
 for t in cuda_backend_test elementwise_test reduce_kernels_test; do
   if build/gpu/tests/cpp/$t > "$OUT/$t.log" 2>&1; then say "$t: passed"; else say "$t: FAILED (see $OUT/$t.log)"; status=1; fi
 done
 
 say "python GPU tests"
-if (cd /tmp && "$PY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/gpu" \
+if (cd /tmp && timeout 600 "$PY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/gpu" \
       --junitxml "$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1); then
   say "python GPU tests: passed"
 else
