@@ -88,7 +88,18 @@ TEST_CASE("cuda backend: registered, loads at run time, says why when unusable")
   std::string why2;
   CHECK((cuda_module(&why2) != nullptr) == ok);
   MESSAGE("cuda available: " << ok << (ok ? "" : " (" + why + ")"));
-  if (ok) return;
+  if (ok) {
+    // What a host-only process on a GPU machine asks before it ever used a GPU (no primary
+    // context yet: this test case runs first): the driver entry points behind these answers
+    // (cuDeviceGet, cuDevicePrimaryCtxGetState) run here and nowhere else in this file.
+    int host = 0;
+    CHECK(!b->may_own_memory());
+    CHECK(!b->owns(&host, nullptr));
+    CHECK(b->current_pci_bus_id() == "");
+    CHECK(locate_memory(&host).kind == MemoryKind::kHost);
+    CHECK(!cuda_module(nullptr)->ipc->context_active());
+    return;
+  }
   CHECK(!why.empty());
   CHECK(why == why2);
   // Not a crash and not a load failure: the module loaded and the runtime answered.
