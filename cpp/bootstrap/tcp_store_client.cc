@@ -2,7 +2,8 @@
 // callers, so one client may be shared by several threads).
 //
 // Timeouts: GET/WAIT carry their timeout to the server, which answers "timeout" itself; that
-// keeps the request/reply stream in step. The client additionally bounds its own wait by the
+// keeps the request/reply stream in step. Long ones go in slices of 50 ms (sliced(), below), so
+// that one thread's long wait never holds the shared client. The client additionally bounds its own wait by the
 // same timeout plus a grace period, so a server that hangs (or a host that vanished without a
 // FIN) still ends in an error rather than a hang. After any I/O error the stream may be out of
 // step, so the client closes the connection and every later call fails with the first error.
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <condition_variable>
 #include <mutex>
 
 #include "uccl/tcp_store.h"
@@ -59,7 +61,7 @@ class TcpStoreClient : public Store {
   }
 
   Result<std::string> get(const std::string& key, double timeout_s) override {
-    Result<Reply> r = call(Op::kGet, to_ms(timeout_s), {&key}, now_s() + std::max(timeout_s, 0.0) + kGraceS);
+    Result<Reply> r = sliced(Op::kGet, {&key}, timeout_s);
     if (!r.ok()) return r.status();
     if (r.value().status == ReplyStatus::kTimeout)
       return Status(Code::kTimeout, "tcp store " + server_ + ": key '" + key + "' did not appear within " +
@@ -72,7 +74,7 @@ class TcpStoreClient : public Store {
   Status wait(const std::vector<std::string>& keys, double timeout_s) override {
     std::vector<const std::string*> ptrs;
     for (auto& k : keys) ptrs.push_back(&k);
-    Result<Reply> r = call(Op::kWait, to_ms(timeout_s), ptrs, now_s() + std::max(timeout_s, 0.0) + kGraceS);
+    Result<Reply> r = sliced(Op::kWait, ptrs, timeout_s);
     if (!r.ok()) return r.status();
     if (r.value().status == ReplyStatus::kTimeout)
       return Status(Code::kTimeout, "tcp store " + server_ + ": key '" + r.value().payload + "' (of " +
@@ -90,6 +92,20 @@ class TcpStoreClient : public Store {
   }
 
  private:
+  // A blocking GET/WAIT goes to the server in slices of at most kSliceS, the mutex released
+  // between them: the server still answers the moment the key is set, but no caller holds the
+  // shared client for its whole timeout (another thread's call waits at most one slice). The
+  // last reply (the value, or the timeout naming the missing key) is returned.
+  static constexpr double kSliceS = 0.05;
+  Result<Reply> sliced(Op op, const std::vector<const std::string*>& strings, double timeout_s) {
+    const double end = now_s() + std::max(timeout_s, 0.0);
+    for (;;) {
+      const double left = std::max(end - now_s(), 0.0);
+      const double slice = std::min(left, kSliceS);
+      Result<Reply> r = call(op, to_ms(slice), strings, now_s() + slice + kGraceS);
+      if (!r.ok() || r.value().status != ReplyStatus::kTimeout || left <= kSliceS) return r;
+    }
+  }
   static int64_t to_ms(double s) { return s <= 0 ? 0 : s > 9e15 ? static_cast<int64_t>(9e15) : static_cast<int64_t>(s * 1000); }
   static double io_deadline() { return now_s() + kTimeoutS.get(); }
 
@@ -101,7 +117,7 @@ class TcpStoreClient : public Store {
   }
 
   Result<Reply> call(Op op, int64_t arg, const std::vector<const std::string*>& strings, double deadline) {
-    std::lock_guard<std::mutex> lock(mu_);
+    Turn turn(this);
     if (!broken_.ok()) return broken_;
     RequestHeader h;
     h.op = static_cast<uint8_t>(op);
@@ -156,7 +172,26 @@ class TcpStoreClient : public Store {
     return same_ip(me, peer);
   }
 
+  // Requests take turns in arrival order (a ticket lock): with a plain mutex the thread going
+  // round sliced()'s loop re-took it at once and the other thread still waited the whole timeout.
+  struct Turn {
+    explicit Turn(TcpStoreClient* c) : c_(c) {
+      std::unique_lock<std::mutex> l(c_->mu_);
+      const uint64_t mine = c_->next_ticket_++;
+      c_->turn_cv_.wait(l, [&] { return c_->serving_ == mine; });
+    }
+    ~Turn() {
+      {
+        std::lock_guard<std::mutex> l(c_->mu_);
+        ++c_->serving_;
+      }
+      c_->turn_cv_.notify_all();
+    }
+    TcpStoreClient* c_;
+  };
   std::mutex mu_;
+  std::condition_variable turn_cv_;
+  uint64_t next_ticket_ = 0, serving_ = 0;  // guarded by mu_
   int fd_;
   std::string server_;
   int port_;

@@ -148,3 +148,45 @@ TEST_CASE("TcpStore: set/get, blocking get and wait, add, timeouts, garbage, ser
     CHECK(now_s() - t0 < 5);
   }
 }
+
+// One client is shared by threads (the caller's thread waiting for a peer's key, the progress
+// thread asking for a peer's address while connecting). A long wait must not hold the client
+// for its whole timeout: before, the other thread's call waited behind it (the link probe's
+// deadlock of 2026-11-27 was one case of this).
+TEST_CASE("TcpStore: a long get or wait on a shared client lets other threads' calls through") {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  REQUIRE_OK(server.status());
+  auto shared = client(server.value()->port());
+  REQUIRE_OK(shared->set("there", "v"));
+  for (int use_wait = 0; use_wait < 2; ++use_wait) {
+    const double t0 = now_s();
+    std::thread waiter([&] {
+      Status s = use_wait ? shared->wait({"there", "never"}, 1.5) : shared->get("never", 1.5).status();
+      CHECK(s.code() == Code::kTimeout);
+      CHECK(s.message().find("never") != std::string::npos);
+      const double dt = now_s() - t0;
+      CHECK((dt >= 1.4 && dt < 3.0));  // the whole timeout, not one slice
+    });
+    usleep(100 * 1000);  // the waiter is inside its get/wait
+    const double t1 = now_s();
+    auto g = shared->get("there", 5);
+    REQUIRE_OK(g.status());
+    CHECK(g.value() == "v");
+    CHECK_OK(shared->set("other", "w"));
+    const double took = now_s() - t1;
+    INFO("use_wait " << use_wait << ": the other thread's get+set took " << took << " s");
+    CHECK(took < 0.5);
+    waiter.join();
+  }
+  // A long get still wakes as soon as the key is set (server-side, within the slice).
+  const double t0 = now_s();
+  std::thread setter([&] {
+    usleep(300 * 1000);
+    auto c = client(server.value()->port());
+    CHECK_OK(c->set("late2", "x"));
+  });
+  auto r = shared->get("late2", 10);
+  REQUIRE_OK(r.status());
+  CHECK(now_s() - t0 < 1.0);
+  setter.join();
+}
