@@ -32,22 +32,8 @@ class C10dStoreAdapter : public uccl::Store {
 
   uccl::Result<std::string> get(const std::string& key, double timeout_s) override {
     try {
-      // c10d::Store::get waits with the store's own timeout; wait first with ours. Short waits
-      // (uccl looks for a failed peer's record for 0.2 s) poll instead: a TCPStore client logs
-      // a warning for every wait that times out, and a missing record is a normal answer.
-      auto limit = to_ms(timeout_s);
-      if (limit <= std::chrono::milliseconds(1000)) {
-        auto deadline = std::chrono::steady_clock::now() + limit;
-        while (!store_->check({key})) {
-          if (std::chrono::steady_clock::now() >= deadline) {
-            return uccl::Status(uccl::Code::kTimeout, "torch store get('" + key + "'): not set within " +
-                                                          std::to_string(limit.count()) + " ms");
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-      } else {
-        store_->wait({key}, limit);
-      }
+      uccl::Status s = poll_until_set({key}, timeout_s, "get");
+      if (!s.ok()) return s;
       auto v = store_->get(key);
       return std::string(v.begin(), v.end());
     } catch (const std::exception& e) {
@@ -57,8 +43,7 @@ class C10dStoreAdapter : public uccl::Store {
 
   uccl::Status wait(const std::vector<std::string>& keys, double timeout_s) override {
     try {
-      store_->wait(keys, to_ms(timeout_s));
-      return uccl::Status::Ok();
+      return poll_until_set(keys, timeout_s, "wait");
     } catch (const std::exception& e) {
       return fail("wait", keys.empty() ? std::string() : keys.front(), e);
     }
@@ -73,6 +58,32 @@ class C10dStoreAdapter : public uccl::Store {
   }
 
  private:
+  // Waits by polling check() (1 ms, doubling to 50 ms) instead of c10d's blocking wait: torch's
+  // TCPStore client holds its one lock for a whole wait, and uccl calls the store from its
+  // progress thread (a peer's address while connecting) while a caller's thread may be waiting
+  // for a key (a new group's rendezvous): a blocking wait there stalls the progress thread
+  // (the tcp store client slices its waits for the same reason). Polling also keeps TCPStore
+  // from logging a warning for each wait that times out, where a missing key is a normal answer
+  // (uccl looks for a failed peer's record for 0.2 s).
+  uccl::Status poll_until_set(const std::vector<std::string>& keys, double timeout_s, const char* what) {
+    const auto limit = to_ms(timeout_s);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    auto nap = std::chrono::milliseconds(1);
+    while (!store_->check(keys)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        std::string missing;
+        for (const auto& k : keys)
+          if (!store_->check({k})) missing += (missing.empty() ? "'" : ", '") + k + "'";
+        return uccl::Status(uccl::Code::kTimeout, std::string("torch store ") + what + "(" + missing + "): not set within " +
+                                                      std::to_string(limit.count()) + " ms");
+      }
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(nap, deadline - now));
+      nap = std::min(nap * 2, std::chrono::milliseconds(50));
+    }
+    return uccl::Status::Ok();
+  }
+
   // uccl: timeout_s < 0 means "the default"; c10d: the store's configured timeout.
   std::chrono::milliseconds to_ms(double timeout_s) const {
     if (timeout_s < 0 || !std::isfinite(timeout_s)) return store_->getTimeout();
