@@ -121,6 +121,29 @@ def body_wait_stream(ctx, kill_peer):
     return out
 
 
+def body_wait_on_own_stream(ctx):
+    """An operation ordered on stream s, then made to wait on s (what ProcessGroupNCCL's
+    work.wait() does, and the torch backend now too). The op's start event must be recorded on
+    s when the call is made: recorded when the engine started the op, it came after the wait,
+    which waits for the op itself (a deadlock until the timeout; seen with the torch backend)."""
+    from uccl.sim import SimArray, Stream
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    s = Stream(0)
+    x = SimArray.from_numpy(np.full(1024, me + 1, np.float32))
+    for _ in range(20):
+        w = comm.all_reduce(x, async_op=True, stream=s)
+        w.wait(stream=s)
+    got = x.numpy(stream=s)
+    want = float(sum(r + 1 for r in range(n))) * n ** 19  # each round sums n copies of the last
+    return {"ok": bool(np.all(got == want)), "first": float(got[0]), "want": want}
+
+
+def test_wait_on_the_operations_own_stream_does_not_deadlock():
+    results = run_world(2, "test_device:body_wait_on_own_stream", env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"},
+                        transport="tcp", timeout=60)
+    assert all(r["ok"] for r in results), results
+
+
 @pytest.mark.parametrize("kill_peer", [False, True], ids=["completes", "peer-killed"])
 def test_work_makes_a_stream_wait_without_blocking(kill_peer):
     results = run_world(2, "test_device:body_wait_stream", (kill_peer,), env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"},

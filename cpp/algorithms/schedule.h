@@ -145,6 +145,10 @@ struct OpEnv {
   size_t hier_segment_bytes = SIZE_MAX;  // SIZE_MAX: UCCL_HIER_SEGMENT_BYTES (hierarchical.cc); tests set it
   MemoryLoc mem;         // where the call's buffers live (host, or one device)
   uintptr_t stream = 0;  // device: the user's stream the operation is ordered after (0: default)
+  // Device: an event recorded on that stream when the call was made (in the caller's thread),
+  // so that what the caller queues there afterwards (a Work::wait_stream on this very
+  // operation) never comes before it.
+  std::shared_ptr<DeviceEvent> user_ready;
 };
 
 }  // namespace uccl

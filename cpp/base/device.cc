@@ -82,6 +82,17 @@ MemoryLoc locate_memory(const void* ptr) {
   return loc;
 }
 
+MemoryInfo memory_info(const void* ptr) {
+  const MemoryLoc loc = locate_memory(ptr);
+  MemoryInfo info;
+  if (loc.is_device()) {
+    info.device = true;
+    info.backend = loc.backend->name();
+    info.ordinal = loc.ordinal;
+  }
+  return info;
+}
+
 bool any_device_memory() {
   const int n = g_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "uccl/status.h"
+#include "uccl/memory.h"
 #include "uccl/types.h"
 
 namespace uccl {
@@ -52,7 +53,7 @@ class DeviceStream {
   virtual ~DeviceStream() = default;
   virtual int ordinal() const = 0;
   virtual bool external() const = 0;  // wraps a user's handle
-  virtual uintptr_t handle() const = 0;  // the native handle (cudaStream_t), 0 for sim
+  virtual uintptr_t handle() const = 0;  // the native handle (cudaStream_t; a simulated stream's address)
 };
 
 // A marker recorded on a stream; complete when everything enqueued before it on that stream

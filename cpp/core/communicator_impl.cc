@@ -118,11 +118,19 @@ Result<MemoryLoc> CommunicatorImpl::where(const char* what, std::initializer_lis
 }
 
 Result<OpEnv> CommunicatorImpl::make_env(const Call& c, const MemoryLoc& mem, uintptr_t stream, OpStats* stats) {
+  OpEnv env;
   if (mem.is_device()) {  // a bad stream is the caller's error, refused before anything is queued
     auto us = mem.backend->wrap_stream(mem.ordinal, stream);
     if (!us.ok()) return Status(Code::kInvalidArgument, std::string(collective_name(c.coll)) + ": stream: " + us.status().message());
+    // Ordered after the work queued on the user's stream *now*: the event is recorded here, in
+    // the caller's thread. Recorded when the engine started the operation (as before), it came
+    // after a wait_stream the caller queued meanwhile on the same stream, which waits for this
+    // very operation: a deadlock until the timeout (the torch backend's wait() does exactly that).
+    auto ev = mem.backend->create_event();
+    if (!ev.ok()) return ev.status().with_context(collective_name(c.coll));
+    UCCL_RETURN_IF_ERROR(mem.backend->record(ev.value().get(), us.value().get()));
+    env.user_ready = std::shared_ptr<DeviceEvent>(ev.take());
   }
-  OpEnv env;
   env.mem = mem;
   env.stream = stream;
   env.rank = rank_;

@@ -248,11 +248,16 @@ Status ScheduleTask::prepare_device() {
     x_->user_ready = e2.take();
   }
   env_.scratch->set_device(b, ord);
-  // Ordered after the work already queued on the user's stream: an event recorded there now,
-  // queried (not waited on) before the first phase starts.
-  auto us = b->wrap_stream(ord, env_.stream);
-  if (!us.ok()) return us.status().with_context("the stream argument");
-  UCCL_RETURN_IF_ERROR(b->record(x_->user_ready.get(), us.value().get()));
+  // Ordered after the work already queued on the user's stream: the event the call recorded
+  // there (OpEnv::user_ready), queried (not waited on) before the first phase starts; one
+  // recorded now where the call made none.
+  user_ready_event_ = env_.user_ready.get();
+  if (!user_ready_event_) {
+    auto us = b->wrap_stream(ord, env_.stream);
+    if (!us.ok()) return us.status().with_context("the stream argument");
+    UCCL_RETURN_IF_ERROR(b->record(x_->user_ready.get(), us.value().get()));
+    user_ready_event_ = x_->user_ready.get();
+  }
   user_ready_ = false;
   return Status::Ok();
 }
@@ -301,7 +306,7 @@ Status ScheduleTask::progress(bool* done) {
     x_->recv_steps.assign(env_.size, 0);
   }
   if (!user_ready_) {
-    Result<bool> q = x_->dev->query(x_->user_ready.get());
+    Result<bool> q = x_->dev->query(user_ready_event_);
     if (!q.ok()) return q.status().with_context("the user's stream");
     if (!q.value()) return Status::Ok();  // work queued before the call has not finished yet
     user_ready_ = true;

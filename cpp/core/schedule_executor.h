@@ -110,6 +110,7 @@ class ScheduleTask {
   bool posted_ = false;
   bool device_ = false;          // env_.mem is a device
   bool user_ready_ = true;       // the user's stream reached the operation
+  DeviceEvent* user_ready_event_ = nullptr;  // what tells (env_.user_ready, else ExecState's)
   bool locals_queued_ = false;   // this phase's local actions are on the device
 };
 

@@ -113,8 +113,10 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   TORCH_CHECK_VALUE(any_source || (peer >= 0 && peer < size_), "uccl ", name, ": peer rank ", peer,
                     " is outside the group of size ", size_);
   // A non-contiguous tensor travels through a contiguous copy (and a recv copies back).
-  // A device tensor (staged_device) travels through a host copy the same way.
-  at::Tensor buf = t.is_cpu() && t.is_contiguous()
+  // A device tensor uccl owns is used in place (device_direct); another device's tensor
+  // (staged_device) travels through a host copy the way a non-contiguous one does.
+  const bool direct = device_direct(t);
+  at::Tensor buf = (t.is_cpu() && t.is_contiguous()) || direct
                        ? t
                        : (is_send ? host_contiguous(t) : at::empty(t.sizes(), t.options().device(at::kCPU)));
   std::function<void()> copy_back;
@@ -127,6 +129,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   op.dtype = wire.dtype;
   op.peer = peer;
   op.tag = static_cast<uint32_t>(tag);
+  if (direct) op.stream = current_stream_handle(t.device());
 
   std::lock_guard<std::recursive_mutex> lk(mu_);
   // uccl takes an any-source receive only on its own (it picks its peer when it runs).
@@ -135,6 +138,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   auto w = make_work(is_send ? c10d::OpType::SEND : (any_source ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV),
                      name, {t}, c10d::kUnsetTimeout);
   if (any_source) w->set_any_source();
+  if (direct) w->use_device(t.device());
   if (coalescing_) {
     // batch_isend_irecv: collected here, issued as one uccl p2p batch by endCoalescing().
     comm(name);  // fail now, not at the end of the block, if the group is closed
@@ -198,6 +202,8 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::endCoalescing() {
   for (auto& c : colls) end->add_dep(c);  // uccl completes in issue order; this adds their errors
   for (auto& t : keep) end->keep_alive(t);
   for (auto& fn : epilogues) end->add_epilogue(std::move(fn));
+  for (auto& w : p2p_works)  // device tensors in the batch: `end` is ordered on their device's stream
+    if (w->device()) end->use_device(*w->device());
   if (!p2p_ops.empty()) add_op(*end, comm("batch_isend_irecv").p2p(p2p_ops));
   end->start();
   // The works send()/recv() returned inside the block complete with the batch.

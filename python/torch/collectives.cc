@@ -104,6 +104,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce_coalesced(std::vector<at::
     a.dtype = rws[i].wire.dtype;
     a.op = rws[i].op;
     a.scalar = rws[i].scalar;
+    a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
     add_op(*w, comm(op).all_reduce(a));
   }
   return launch(w);
@@ -128,6 +129,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::reduce(std::vector<at::Tensor>& tens
   a.op = rw.op;
   a.scalar = rw.scalar;
   a.root = static_cast<int>(opts.rootRank);
+  a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
   add_op(*w, comm("reduce").reduce(a));
   return launch(w);
 }
@@ -158,6 +160,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::reduce_scatter(std::vector<at::Tenso
     a.dtype = rw.wire.dtype;
     a.op = rw.op;
     a.scalar = rw.scalar;
+    a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
     add_op(*w, comm(op).reduce_scatter(a));
   } else {
     uccl::ReduceScatterVArgs a;
@@ -167,6 +170,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::reduce_scatter(std::vector<at::Tenso
     a.dtype = rw.wire.dtype;
     a.op = rw.op;
     a.scalar = rw.scalar;
+    a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
     add_op(*w, comm(op).reduce_scatter_v(a));
   }
   return launch(w);
@@ -208,6 +212,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::reduce_scatter_tensor_coalesced(std:
     a.dtype = rws[i].wire.dtype;
     a.op = rws[i].op;
     a.scalar = rws[i].scalar;
+    a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
     add_op(*w, comm(op).reduce_scatter(a));
   }
   return launch(w);
@@ -231,6 +236,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::broadcast(std::vector<at::Tensor>& t
   a.count = wire.count(t.numel());
   a.dtype = wire.dtype;
   a.root = static_cast<int>(opts.rootRank);
+  a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
   add_op(*w, comm("broadcast").broadcast(a));
   return launch(w);
 }
@@ -259,6 +265,7 @@ static void issue_allgather_list(UcclBackend& b, UcclWork& w, std::vector<at::Te
     a.recv = flat.data_ptr();
     a.count = wire.count(in.numel());
     a.dtype = wire.dtype;
+    a.stream = w.stream();  // set by in_buf/out_buf/pack for device tensors
     b.add_op(w, b.comm(op).all_gather(a));
   } else {
     uccl::AllGatherVArgs a;
@@ -267,6 +274,7 @@ static void issue_allgather_list(UcclBackend& b, UcclWork& w, std::vector<at::Te
     a.recv_counts = wire_counts(wire, outs);
     a.recv_displs = packed_displs(a.recv_counts);
     a.dtype = wire.dtype;
+    a.stream = w.stream();  // set by in_buf/out_buf/pack for device tensors
     b.add_op(w, b.comm(op).all_gather_v(a));
   }
 }
@@ -341,6 +349,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allgather_into_tensor_coalesced(std:
     a.recv = recv.data_ptr();
     a.count = wire.count(inputs[i].numel());
     a.dtype = wire.dtype;
+    a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
     add_op(*w, comm(op).all_gather(a));
   }
   return launch(w);
@@ -380,6 +389,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::gather(std::vector<std::vector<at::T
   a.count = wire.count(in.numel());
   a.dtype = wire.dtype;
   a.root = static_cast<int>(opts.rootRank);
+  a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
   add_op(*w, comm(op).gather(a));
   return launch(w);
 }
@@ -413,6 +423,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::scatter(std::vector<at::Tensor>& out
   a.count = wire.count(out.numel());
   a.dtype = wire.dtype;
   a.root = static_cast<int>(opts.rootRank);
+  a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
   add_op(*w, comm(op).scatter(a));
   return launch(w);
 }
@@ -465,6 +476,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::alltoall_base(at::Tensor& output, at
     a.recv = recv.data_ptr();
     a.count = send_counts.empty() ? 0 : send_counts[0];
     a.dtype = wire.dtype;
+    a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
     add_op(*w, comm(op).all_to_all(a));
   } else {
     uccl::AllToAllVArgs a;
@@ -475,6 +487,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::alltoall_base(at::Tensor& output, at
     a.send_counts = std::move(send_counts);
     a.recv_counts = std::move(recv_counts);
     a.dtype = wire.dtype;
+    a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
     add_op(*w, comm(op).all_to_all_v(a));
   }
   return launch(w);
@@ -501,6 +514,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::alltoall(std::vector<at::Tensor>& ou
   a.send_displs = packed_displs(a.send_counts);
   a.recv_displs = packed_displs(a.recv_counts);
   a.dtype = wire.dtype;
+  a.stream = w->stream();  // set by in_buf/out_buf/pack for device tensors
   add_op(*w, comm(op).all_to_all_v(a));
   return launch(w);
 }

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "uccl/communicator.h"
+#include "uccl/memory.h"
 
 namespace uccl_torch {
 
@@ -135,12 +137,15 @@ inline std::exception_ptr to_exception(const uccl::Status& s, const std::string&
   std::rethrow_exception(to_exception(s, what));
 }
 
-// Every tensor an op touches: CPU only for now. CUDA is refused here, in one place, so that the
-// CUDA path (device buffers + stream-ordered Work) can be added without touching the ops.
-// Tensors of accelerators uccl has no native path for (what torch.accelerator reports: xpu,
-// mps, hpu, mtia, a PrivateUse1 device) travel through host memory: torch's own copies (the
-// device's copy functions, on its current stream) bring them to host buffers before the op and
-// back after it. CUDA is not among them: it gets its own path (issue 15, item 1).
+// Every tensor an op touches lives in one of three places:
+//  * host memory (CPU tensors): used in place;
+//  * device memory one of uccl's device backends owns (CUDA where the cuda backend is
+//    available; the tests' simulated device): used in place too (device_direct), the op
+//    ordered after the work queued on the tensor's current stream, and Work::wait() making the
+//    current stream wait instead of the host (ProcessGroupNCCL's semantics);
+//  * memory of an accelerator uccl has no backend for (what torch.accelerator reports: xpu,
+//    mps, hpu, mtia, a PrivateUse1 device): staged through host buffers by torch's own copies
+//    (the device's copy functions, on its current stream), before the op and back after it.
 inline bool staged_device(const at::Device& d) {
   switch (d.type()) {
     case at::kXPU:
@@ -150,6 +155,17 @@ inline bool staged_device(const at::Device& d) {
     case at::kPrivateUse1: return true;
     default: return false;
   }
+}
+
+inline bool device_direct(const at::Tensor& t) {
+  return !t.is_cpu() && t.is_contiguous() && t.numel() > 0 && uccl::memory_info(t.data_ptr()).device;
+}
+
+// The native handle (cudaStream_t, a simulated stream's handle) of the device's current stream:
+// what uccl's `stream` arguments and Work::wait_stream take.
+inline uintptr_t current_stream_handle(const at::Device& d) {
+  c10::impl::VirtualGuardImpl impl(d.type());
+  return reinterpret_cast<uintptr_t>(impl.getStreamNativeHandle(impl.getStream(d)));
 }
 
 // A contiguous host tensor with t's contents: t itself when it already is one, else a copy
@@ -162,18 +178,28 @@ inline at::Tensor host_contiguous(const at::Tensor& t) {
 }
 
 // Copies a host result back into the caller's tensor (on the tensor's device, by torch).
+// A device-to-device copy (out of a flat buffer on the device) is queued by torch: the
+// stream is synchronized, so that the result is there when the work's wait() returns.
 inline void copy_back(const at::Tensor& t, const at::Tensor& host) {
   c10::OptionalDeviceGuard guard(t.is_cpu() ? std::nullopt : std::optional<at::Device>(t.device()));
   t.copy_(host);
+  if (!t.is_cpu() && !host.is_cpu()) {
+    c10::impl::VirtualGuardImpl impl(t.device().type());
+    impl.synchronizeStream(impl.getStream(t.device()));
+  }
 }
 
 inline void check_tensor(const at::Tensor& t, const char* op, const std::string& what) {
   TORCH_CHECK_VALUE(t.defined(), "uccl ", op, ": ", what, " is an undefined tensor");
-  TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu() || staged_device(t.device()), "uccl ", op, ": ", what, " is on ",
-                              t.device(), "; the uccl torch backend supports CPU tensors, and tensors of accelerators "
-                              "staged through host memory (xpu, mps, hpu, mtia, PrivateUse1); not this device yet");
   TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, "uccl ", op, ": ", what, " has layout ", t.layout(),
                               "; only dense (strided) tensors are supported");
+  if (t.device().is_cpu() || staged_device(t.device()) || device_direct(t) || t.numel() == 0) return;
+  TORCH_CHECK_NOT_IMPLEMENTED(t.is_contiguous(), "uccl ", op, ": ", what, " on ", t.device(),
+                              " is not contiguous; device tensors must be (call .contiguous() first)");
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "uccl ", op, ": ", what, " is on ", t.device(), ", whose memory no device backend "
+                              "of this uccl build owns (uccl.build_info() lists them); the backend takes CPU tensors, "
+                              "device memory uccl owns, and tensors of accelerators staged through host memory (xpu, "
+                              "mps, hpu, mtia, PrivateUse1)");
 }
 
 inline void check_same_dtype(const at::Tensor& t, at::ScalarType want, const char* op, const std::string& what,

@@ -8,9 +8,15 @@
 
 namespace uccl_torch {
 
-// A buffer uccl may read: the tensor itself when a contiguous host tensor, else a contiguous
-// host copy (a device tensor is staged by torch's own device-to-host copy).
+// A buffer uccl may read: the tensor itself when a contiguous host tensor or device memory uccl
+// owns (convert.h: device_direct), else a contiguous host copy (a device tensor is staged by
+// torch's own device-to-host copy).
 at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
+  if (device_direct(t)) {
+    w.use_device(t.device());
+    w.keep_alive(t);
+    return t;
+  }
   at::Tensor b = t.is_cpu() && t.is_contiguous() ? t : host_contiguous(t);
   w.keep_alive(b);
   return b;
@@ -18,7 +24,8 @@ at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
 
 // A buffer uccl may write into t through. copy_in: the op also reads t (in-place ops).
 at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
-  if (t.is_cpu() && t.is_contiguous()) {
+  if (device_direct(t)) w.use_device(t.device());
+  if ((t.is_cpu() && t.is_contiguous()) || device_direct(t)) {
     w.keep_alive(t);
     return t;
   }
@@ -28,11 +35,15 @@ at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
   return b;
 }
 
-// One flat host buffer holding `parts` back to back; with copy_in their contents are copied in.
+// One flat buffer holding `parts` back to back; with copy_in their contents are copied in. On
+// the device of `like` when uccl uses that device's memory in place (the copies are torch's, on
+// the current stream, which the op is ordered after), else in host memory.
 at::Tensor pack(UcclWork& w, const std::vector<at::Tensor>& parts, const at::Tensor& like, bool copy_in) {
   int64_t total = 0;
   for (auto& p : parts) total += p.numel();
-  at::Tensor flat = at::empty({total}, like.options().device(at::kCPU));
+  const bool on_device = device_direct(like);
+  if (on_device) w.use_device(like.device());
+  at::Tensor flat = at::empty({total}, on_device ? like.options() : like.options().device(at::kCPU));
   if (copy_in) {
     int64_t off = 0;
     for (auto& p : parts) {
@@ -63,7 +74,7 @@ void unpack_after(UcclWork& w, const at::Tensor& flat, const std::vector<at::Ten
 // take the plain path: host tensors, non-contiguous ones, and those of at most one chunk.
 bool issue_staged_chunks(UcclBackend& b, UcclWork& w, const at::Tensor& t, const ReduceWire& rw, const char* op) {
   const int64_t esize = t.element_size();
-  if (t.is_cpu() || !t.is_contiguous() || t.numel() * esize <= kStageChunkBytes) return false;
+  if (t.is_cpu() || device_direct(t) || !t.is_contiguous() || t.numel() * esize <= kStageChunkBytes) return false;
   at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
   w.keep_alive(host);
   at::Tensor tf = t.view({-1}), hf = host.view({-1});

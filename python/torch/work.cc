@@ -6,6 +6,8 @@
 
 #include "convert.h"
 
+#include "convert.h"
+
 namespace uccl_torch {
 
 // ---------------------------------------------------------------------------------------------
@@ -220,9 +222,46 @@ void UcclWork::settle_future() {
   }
 }
 
+void UcclWork::use_device(const at::Device& d) {
+  if (device_) return;
+  device_ = d;
+  stream_ = current_stream_handle(d);
+}
+
+bool UcclWork::stream_waitable() const {
+  // A receive from any source: torch reads sourceRank() right after wait(), so the host waits.
+  if (!device_ || !epilogues_.empty() || any_source_) return false;
+  for (auto& d : deps_)
+    if (!d->stream_waitable()) return false;
+  return true;
+}
+
+uccl::Status UcclWork::wait_on_current_stream() {
+  const uintptr_t h = current_stream_handle(*device_);
+  for (auto& w : works_) {
+    uccl::Status s = w->wait_stream(h);
+    if (!s.ok()) return s;
+  }
+  for (auto& d : deps_) {
+    uccl::Status s = d->wait_on_current_stream();
+    if (!s.ok()) return s;
+  }
+  return uccl::Status::Ok();
+}
+
+void UcclWork::synchronize() {
+  if (!done_.load() && stream_waitable() && wait_on_current_stream().ok()) return;
+  if (device_) wait();
+}
+
 bool UcclWork::wait(std::chrono::milliseconds timeout) {
   TORCH_CHECK(started_.load(), "uccl: wait() on ", what_,
               " inside its coalescing block; wait on the works returned when the block ends");
+  // A device op in flight: the caller's current stream waits for it, the host does not
+  // (ProcessGroupNCCL's wait()). Its error, if any, comes from the next wait on a finished
+  // work, is_completed()/exception(), or the group's next op. Where the backend cannot make a
+  // stream wait (wait_stream answers NotSupported), the host waits below.
+  if (!done_.load() && timeout == kNoTimeout && stream_waitable() && wait_on_current_stream().ok()) return true;
   using clock = std::chrono::steady_clock;
   // kNoTimeout (0) means "the op's timeout"; a negative op timeout means uccl's default.
   bool use_default = timeout == kNoTimeout && timeout_s_ < 0;

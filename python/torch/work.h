@@ -10,8 +10,9 @@
 //      communicator - and a comm hook typically launches the next collective.
 // Futures are handed to the queue in issue order (uccl completes in issue order).
 //
-// CUDA later: phase 1 would record an event on the op's stream instead of copying on the host,
-// and the Future would be created with the device list; the two-phase shape stays.
+// Device memory uccl owns (CUDA, the simulated device) is used in place: the op is ordered on the
+// tensor's current stream, and wait() makes the current stream wait (use_device). The Future
+// still completes on the host, once the device work is done.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -23,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +89,13 @@ class UcclWork : public c10d::Work {
   void add_dep(c10::intrusive_ptr<UcclWork> w) { deps_.push_back(std::move(w)); }
   void add_epilogue(std::function<void()> fn) { epilogues_.push_back(std::move(fn)); }
   void keep_alive(at::Tensor t) { keep_.push_back(std::move(t)); }
+  // The op uses device memory in place (convert.h: device_direct): it is ordered after the
+  // work queued on that device's current stream (stream() goes into uccl's args), and wait()
+  // makes the caller's current stream wait instead of the host, as ProcessGroupNCCL's does.
+  // The first device named wins (one device per process and op).
+  void use_device(const at::Device& d);
+  const std::optional<at::Device>& device() const { return device_; }
+  uintptr_t stream() const { return stream_; }
   void count_into(std::shared_ptr<TrafficTotals> t) { traffic_ = std::move(t); }
   // Arms completion: from here on the work completes by itself.
   void start();
@@ -96,7 +105,8 @@ class UcclWork : public c10d::Work {
   // c10d::Work.
   bool isCompleted() override { return done_.load(); }
   std::vector<at::Tensor> result() override { return outputs_; }
-  void synchronize() override {}  // CPU: the data is in place once isCompleted() is true
+  // CPU: the data is in place once isCompleted() is true. Device ops: the current stream waits.
+  void synchronize() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   uint64_t getSequencenumber() const override { return seq_; }
@@ -112,6 +122,10 @@ class UcclWork : public c10d::Work {
   void finish_once(uccl::Status s);      // phase 1
   void settle_future();                  // phase 2 (a CompletionQueue thread)
   void on_done(std::function<void()> fn);  // for dependents
+  // Device ops whose results need no host step (no staging copy-back): the current stream can
+  // wait for them (uccl::Work::wait_stream) instead of the host.
+  bool stream_waitable() const;
+  uccl::Status wait_on_current_stream();
 
   const uint64_t seq_;
   const std::string what_;  // "all_reduce #12" for error messages
@@ -125,6 +139,8 @@ class UcclWork : public c10d::Work {
   std::vector<std::function<void()>> epilogues_;
   std::vector<at::Tensor> keep_;
   std::shared_ptr<TrafficTotals> traffic_;
+  std::optional<at::Device> device_;
+  uintptr_t stream_ = 0;
 
   bool any_source_ = false;
   std::atomic<int> source_{-1};

@@ -39,12 +39,19 @@ def build_dir():
 
 
 def build_extension():
-    """Builds the extension (once; later calls only load it) and loads it into this process."""
+    """Builds the extension (once; later calls only load it) and loads it into this process.
+    It links the installed uccl's libuccl (its simulated device backs the tensors in the
+    direct mode) and takes the device interface from this checkout's headers."""
     from torch.utils import cpp_extension
+    from uccl import _core
 
     d = build_dir()
     os.makedirs(d, exist_ok=True)
-    return cpp_extension.load(name="uccl_test_device", sources=[SRC], build_directory=d, extra_cflags=["-O1"])
+    lib = os.path.dirname(os.path.abspath(_core.__file__))
+    root = os.path.dirname(os.path.dirname(HERE))
+    return cpp_extension.load(name="uccl_test_device", sources=[SRC], build_directory=d, extra_cflags=["-O1"],
+                              extra_include_paths=[os.path.join(root, "include"), os.path.join(root, "cpp")],
+                              extra_ldflags=[f"-L{lib}", "-luccl", f"-Wl,-rpath,{lib}"])
 
 
 def load_device():
@@ -78,8 +85,9 @@ def dev(t):
     return t.to(DEV)
 
 
-def check_ops(rank, world, ext):
-    """Every op on uccltest tensors against the same op on CPU tensors (both over uccl)."""
+def check_ops(rank, world, ext, direct=False):
+    """Every op on uccltest tensors against the same op on CPU tensors (both over uccl).
+    direct: the memory is uccl's simulated device, used in place: torch copies nothing."""
     for dtype in (torch.float32, torch.int64, torch.bfloat16):
         for n in (0, 1, 13, 4099):
             x = U.make_input(rank, n, dtype)
@@ -87,15 +95,17 @@ def check_ops(rank, world, ext):
                 a, b = dev(x), x.clone()
                 ext.reset_copy_stats()
                 dist.all_reduce(a, op=op)
+                st = ext.copy_stats()
                 dist.all_reduce(b, op=op)
                 assert a.device.type == DEV
                 U.assert_same(a.cpu(), b, f"all_reduce {op} {dtype} n={n}")
-                st = ext.copy_stats()
                 nbytes = n * x.element_size()
-                # staged: out of the device before, back in after (the .cpu() above is one more d2h)
-                assert st["d2h_bytes"] >= 2 * nbytes and st["h2d_bytes"] >= nbytes, (st, nbytes)
+                if direct and n:  # in place: no copy out of the device or back
+                    assert st["d2h_calls"] == 0 and st["h2d_calls"] == 0, (st, nbytes)
+                elif not direct:  # staged: out of the device before, back in after
+                    assert st["d2h_bytes"] >= nbytes and st["h2d_bytes"] >= nbytes, (st, nbytes)
     # Larger than one staging chunk (4 MiB): copied out chunk by chunk, each chunk's all_reduce
-    # issued as soon as it is on the host; the result goes back in one copy.
+    # issued as soon as it is on the host; the result goes back in one copy (in place: none).
     for dtype in (torch.float32, torch.complex64):
         x = U.make_input(rank, (5 << 20) // 4 + 3, dtype)
         a, b = dev(x), x.clone()
@@ -105,7 +115,8 @@ def check_ops(rank, world, ext):
         dist.all_reduce(b)
         U.assert_same(a.cpu(), b, f"chunked all_reduce {dtype}")
         chunks = -(-x.numel() * x.element_size() // (4 << 20))
-        assert st["d2h_calls"] == chunks and st["h2d_calls"] == 1, (st, chunks)
+        want = (0, 0) if direct else (chunks, 1)
+        assert (st["d2h_calls"], st["h2d_calls"]) == want, (st, want)
     x = U.make_input(rank, 7, torch.float32)
     a = dev(x)
     dist.all_reduce(a, op=dist.ReduceOp.AVG)
@@ -256,3 +267,80 @@ def device_worker(rank, world, port):
 
 def test_staged_device_world_3(device_built):
     U.spawn(device_worker, 3, deadline_s=240)
+
+
+def check_stream_order(rank, world, ext):
+    """The op is ordered after the work queued on the current stream, as NCCL's is: a copy into
+    the tensor still queued on a non-default stream (every device copy takes 30 ms here, six
+    go before it) when all_reduce is called must be in the result. Ordered on the wrong stream,
+    uccl reads the zeros that were there before (checked: with the stream argument left at 0
+    this fails)."""
+    from uccl import _core
+
+    s = ext.new_stream()
+    ext.set_stream(s)
+    old = _core.sim_copy_speed()
+    _core.sim_set_copy_speed(0, 30000)
+    try:
+        n = 1000
+        pad, one = dev(torch.zeros(1)), torch.ones(1)
+        for it in range(3):
+            x = dev(torch.zeros(n))
+            ext.synchronize()
+            src = torch.full((n,), float(rank + it))
+            for _ in range(6):  # keep stream s busy for 180 ms (torch.cuda._sleep's role)
+                pad.copy_(one, non_blocking=True)
+            x.copy_(src, non_blocking=True)  # queued on stream s behind them, lands ~210 ms later
+            dist.all_reduce(x)
+            want = float(sum(r + it for r in range(world)))
+            got = x.cpu()
+            assert got.eq(want).all(), f"iteration {it}: got {got[:4].tolist()}..., want {want}"
+    finally:
+        _core.sim_set_copy_speed(*old)
+        ext.set_stream(0)
+
+
+def check_wait_makes_stream_wait(rank, world, ext):
+    """work.wait() makes the current stream wait and returns without blocking the host
+    (ProcessGroupNCCL's semantics): rank 0 waits on an all_reduce the others join only after
+    its wait returned; a host wait would deadlock until the timeout. The read queued after it
+    on the stream sees the result."""
+    store = dist.distributed_c10d._get_default_store()
+    x = dev(torch.full((1 << 16,), float(rank + 1)))
+    ext.synchronize()
+    want = float(sum(r + 1 for r in range(world)))
+    if rank != 0:
+        store.wait(["direct/waiting"], __import__("datetime").timedelta(seconds=60))
+        dist.all_reduce(x)
+    else:
+        w = dist.all_reduce(x, async_op=True)
+        t0 = time.monotonic()
+        w.wait()
+        assert time.monotonic() - t0 < 5.0, "wait() blocked the host"
+        assert not w.is_completed(), "the others have not joined yet"
+        store.set("direct/waiting", "1")
+    got = x.cpu()  # on the stream, behind the wait
+    assert got.eq(want).all(), f"got {got[:4].tolist()}..., want {want}"
+    dist.barrier()
+
+
+def direct_worker(rank, world, port):
+    ext = load_device()
+    ext.use_uccl_sim_memory()
+    U.init_uccl(rank, world, port)
+    a = dev(torch.ones(4))
+    assert uccl._core.memory_location(a.data_ptr())[0] == "sim", "uccltest memory should be uccl's simulated device"
+    check_ops(rank, world, ext, direct=True)
+    check_stream_order(rank, world, ext)
+    check_wait_makes_stream_wait(rank, world, ext)
+    check_mixed(rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_device_memory_uccl_owns_is_used_in_place_on_the_current_stream(device_built):
+    """Issue 15, items 1 and 2, on the stand-in for CUDA: a torch device whose memory is uccl's
+    simulated device (what CUDA memory is where the cuda backend is available). Every op works
+    in place (torch copies nothing), ordered on the current stream, wait() makes the stream
+    wait, and a job mixing CPU and device ranks works."""
+    U.spawn(direct_worker, 3, deadline_s=300)

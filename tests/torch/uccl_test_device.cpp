@@ -7,6 +7,14 @@
 // A device guard with one device and numbered streams stands in for a real runtime. Built by
 // tests/torch/test_torch_device.py with torch.utils.cpp_extension (no network), renamed
 // "uccltest" there.
+//
+// With use_uccl_sim_memory() (before the first tensor) its memory is uccl's simulated device
+// instead (cpp/base/sim_device.h: host code cannot touch it, only that backend's stream
+// workers can): uccl owns it, so the backend uses these tensors in place, ordered on the
+// current stream, whose native handle is a simulated stream's (new_stream / set_stream). The
+// device's copies are then simulated-device copies queued on the current stream: synchronous,
+// except host-to-device with non_blocking=True, which only queues (the stream-ordering tests
+// rely on that). That is the test stand-in for CUDA tensors (issue 15, items 1 and 2).
 #include <torch/extension.h>
 
 #include <ATen/EmptyTensor.h>
@@ -19,7 +27,12 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <vector>
+
+#include "base/device.h"
 
 namespace {
 
@@ -43,6 +56,33 @@ struct PlainAllocator final : c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const final { default_copy_data(dest, src, count); }
 };
 PlainAllocator g_alloc;
+
+// ---- uccl's simulated device behind the tensors (use_uccl_sim_memory) ----
+std::atomic<bool> g_sim{false};
+uccl::DeviceBackend* sim() {
+  static uccl::DeviceBackend* b = uccl::find_device_backend("sim");
+  TORCH_CHECK(b != nullptr && b->available(nullptr), "uccltest: uccl has no simulated device");
+  return b;
+}
+void check_ok(const uccl::Status& s, const char* what) { TORCH_CHECK(s.ok(), "uccltest: ", what, ": ", s.to_string()); }
+struct SimAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nullptr;
+    if (nbytes) {
+      auto r = sim()->alloc(0, nbytes);
+      check_ok(r.status(), "alloc");
+      p = r.value();
+    }
+    return {p, p, &release, c10::Device(kDev, 0)};
+  }
+  static void release(void* p) {
+    if (p) sim()->free(p);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void*, const void*, std::size_t) const final { TORCH_CHECK(false, "uccltest: copy_data on sim memory"); }
+};
+SimAllocator g_sim_alloc;
+c10::Allocator* allocator() { return g_sim.load() ? static_cast<c10::Allocator*>(&g_sim_alloc) : &g_alloc; }
 
 // One device, streams numbered per (device, id); the "current" stream is thread local.
 thread_local c10::StreamId t_stream = 0;
@@ -68,10 +108,73 @@ struct TestGuard final : c10::impl::DeviceGuardImplInterface {
   bool queryEvent(void*) const override { return true; }
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
   bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeStream(const c10::Stream& s) const override;
+  void* getStreamNativeHandle(const c10::Stream s) const override {
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(s.id()));
+  }
   void synchronizeDevice(const c10::DeviceIndex) const override {}
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TestGuard);
+
+// The current stream as a simulated-device stream (its id is the native handle; 0: default).
+std::unique_ptr<uccl::DeviceStream> sim_current_stream() {
+  auto st = sim()->wrap_stream(0, static_cast<uintptr_t>(t_stream));
+  check_ok(st.status(), "wrap_stream");
+  return st.take();
+}
+void TestGuard::synchronizeStream(const c10::Stream& s) const {
+  if (!g_sim.load()) return;
+  auto st = sim()->wrap_stream(0, static_cast<uintptr_t>(s.id()));
+  check_ok(st.status(), "wrap_stream");
+  check_ok(sim()->synchronize(st.value().get()), "synchronize");
+}
+// Streams made by new_stream(), alive for the process and never destroyed: a stream's worker
+// thread must not be torn down by this library's static destructors, which run in no set order
+// with uccl's (seen: a corrupted heap at exit).
+std::mutex g_streams_mu;
+auto* g_streams = new std::vector<std::unique_ptr<uccl::DeviceStream>>();
+
+uccl::CopyDir dir_of(bool src_dev, bool dst_dev) {
+  return src_dev ? (dst_dev ? uccl::CopyDir::kDeviceToDevice : uccl::CopyDir::kDeviceToHost)
+                 : (dst_dev ? uccl::CopyDir::kHostToDevice : uccl::CopyDir::kHostToHost);
+}
+void sim_copy(void* dst, const void* src, size_t bytes, uccl::CopyDir dir, bool sync) {
+  if (bytes == 0) return;
+  auto st = sim_current_stream();
+  check_ok(sim()->copy_async(dst, src, bytes, dir, st.get()), "copy");
+  if (sync) check_ok(sim()->synchronize(st.get()), "synchronize");
+}
+// A host copy of a device tensor's whole storage, read on the current stream.
+at::Tensor storage_to_host(const at::Tensor& t) {
+  const int64_t nbytes = static_cast<int64_t>(t.storage().nbytes());
+  at::Tensor raw = at::empty({nbytes}, at::kByte);
+  sim_copy(raw.data_ptr(), t.storage().data(), nbytes, uccl::CopyDir::kDeviceToHost, true);
+  return raw;
+}
+// t's elements inside a host copy of its storage.
+at::Tensor view_in(const at::Tensor& t, const at::Tensor& raw) {
+  return at::from_blob(static_cast<uint8_t*>(raw.data_ptr()) + t.storage_offset() * t.element_size(), t.sizes(),
+                       t.strides(), t.options().device(at::kCPU));
+}
+// dst.copy_(src) where either side is simulated-device memory: whole contiguous buffers of one
+// dtype go as one copy; anything else through host copies of the storages.
+void sim_copy_tensor(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  const bool sd = !src.is_cpu(), dd = !dst.is_cpu();
+  if (src.is_contiguous() && dst.is_contiguous() && src.scalar_type() == dst.scalar_type() && src.numel() == dst.numel()) {
+    // Only host-to-device copies may stay queued (their host source is the caller's to keep).
+    sim_copy(dst.data_ptr(), src.data_ptr(), src.numel() * src.element_size(), dir_of(sd, dd), !(non_blocking && !sd && dd));
+    return;
+  }
+  at::Tensor s_raw = sd ? storage_to_host(src) : at::Tensor();
+  at::Tensor s_host = sd ? view_in(src, s_raw) : src;
+  if (!dd) {
+    dst.copy_(s_host);
+    return;
+  }
+  at::Tensor d_raw = storage_to_host(dst);
+  view_in(dst, d_raw).copy_(s_host);
+  sim_copy(dst.storage().mutable_data(), d_raw.data_ptr(), d_raw.numel(), uccl::CopyDir::kHostToDevice, true);
+}
 
 struct TestHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -93,13 +196,13 @@ struct TestHooks final : at::PrivateUse1HooksInterface {
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                                std::optional<at::Device>, std::optional<bool>,
                                std::optional<at::MemoryFormat> memory_format) {
-  return at::detail::empty_generic(size, &g_alloc, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+  return at::detail::empty_generic(size, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    c10::dtype_or_default(dtype), memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>) {
-  return at::detail::empty_strided_generic(size, stride, &g_alloc, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+  return at::detail::empty_strided_generic(size, stride, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
 }
 
@@ -110,7 +213,7 @@ at::Tensor host_alias(const at::Tensor& t) {
 }
 
 // The device's copy function: host->device, device->host and device->device.
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (g_fail_copies.load() > 0 && (!g_fail_h2d_only.load() || (self.is_cpu() && !dst.is_cpu()))) {
     if (g_skip_copies.load() > 0) {
       --g_skip_copies;
@@ -128,7 +231,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   } else {
     ++g_d2d_calls;
   }
-  host_alias(dst).copy_(host_alias(self));
+  if (g_sim.load()) {
+    sim_copy_tensor(self, dst, non_blocking);
+  } else {
+    host_alias(dst).copy_(host_alias(self));
+  }
   return dst;
 }
 
@@ -176,6 +283,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   static TestHooks hooks;
   at::RegisterPrivateUse1HooksInterface(&hooks);
   c10::SetAllocator(kDev, &g_alloc);
+  m.def("use_uccl_sim_memory", [] {
+    sim();  // fails here, clearly, where uccl has no simulated device
+    g_sim = true;
+  });
+  m.def("new_stream", [] {
+    auto st = sim()->create_stream(0);
+    check_ok(st.status(), "create_stream");
+    std::lock_guard<std::mutex> lk(g_streams_mu);
+    g_streams->push_back(st.take());
+    return static_cast<uint64_t>(g_streams->back()->handle());
+  });
+  m.def("set_stream", [](uint64_t handle) { t_stream = static_cast<c10::StreamId>(handle); });
+  m.def("current_stream", [] { return static_cast<uint64_t>(t_stream); });
+  m.def("synchronize", [] {
+    auto st = sim_current_stream();
+    check_ok(sim()->synchronize(st.get()), "synchronize");
+  });
   m.def("copy_stats", [] {
     return std::map<std::string, int64_t>{{"d2h_calls", g_d2h_calls.load()}, {"h2d_calls", g_h2d_calls.load()},
                                           {"d2d_calls", g_d2d_calls.load()}, {"d2h_bytes", g_d2h_bytes.load()},
