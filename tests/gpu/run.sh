@@ -8,7 +8,8 @@
 #    UCCL_WITH_CUDA=ON) into the current Python, and the C++ tests (build/gpu);
 # 3. runs the smoke test (tests/gpu/smoke.py: two ranks, step by step, rank 0 under cuda-gdb),
 #    the C++ device tests (cuda_backend_test: kernels bit-equal to the host's on the GPU,
-#    elementwise_test), then the Python GPU tests (tests/gpu/test_*.py: every collective on
+#    elementwise_test), then the Python GPU tests (tests/gpu/test_*.py: the torch backend on CUDA
+#    tensors (ops, stream ordering, wait(), DDP), every collective on
 #    CUDA buffers through IPC and staged paths, mixed CUDA/host ranks, several ranks on one
 #    GPU, a kernel writing the buffer on the current stream right before the collective);
 # 4. runs the benchmarks (tests/gpu/bench_gpu.py, tests/gpu/reduce_bench.cc) and writes

@@ -1,0 +1,170 @@
+"""The torch backend on CUDA tensors (issue 15, items 1, 2, 4, 5), on a machine with a GPU.
+
+Run by tests/gpu/run.sh; skipped, with the reason, where torch has no CUDA or uccl's cuda
+backend is unavailable. CUDA memory is memory uccl owns, so the backend uses the tensors in
+place, ordered on the current stream, and work.wait() makes the current stream wait (the same
+code tests/torch/test_torch_device.py runs here on the simulated device). Scenarios, each on
+2 ranks of one GPU (NCCL refuses that) and, where there are two GPUs, one GPU per rank:
+  * every op on CUDA tensors against the same op on CPU tensors (both through uccl);
+  * a kernel writes the tensor on a side stream right before the collective, no host sync;
+  * wait() returns without blocking the host, the stream waits; the input dropped right
+    after an async collective stays alive until the device is done;
+  * one rank on CPU tensors, the other on CUDA tensors;
+  * DDP on CUDA against DDP on CPU: the same parameters after three steps.
+"""
+import os
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import uccl  # noqa: E402
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to torch", allow_module_level=True)
+if not uccl.build_info().get("cuda_available") or not uccl.build_info().get("torch"):
+    pytest.skip("uccl's cuda backend or torch backend is unavailable here", allow_module_level=True)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "torch"))
+import torch.distributed as dist  # noqa: E402
+
+import torch_dist_util as U  # noqa: E402
+
+NGPU = torch.cuda.device_count()
+
+
+def _dev(rank, one_gpu):
+    return torch.device("cuda", 0 if one_gpu else rank % NGPU)
+
+
+def check_ops(rank, world, d):
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for n in (1, 1023, (1 << 20) + 3):
+            x = U.make_input(rank, n, dtype)
+            for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.AVG):
+                if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
+                    continue
+                a, b = x.to(d), x.clone()
+                dist.all_reduce(a, op=op)
+                dist.all_reduce(b, op=op)
+                U.assert_same(a.cpu(), b, f"all_reduce {op} {dtype} n={n}")
+    x = U.make_input(rank, 4099, torch.float32)
+    a = x.to(d)
+    dist.broadcast(a, src=1)
+    U.assert_same(a.cpu(), U.make_input(1, 4099, torch.float32), "broadcast")
+    big = torch.zeros(4099 * world, device=d)
+    dist.all_gather_into_tensor(big, x.to(d))
+    U.assert_same(big.cpu(), torch.cat([U.make_input(r, 4099, torch.float32) for r in range(world)]), "all_gather_into_tensor")
+    outs = [torch.zeros(4099, device=d) for _ in range(world)]
+    dist.all_gather(outs, x.to(d))
+    for r in range(world):
+        U.assert_same(outs[r].cpu(), U.make_input(r, 4099, torch.float32), f"all_gather from {r}")
+    inp = U.make_input(rank, 8 * world, torch.float32)
+    a, b = torch.zeros(8, device=d), torch.zeros(8)
+    dist.reduce_scatter_tensor(a, inp.to(d))
+    dist.reduce_scatter_tensor(b, inp)
+    U.assert_same(a.cpu(), b, "reduce_scatter_tensor")
+    in_splits = [r + 1 for r in range(world)]
+    out_splits = [rank + 1] * world
+    inp = U.make_input(rank, sum(in_splits) * 2, torch.float32).reshape(-1, 2)
+    a, b = torch.zeros(sum(out_splits), 2, device=d), torch.zeros(sum(out_splits), 2)
+    dist.all_to_all_single(a, inp.to(d), out_splits, in_splits)
+    dist.all_to_all_single(b, inp, out_splits, in_splits)
+    U.assert_same(a.cpu(), b, "all_to_all_single uneven")
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    y = torch.zeros(1023, device=d)
+    ops = [dist.P2POp(dist.isend, U.make_input(rank, 1023, torch.float32).to(d), nxt), dist.P2POp(dist.irecv, y, prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    U.assert_same(y.cpu(), U.make_input(prv, 1023, torch.float32), "batch_isend_irecv")
+
+
+def check_kernel_then_collective(rank, world, d):
+    s = torch.cuda.Stream(device=d)
+    n = (1 << 22) + 5
+    for it in range(4):
+        with torch.cuda.stream(s):
+            x = torch.zeros(n, device=d)
+            torch.cuda._sleep(2_000_000)  # keeps s busy: a collective not ordered on it reads zeros
+            x.fill_(float(rank + it))
+            dist.all_reduce(x)
+            y = x * 1  # on s, behind wait()
+        s.synchronize()
+        want = float(sum(r + it for r in range(world)))
+        assert y[:16].eq(want).all() and y[-16:].eq(want).all(), f"iteration {it}: {y[:4].tolist()} want {want}"
+
+
+def check_wait_and_lifetime(rank, world, d):
+    store = dist.distributed_c10d._get_default_store()
+    x = torch.full((1 << 20,), float(rank + 1), device=d)
+    torch.cuda.synchronize()
+    want = float(sum(r + 1 for r in range(world)))
+    if rank != 0:
+        store.wait(["gpu/waiting"])
+        dist.all_reduce(x)
+    else:
+        w = dist.all_reduce(x, async_op=True)
+        t0 = time.monotonic()
+        w.wait()
+        assert time.monotonic() - t0 < 5.0, "wait() blocked the host"
+        store.set("gpu/waiting", "1")
+    assert x.cpu().eq(want).all(), x[:4].tolist()
+    works = []
+    for i in range(4):  # inputs dropped right after the call: the backend keeps them alive
+        t = torch.full((1 << 22,), float(rank + i), device=d)
+        works.append((i, dist.all_reduce(t, async_op=True)))
+        del t
+    for i, w in works:
+        w.wait()
+        res = w.result()[0]
+        assert res[:8].cpu().eq(float(sum(r + i for r in range(world)))).all(), (i, res[:4].tolist())
+
+
+def check_mixed(rank, world, d):
+    x = U.make_input(rank, 4099, torch.float32)
+    a = x.clone() if rank % 2 else x.to(d)
+    dist.all_reduce(a)
+    U.assert_same(a.cpu(), sum(U.make_input(r, 4099, torch.float32) for r in range(world)), "mixed all_reduce")
+
+
+def _ddp_params(device, rank, world):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(3):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        inp = torch.randn(16, 32, generator=g).to(device)
+        loss = ddp(inp).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+def check_ddp(rank, world, d):
+    on_gpu = _ddp_params(d, rank, world)
+    on_cpu = _ddp_params(torch.device("cpu"), rank, world)
+    for i, (g, c) in enumerate(zip(on_gpu, on_cpu)):
+        torch.testing.assert_close(g, c, rtol=1e-4, atol=1e-5, msg=f"DDP parameter {i}: CUDA and CPU differ")
+
+
+def worker(rank, world, port, one_gpu):
+    d = _dev(rank, one_gpu)
+    torch.cuda.set_device(d)
+    U.init_uccl(rank, world, port)
+    check_ops(rank, world, d)
+    check_kernel_then_collective(rank, world, d)
+    check_wait_and_lifetime(rank, world, d)
+    check_mixed(rank, world, d)
+    check_ddp(rank, world, d)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("one_gpu", [True, False], ids=["two-ranks-one-gpu", "one-gpu-each"])
+def test_torch_backend_on_cuda(one_gpu):
+    if not one_gpu and NGPU < 2:
+        pytest.skip("one GPU here: the one-GPU-per-rank case needs two")
+    U.spawn(worker, 2, one_gpu, deadline_s=400)
