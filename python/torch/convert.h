@@ -161,11 +161,29 @@ inline bool device_direct(const at::Tensor& t) {
   return !t.is_cpu() && t.is_contiguous() && t.numel() > 0 && uccl::memory_info(t.data_ptr()).device;
 }
 
+// Whether the stream is recording a CUDA graph (torch builds whose device guard can tell;
+// older ones cannot, and then nothing is refused here).
+template <class G>
+auto stream_capturing(const G& g, const c10::Stream& s, int) -> decltype(g.isStreamCapturing(s)) {
+  return g.isStreamCapturing(s);
+}
+template <class G>
+bool stream_capturing(const G&, const c10::Stream&, long) {
+  return false;
+}
+
 // The native handle (cudaStream_t, a simulated stream's handle) of the device's current stream:
 // what uccl's `stream` arguments and Work::wait_stream take.
+// A stream that is capturing a graph is refused: uccl's progress runs on the host, so a
+// captured collective would not run again when the graph is replayed.
 inline uintptr_t current_stream_handle(const at::Device& d) {
   c10::impl::VirtualGuardImpl impl(d.type());
-  return reinterpret_cast<uintptr_t>(impl.getStreamNativeHandle(impl.getStream(d)));
+  const c10::Stream s = impl.getStream(d);
+  TORCH_CHECK_NOT_IMPLEMENTED(!stream_capturing(impl, s, 0), "uccl: the current stream of ", d,
+                              " is capturing a graph (torch.cuda.graph / CUDAGraph.capture_begin); uccl "
+                              "collectives cannot be captured, because their progress runs on the host and a "
+                              "replay would not run them: issue the collective outside the capture");
+  return reinterpret_cast<uintptr_t>(impl.getStreamNativeHandle(s));
 }
 
 // A contiguous host tensor with t's contents: t itself when it already is one, else a copy

@@ -324,6 +324,20 @@ def check_wait_makes_stream_wait(rank, world, ext):
     dist.barrier()
 
 
+def check_graph_capture_refused(rank, world, ext):
+    """A collective on a stream that is capturing a graph is refused, clearly, before anything is
+    issued (uccl cannot be captured: its progress runs on the host); the group goes on."""
+    x = dev(torch.ones(8))
+    ext.set_capturing(True)
+    try:
+        with pytest.raises(NotImplementedError, match="capturing a graph"):
+            dist.all_reduce(x)
+    finally:
+        ext.set_capturing(False)
+    dist.all_reduce(x)
+    assert x.cpu().eq(world).all()
+
+
 def direct_worker(rank, world, port):
     ext = load_device()
     ext.use_uccl_sim_memory()
@@ -333,6 +347,7 @@ def direct_worker(rank, world, port):
     check_ops(rank, world, ext, direct=True)
     check_stream_order(rank, world, ext)
     check_wait_makes_stream_wait(rank, world, ext)
+    check_graph_capture_refused(rank, world, ext)
     check_mixed(rank, world)
     dist.barrier()
     dist.destroy_process_group()

@@ -86,6 +86,7 @@ c10::Allocator* allocator() { return g_sim.load() ? static_cast<c10::Allocator*>
 
 // One device, streams numbered per (device, id); the "current" stream is thread local.
 thread_local c10::StreamId t_stream = 0;
+std::atomic<bool> g_capturing{false};  // set_capturing(): "the current stream records a graph"
 struct TestGuard final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kDev; }
   c10::Device exchangeDevice(c10::Device) const override { return c10::Device(kDev, 0); }
@@ -109,6 +110,7 @@ struct TestGuard final : c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream& s) const override;
+  bool isStreamCapturing(const c10::Stream&) const override { return g_capturing.load(); }
   void* getStreamNativeHandle(const c10::Stream s) const override {
     return reinterpret_cast<void*>(static_cast<uintptr_t>(s.id()));
   }
@@ -296,6 +298,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("set_stream", [](uint64_t handle) { t_stream = static_cast<c10::StreamId>(handle); });
   m.def("current_stream", [] { return static_cast<uint64_t>(t_stream); });
+  m.def("set_capturing", [](bool on) { g_capturing = on; });
   m.def("synchronize", [] {
     auto st = sim_current_stream();
     check_ok(sim()->synchronize(st.get()), "synchronize");
