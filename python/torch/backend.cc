@@ -96,6 +96,7 @@ void UcclBackend::add_op(UcclWork& w, uccl::Result<uccl::WorkPtr> r) {
 }
 
 c10::intrusive_ptr<c10d::Work> UcclBackend::launch(const c10::intrusive_ptr<UcclWork>& w) {
+  if (w->device()) last_device_ = w->device();
   w->start();
   if (coalescing_) co_colls_.push_back(w);
   return w;

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,10 @@ class UcclBackend : public c10d::Backend {
   // communicator rendezvousing on the same store keys.
   std::string last_split_key_;
   c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
+
+  // The device of the last op that used device memory in place: barrier() synchronizes the
+  // caller's current stream of it, as ProcessGroupNCCL's does (guarded by mu_).
+  std::optional<at::Device> last_device_;
 
   bool coalescing_ = false;
   std::vector<uccl::P2POp> co_p2p_;

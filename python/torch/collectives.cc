@@ -523,6 +523,10 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::barrier(const c10d::BarrierOptions& 
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
   auto w = make_work(OpType::BARRIER, "barrier", {}, opts.timeout);
   add_op(*w, comm("barrier").barrier());
+  // Covers device work as ProcessGroupNCCL's barrier does: once every rank arrived (and every
+  // earlier op of this group completed: uccl completes in issue order), wait() synchronizes
+  // the caller's current stream of the device this group last used in place.
+  if (last_device_) w->sync_stream_after_wait(*last_device_);
   return launch(w);
 }
 

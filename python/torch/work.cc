@@ -281,8 +281,14 @@ bool UcclWork::wait(std::chrono::milliseconds timeout) {
     }
   }
   finish_once(first);
-  std::lock_guard<std::mutex> lk(mutex_);
-  if (exception_) std::rethrow_exception(exception_);
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    if (exception_) std::rethrow_exception(exception_);
+  }
+  if (sync_after_wait_) {
+    c10::impl::VirtualGuardImpl impl(sync_after_wait_->type());
+    impl.synchronizeStream(impl.getStream(*sync_after_wait_));
+  }
   return true;
 }
 

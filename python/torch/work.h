@@ -95,6 +95,8 @@ class UcclWork : public c10d::Work {
   // The first device named wins (one device per process and op).
   void use_device(const at::Device& d);
   const std::optional<at::Device>& device() const { return device_; }
+  // barrier(): after the host wait, the caller's current stream of `d` is synchronized too.
+  void sync_stream_after_wait(const at::Device& d) { sync_after_wait_ = d; }
   uintptr_t stream() const { return stream_; }
   void count_into(std::shared_ptr<TrafficTotals> t) { traffic_ = std::move(t); }
   // Arms completion: from here on the work completes by itself.
@@ -141,6 +143,7 @@ class UcclWork : public c10d::Work {
   std::shared_ptr<TrafficTotals> traffic_;
   std::optional<at::Device> device_;
   uintptr_t stream_ = 0;
+  std::optional<at::Device> sync_after_wait_;
 
   bool any_source_ = false;
   std::atomic<int> source_{-1};

@@ -324,6 +324,32 @@ def check_wait_makes_stream_wait(rank, world, ext):
     dist.barrier()
 
 
+def check_barrier_covers_device_work(rank, world, ext):
+    """barrier() synchronizes the current stream of the device the group used (ProcessGroupNCCL's
+    barrier does): a copy queued there before it (behind 180 ms of other copies) has landed when
+    barrier returns, seen from another stream, which is not ordered after it."""
+    from uccl import _core
+
+    s, other = ext.new_stream(), ext.new_stream()
+    old = _core.sim_copy_speed()
+    x, pad, one = dev(torch.zeros(1000)), dev(torch.zeros(1)), torch.ones(1)
+    ext.synchronize()
+    _core.sim_set_copy_speed(0, 30000)
+    try:
+        ext.set_stream(s)
+        for _ in range(6):
+            pad.copy_(one, non_blocking=True)
+        src = torch.full((1000,), 7.0)
+        x.copy_(src, non_blocking=True)
+        dist.barrier()
+        ext.set_stream(other)
+        got = x.cpu()
+        assert got.eq(7.0).all(), f"barrier returned before the current stream's work: {got[:4].tolist()}"
+    finally:
+        _core.sim_set_copy_speed(*old)
+        ext.set_stream(0)
+
+
 def check_graph_capture_refused(rank, world, ext):
     """A collective on a stream that is capturing a graph is refused, clearly, before anything is
     issued (uccl cannot be captured: its progress runs on the host); the group goes on."""
@@ -348,6 +374,7 @@ def direct_worker(rank, world, port):
     check_stream_order(rank, world, ext)
     check_wait_makes_stream_wait(rank, world, ext)
     check_graph_capture_refused(rank, world, ext)
+    check_barrier_covers_device_work(rank, world, ext)
     check_mixed(rank, world)
     dist.barrier()
     dist.destroy_process_group()
