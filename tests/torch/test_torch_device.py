@@ -305,20 +305,11 @@ def check_wait_makes_stream_wait(rank, world, ext):
     (ProcessGroupNCCL's semantics): rank 0 waits on an all_reduce the others join only after
     its wait returned; a host wait would deadlock until the timeout. The read queued after it
     on the stream sees the result."""
-    store = dist.distributed_c10d._get_default_store()
     x = dev(torch.full((1 << 16,), float(rank + 1)))
     ext.synchronize()
     want = float(sum(r + 1 for r in range(world)))
-    if rank != 0:
-        store.wait(["direct/waiting"], __import__("datetime").timedelta(seconds=60))
-        dist.all_reduce(x)
-    else:
-        w = dist.all_reduce(x, async_op=True)
-        t0 = time.monotonic()
-        w.wait()
-        assert time.monotonic() - t0 < 5.0, "wait() blocked the host"
-        assert not w.is_completed(), "the others have not joined yet"
-        store.set("direct/waiting", "1")
+    running = U.all_reduce_while_peers_wait(rank, x, "direct/waiting")
+    assert running in (None, True), "the others had not joined yet when wait() returned"
     got = x.cpu()  # on the stream, behind the wait
     assert got.eq(want).all(), f"got {got[:4].tolist()}..., want {want}"
     dist.barrier()

@@ -83,3 +83,21 @@ def make_input(rank, numel, dtype, salt=0):
         return torch.complex(re, im).to(dtype)
     lo = 0 if dtype == torch.uint8 else -4
     return torch.randint(lo, 5, (numel,), generator=g).to(dtype)
+
+
+def all_reduce_while_peers_wait(rank, x, key):
+    """Rank 0 issues an async all_reduce of x and calls wait(); the others join only once that
+    wait() returned (a store key), so a wait() that blocks the host deadlocks until the timeout.
+    Returns, on rank 0, whether the work was still running when wait() returned (None elsewhere)."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank != 0:
+        store.wait([key], datetime.timedelta(seconds=60))
+        dist.all_reduce(x)
+        return None
+    w = dist.all_reduce(x, async_op=True)
+    t0 = time.monotonic()
+    w.wait()
+    assert time.monotonic() - t0 < 5.0, "wait() blocked the host"
+    running = not w.is_completed()
+    store.set(key, "1")
+    return running
