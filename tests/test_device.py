@@ -319,3 +319,14 @@ def test_arrays_of_a_device_without_backend_are_staged_through_their_library():
     for r in results:
         assert r["same"] and r["value"] == [0.0, 3.0, 6.0, 9.0, 12.0], r
         assert r["type"] == "_FakeVendorArray" and r["gathered"] == [0, 0, 1, 1], r
+
+
+def test_cuda_memory_the_backend_does_not_recognize_is_refused_not_read():
+    """A CUDA array whose memory uccl's cuda backend does not see as device memory (managed
+    memory, another process's pointer) would be read by host code as if it were host memory:
+    refused with NotSupported instead (the check every CUDA array and torch CUDA tensor passes)."""
+    from uccl._buffers import check_cuda_memory
+    x = np.ones(16, np.float32)
+    with pytest.raises(uccl.NotSupported, match="does not recognize as device memory .it says: host"):
+        check_cuda_memory(x.ctypes.data, x.nbytes, "x")
+    check_cuda_memory(0, 0, "an empty array")  # nothing to read: nothing to check

@@ -10,7 +10,7 @@ CuPy's are staged through their library's host copy before they get here: uccl/_
 """
 import numpy as np
 
-from ._core import DTYPE_SIZE, DTYPES, RED_OPS as OPS, buffer_address  # uccl::DataType / RedOp, from C++
+from ._core import DTYPE_SIZE, DTYPES, RED_OPS as OPS, buffer_address, memory_location  # uccl::DataType / RedOp, from C++
 from .errors import InvalidArgument, NotSupported
 from .sim import SimArray
 
@@ -54,9 +54,21 @@ def _numpy_dtype_code_slow(dt):
     raise InvalidArgument(f"unsupported dtype {name}; uccl supports {', '.join(DTYPES)}")
 
 
+def check_cuda_memory(addr, nbytes, what):
+    """A CUDA array's memory must be what uccl's cuda backend sees as device memory: handed to
+    the core as host memory it would be read by host code (a crash, not an error)."""
+    if nbytes == 0 or addr == 0:
+        return
+    where, _ = memory_location(addr)
+    if where != "cuda":
+        raise NotSupported(f"{what}: CUDA memory at {addr:#x} that uccl's cuda backend does not recognize as "
+                           f"device memory (it says: {where}); managed or host-registered memory is not "
+                           "supported, and the array must belong to a device of this process")
+
+
 def _from_torch(t, writable, what):
     if t.device.type == "cuda" and backend_available("cuda"):
-        pass  # device memory the cuda backend owns: used in place
+        check_cuda_memory(t.data_ptr(), t.numel() * t.element_size(), what)  # then used in place
     elif t.device.type != "cpu":
         raise NotSupported(f"{what}: {t.device.type} tensors need a uccl device backend for {t.device.type} "
                            "(this build's: " + ", ".join(n for n in _BACKENDS if _BACKENDS[n]) + "); pass CPU memory")
@@ -87,7 +99,9 @@ def as_buffer(obj, what="buffer", writable=False, dtype=None):
         if cai.get("strides") is not None:
             raise InvalidArgument(f"{what}: CUDA array is not C-contiguous")
         count = int(np.prod(cai["shape"], dtype=np.int64))
-        return Buffer(int(cai["data"][0]), count, _numpy_dtype_code(np.dtype(cai["typestr"])), obj)
+        dt = np.dtype(cai["typestr"])
+        check_cuda_memory(int(cai["data"][0]), count * dt.itemsize, what)
+        return Buffer(int(cai["data"][0]), count, _numpy_dtype_code(dt), obj)
     if type(obj).__module__.startswith("torch"):
         return _from_torch(obj, writable, what)
     if not isinstance(obj, np.ndarray):
