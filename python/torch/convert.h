@@ -144,10 +144,14 @@ inline std::exception_ptr to_exception(const uccl::Status& s, const std::string&
 //    ordered after the work queued on the tensor's current stream, and Work::wait() making the
 //    current stream wait instead of the host (ProcessGroupNCCL's semantics);
 //  * memory of an accelerator uccl has no backend for (what torch.accelerator reports: xpu,
-//    mps, hpu, mtia, a PrivateUse1 device): staged through host buffers by torch's own copies
-//    (the device's copy functions, on its current stream), before the op and back after it.
+//    mps, hpu, mtia, a PrivateUse1 device), and CUDA memory uccl cannot use in place (a uccl
+//    built without CUDA or without a driver, a non-contiguous tensor): staged through host
+//    buffers by torch's own copies (the device's copy functions, on its current stream), before
+//    the op and back after it (what Gloo does with every CUDA tensor: slower, never refused).
 inline bool staged_device(const at::Device& d) {
   switch (d.type()) {
+    case at::kCUDA:
+    case at::kHIP:
     case at::kXPU:
     case at::kMPS:
     case at::kHPU:
@@ -196,12 +200,13 @@ inline at::Tensor host_contiguous(const at::Tensor& t) {
 }
 
 // Copies a host result back into the caller's tensor (on the tensor's device, by torch).
-// A device-to-device copy (out of a flat buffer on the device) is queued by torch: the
-// stream is synchronized, so that the result is there when the work's wait() returns.
+// A copy to a device may still be in flight when torch returns (a device-to-device copy out of
+// a flat buffer; CUDA's host-to-device copy from pageable memory): the stream is synchronized,
+// so that the result is there when the work's wait() returns, whichever stream reads it.
 inline void copy_back(const at::Tensor& t, const at::Tensor& host) {
   c10::OptionalDeviceGuard guard(t.is_cpu() ? std::nullopt : std::optional<at::Device>(t.device()));
   t.copy_(host);
-  if (!t.is_cpu() && !host.is_cpu()) {
+  if (!t.is_cpu()) {
     c10::impl::VirtualGuardImpl impl(t.device().type());
     impl.synchronizeStream(impl.getStream(t.device()));
   }
@@ -212,12 +217,10 @@ inline void check_tensor(const at::Tensor& t, const char* op, const std::string&
   TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, "uccl ", op, ": ", what, " has layout ", t.layout(),
                               "; only dense (strided) tensors are supported");
   if (t.device().is_cpu() || staged_device(t.device()) || device_direct(t) || t.numel() == 0) return;
-  TORCH_CHECK_NOT_IMPLEMENTED(t.is_contiguous(), "uccl ", op, ": ", what, " on ", t.device(),
-                              " is not contiguous; device tensors must be (call .contiguous() first)");
   TORCH_CHECK_NOT_IMPLEMENTED(false, "uccl ", op, ": ", what, " is on ", t.device(), ", whose memory no device backend "
                               "of this uccl build owns (uccl.build_info() lists them); the backend takes CPU tensors, "
-                              "device memory uccl owns, and tensors of accelerators staged through host memory (xpu, "
-                              "mps, hpu, mtia, PrivateUse1)");
+                              "device memory uccl owns, and tensors of accelerators staged through host memory (cuda, "
+                              "hip, xpu, mps, hpu, mtia, PrivateUse1)");
 }
 
 inline void check_same_dtype(const at::Tensor& t, at::ScalarType want, const char* op, const std::string& what,
