@@ -3,10 +3,13 @@
 In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
   * uccl all_reduce busbw on CUDA tensors, staged through the host (UCCL_CUDA_IPC=off) and over
     CUDA IPC (UCCL_CUDA_IPC=on), 1 MiB .. 256 MiB float32;
-  * PyTorch Gloo's all_reduce on the same CUDA tensors (it copies to the host, reduces there,
-    copies back);
+  * torch.distributed with backend "uccl" on the same CUDA tensors (issue 15: in place, ordered
+    on the current stream), and PyTorch Gloo's all_reduce (it copies to the host, reduces
+    there, copies back);
   * the pinned PCIe copy bandwidth (host->device) measured by torch in the same run.
-Goals (issue 14): staged >= 10x Gloo at 64 MiB and >= 60% of the pinned PCIe bandwidth.
+Goals: staged >= 10x Gloo at 64 MiB and >= 60% of the pinned PCIe bandwidth (issue 14); the
+torch backend >= 10x Gloo at 64 MiB (issue 15). Each mode runs in its own processes with a time
+limit; a mode whose ranks crash or overrun is reported as such and the others still run.
 busbw = algbw * 2 (n-1)/n (nccl-tests' all_reduce factor). Writes OUT/bench_gpu.md and .json.
 """
 import argparse
@@ -49,23 +52,28 @@ def rank_main(rank, world, port, upath, mode, q):
     store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=60)
     comm = uccl.Communicator(rank, world, store)
     res = {"describe": comm.describe()}
-    if mode == "gloo":
-        dist.init_process_group("gloo", init_method=f"file://{upath}", rank=rank, world_size=world)
+    torch_pg = mode in ("gloo", "torch-uccl")
+    if torch_pg:
+        dist.init_process_group("gloo" if mode == "gloo" else "uccl", init_method=f"file://{upath}", rank=rank,
+                                world_size=world)
     for size in SIZES:
         x = torch.ones(size // 4, device=dev)
         iters = max(3, min(50, (256 << 20) // size))
-        if mode == "gloo":
+        if torch_pg:
             t = timed(lambda: dist.all_reduce(x), iters, torch.cuda.synchronize)
         else:
             t = timed(lambda: comm.all_reduce(x), iters, torch.cuda.synchronize)
         res[size] = t
-    if mode == "gloo":
+    if torch_pg:
         dist.destroy_process_group()
     q.put((rank, res))
     comm.barrier()
 
 
-def run(mode, world=2):
+def run(mode, world=2, limit_s=150):
+    """Rank 0's results, or a string saying why there are none (a rank crashed, the time ran out)."""
+    import queue as queue_mod
+
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
@@ -75,13 +83,23 @@ def run(mode, world=2):
     procs = [ctx.Process(target=rank_main, args=(r, world, port, upath, mode, q)) for r in range(world)]
     for p in procs:
         p.start()
-    out = {}
-    for _ in procs:
-        r, res = q.get(timeout=1800)
-        out[r] = res
+    out, why = {}, None
+    end = time.monotonic() + limit_s
+    while len(out) < world and why is None:
+        try:
+            r, res = q.get(timeout=1)
+            out[r] = res
+        except queue_mod.Empty:
+            dead = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0) and i not in out]
+            if dead:
+                why = "rank %d exited with code %d" % dead[0]
+            elif time.monotonic() > end:
+                why = f"no result within {limit_s} s"
     for p in procs:
-        p.join(60)
-    return out[0]
+        p.join(10 if why is None else 1)
+        if p.is_alive():
+            p.kill()
+    return out[0] if why is None else why
 
 
 def pcie_bw():
@@ -99,26 +117,35 @@ def main():
     world = 2
     factor = 2 * (world - 1) / world
     pcie = pcie_bw()
-    results = {m: run(m, world) for m in ("staged", "ipc", "gloo")}
+    modes = ("staged", "ipc", "torch-uccl", "gloo")
+    results = {}
+    for m in modes:
+        results[m] = run(m, world)
+        print(f"{m}: {'done' if isinstance(results[m], dict) else results[m]}", flush=True)
     rows = []
     for size in SIZES:
-        bw = {m: size / results[m][size] / 1e9 * factor for m in results}
+        bw = {m: (size / results[m][size] / 1e9 * factor if isinstance(results[m], dict) else float("nan"))
+              for m in modes}
         rows.append((size, bw))
     lines = [f"## all_reduce float32 on CUDA tensors, {world} ranks, {torch.cuda.device_count()} GPU(s) "
              f"({torch.cuda.get_device_name(0)})", "",
              f"pinned PCIe host->device copy: {pcie:.1f} GB/s (torch, same run)", "",
-             "| size | uccl staged busbw (GB/s) | uccl IPC busbw | Gloo busbw | staged / Gloo | staged / PCIe |",
-             "|---|---|---|---|---|---|"]
+             "| size | uccl staged busbw (GB/s) | uccl IPC busbw | torch 'uccl' busbw | Gloo busbw | staged / Gloo | "
+             "torch 'uccl' / Gloo | staged / PCIe |",
+             "|---|---|---|---|---|---|---|---|"]
     for size, bw in rows:
-        lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['ipc']:.2f} | {bw['gloo']:.2f} | "
-                     f"{bw['staged'] / bw['gloo']:.1f}x | {100 * bw['staged'] / pcie:.0f}% |")
-    lines += ["", f"paths: staged `{results['staged']['describe']}`; ipc `{results['ipc']['describe']}`"]
+        lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['ipc']:.2f} | {bw['torch-uccl']:.2f} | "
+                     f"{bw['gloo']:.2f} | {bw['staged'] / bw['gloo']:.1f}x | {bw['torch-uccl'] / bw['gloo']:.1f}x | "
+                     f"{100 * bw['staged'] / pcie:.0f}% |")
+    lines += [""] + [f"{m}: " + (f"`{results[m]['describe']}`" if isinstance(results[m], dict) else f"FAILED: {results[m]}")
+                     for m in modes]
     text = "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(a.out, "bench_gpu.md"), "w") as f:
         f.write(text)
     with open(os.path.join(a.out, "bench_gpu.json"), "w") as f:
-        json.dump({"pcie_h2d_gbps": pcie, "busbw_gbps": {str(s): bw for s, bw in rows}}, f, indent=1)
+        json.dump({"pcie_h2d_gbps": pcie, "busbw_gbps": {str(s): bw for s, bw in rows},
+                   "failed": {m: results[m] for m in modes if not isinstance(results[m], dict)}}, f, indent=1)
 
 
 if __name__ == "__main__":
