@@ -234,30 +234,20 @@ Status ScheduleTask::prepare_device() {
     if (x_->dev && x_->stream) x_->dev->synchronize(x_->stream.get());
     x_->stream.reset();
     x_->locals_done.reset();
-    x_->user_ready.reset();
     x_->dev = b;
     x_->dev_ordinal = ord;
     auto st = b->create_stream(ord);
     if (!st.ok()) return st.status();
     auto e1 = b->create_event();
     if (!e1.ok()) return e1.status();
-    auto e2 = b->create_event();
-    if (!e2.ok()) return e2.status();
     x_->stream = st.take();
     x_->locals_done = e1.take();
-    x_->user_ready = e2.take();
   }
   env_.scratch->set_device(b, ord);
   // Ordered after the work already queued on the user's stream: the event the call recorded
-  // there (OpEnv::user_ready), queried (not waited on) before the first phase starts; one
-  // recorded now where the call made none.
-  user_ready_event_ = env_.user_ready.get();
-  if (!user_ready_event_) {
-    auto us = b->wrap_stream(ord, env_.stream);
-    if (!us.ok()) return us.status().with_context("the stream argument");
-    UCCL_RETURN_IF_ERROR(b->record(x_->user_ready.get(), us.value().get()));
-    user_ready_event_ = x_->user_ready.get();
-  }
+  // there (OpEnv::user_ready, in the caller's thread), queried (not waited on) before the first
+  // phase starts.
+  if (!env_.user_ready) return Internal("a device operation without its stream event (OpEnv::user_ready)");
   user_ready_ = false;
   return Status::Ok();
 }
@@ -306,7 +296,7 @@ Status ScheduleTask::progress(bool* done) {
     x_->recv_steps.assign(env_.size, 0);
   }
   if (!user_ready_) {
-    Result<bool> q = x_->dev->query(user_ready_event_);
+    Result<bool> q = x_->dev->query(env_.user_ready.get());
     if (!q.ok()) return q.status().with_context("the user's stream");
     if (!q.value()) return Status::Ok();  // work queued before the call has not finished yet
     user_ready_ = true;

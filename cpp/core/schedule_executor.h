@@ -47,7 +47,7 @@ struct ExecState {
   DeviceBackend* dev = nullptr;
   int dev_ordinal = -1;
   std::unique_ptr<DeviceStream> stream;
-  std::unique_ptr<DeviceEvent> locals_done, user_ready;
+  std::unique_ptr<DeviceEvent> locals_done;
   ~ExecState() {
     if (dev && stream) dev->synchronize(stream.get());
   }
@@ -110,7 +110,6 @@ class ScheduleTask {
   bool posted_ = false;
   bool device_ = false;          // env_.mem is a device
   bool user_ready_ = true;       // the user's stream reached the operation
-  DeviceEvent* user_ready_event_ = nullptr;  // what tells (env_.user_ready, else ExecState's)
   bool locals_queued_ = false;   // this phase's local actions are on the device
 };
 
