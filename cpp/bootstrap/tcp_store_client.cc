@@ -3,10 +3,10 @@
 //
 // Timeouts: GET/WAIT carry their timeout to the server, which answers "timeout" itself; that
 // keeps the request/reply stream in step. Long ones go in slices of 50 ms (sliced(), below), so
-// that one thread's long wait never holds the shared client. The client additionally bounds its own wait by the
-// same timeout plus a grace period, so a server that hangs (or a host that vanished without a
-// FIN) still ends in an error rather than a hang. After any I/O error the stream may be out of
-// step, so the client closes the connection and every later call fails with the first error.
+// that one thread's long wait never holds the shared client. The client additionally bounds its
+// own wait by the same timeout plus a grace period, so a server that hangs (or a host that
+// vanished without a FIN) still ends in an error rather than a hang. After any I/O error the
+// stream may be out of step, so the client closes the connection and every later call fails with the first error.
 //
 // With a job key the client authenticates before its first request (tcp_store_wire.h) and
 // checks the server's proof too: a "store" that does not know the key gets nothing from us.

@@ -24,8 +24,9 @@ at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
 
 // A buffer uccl may write into t through. copy_in: the op also reads t (in-place ops).
 at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
-  if (device_direct(t)) w.use_device(t.device());
-  if ((t.is_cpu() && t.is_contiguous()) || device_direct(t)) {
+  const bool direct = device_direct(t);  // one lookup: it asks the device backend's driver
+  if (direct) w.use_device(t.device());
+  if ((t.is_cpu() && t.is_contiguous()) || direct) {
     w.keep_alive(t);
     return t;
   }
