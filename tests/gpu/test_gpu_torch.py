@@ -10,7 +10,11 @@ code tests/torch/test_torch_device.py runs here on the simulated device). Scenar
   * wait() returns without blocking the host, the stream waits; the input dropped right
     after an async collective stays alive until the device is done;
   * one rank on CPU tensors, the other on CUDA tensors;
-  * DDP on CUDA against DDP on CPU: the same parameters after three steps.
+  * DDP on CUDA against DDP on CPU: the same parameters after three steps; DDP with comm hooks
+    (allreduce, fp16 compression) and FSDP2 (fully_shard) on CUDA against the same on CPU;
+  * 4 ranks: a 2-D DeviceMesh (dp x tp) with tensor parallelism and FSDP2, and
+    torch.distributed.pipelining (GPipe, 1F1B) on CUDA against a single-process CPU reference
+    (tests/torch/test_torch_parallel.py's checks, run there on CPU tensors).
 """
 import os
 import sys
@@ -28,6 +32,8 @@ if not uccl.build_info().get("cuda_available") or not uccl.build_info().get("tor
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "torch"))
 import torch.distributed as dist  # noqa: E402
 
+import test_torch_parallel as TP  # noqa: E402
+import test_torch_training as TT  # noqa: E402
 import torch_dist_util as U  # noqa: E402
 
 NGPU = torch.cuda.device_count()
@@ -140,6 +146,44 @@ def check_ddp(rank, world, d):
         torch.testing.assert_close(g, c, rtol=1e-4, atol=1e-5, msg=f"DDP parameter {i}: CUDA and CPU differ")
 
 
+def check_training(rank, world, d):
+    """DDP with comm hooks and FSDP2 on CUDA tensors give what they give on CPU tensors (both
+    through uccl, same seeds and batches: tests/torch/test_torch_training.py's model and loop)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    cpu = torch.device("cpu")
+
+    def ddp_run(dev, hook):
+        model = TT.make_model().to(dev)
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=0.0005, device_ids=[dev.index] if dev.type == "cuda" else None)
+        if hook is not None:
+            ddp.register_comm_hook(dist.group.WORLD, hook)
+        return TT.train(ddp, rank, device=dev), [p.detach().cpu() for p in model.parameters()]
+
+    def fsdp_run(dev):
+        mesh = DeviceMesh.from_group(dist.group.WORLD, dev.type)
+        model = TT.make_model().to(dev)
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        losses = TT.train(model, rank, device=dev)
+        return losses, [p.full_tensor().detach().cpu() for p in model.parameters()]
+
+    runs = [(f"DDP {name}", lambda dev, h=hook: ddp_run(dev, h), tol)
+            for name, hook, tol in (("plain", None, 1e-4), ("allreduce_hook", default_hooks.allreduce_hook, 1e-4),
+                                    ("fp16_compress_hook", default_hooks.fp16_compress_hook, 1e-2))]
+    runs.append(("FSDP2", fsdp_run, 1e-4))
+    for what, run, tol in runs:
+        (loss_gpu, params_gpu), (loss_cpu, params_cpu) = run(d), run(cpu)
+        torch.testing.assert_close(loss_gpu, loss_cpu, rtol=tol, atol=tol, msg=lambda m: f"{what} losses, CUDA vs CPU: {m}")
+        for i, (g, c) in enumerate(zip(params_gpu, params_cpu)):
+            torch.testing.assert_close(g, c, rtol=tol, atol=tol, msg=lambda m: f"{what} parameter {i}, CUDA vs CPU: {m}")
+
+
 def worker(rank, world, port, one_gpu):
     d = _dev(rank, one_gpu)
     torch.cuda.set_device(d)
@@ -149,6 +193,7 @@ def worker(rank, world, port, one_gpu):
     check_wait_and_lifetime(rank, world, d)
     check_mixed(rank, world, d)
     check_ddp(rank, world, d)
+    check_training(rank, world, d)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -158,3 +203,22 @@ def test_torch_backend_on_cuda(one_gpu):
     if not one_gpu and NGPU < 2:
         pytest.skip("one GPU here: the one-GPU-per-rank case needs two")
     U.spawn(worker, 2, one_gpu, deadline_s=400)
+
+
+def parallel_worker(rank, world, port):
+    d = torch.device("cuda", rank % NGPU)
+    torch.cuda.set_device(d)
+    U.init_uccl(rank, world, port)
+    TP.check_device_mesh_2d(rank, world, "cuda")
+    for name in ("gpipe", "1f1b"):
+        try:
+            TP.check_pipelining(rank, world, name, "cuda")
+        except Exception as e:
+            raise AssertionError(f"pipelining schedule {name} on rank {rank}, CUDA: {e}") from e
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_device_mesh_and_pipelining_on_cuda():
+    """4 ranks over the GPUs there are (several per GPU where fewer: NCCL refuses that)."""
+    U.spawn(parallel_worker, 4, deadline_s=400)

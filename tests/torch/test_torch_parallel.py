@@ -22,20 +22,21 @@ def mlp():
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
 
 
-def check_device_mesh_2d(rank, world):
+def check_device_mesh_2d(rank, world, device="cpu"):
+    """On `device` (tests/gpu runs it on CUDA); the single-process reference stays on the CPU."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh(device, (2, world // 2), mesh_dim_names=("dp", "tp"))
     dp, tp = mesh["dp"], mesh["tp"]
     for sub in (dp, tp):
         assert dist.get_backend(sub.get_group()) == "uccl", dist.get_backend(sub.get_group())
     # Collectives along each mesh dimension reach exactly that dimension's ranks.
-    t = torch.tensor([float(rank)])
+    t = torch.tensor([float(rank)], device=device)
     dist.all_reduce(t, group=tp.get_group())
     assert t.item() == sum(dist.get_process_group_ranks(tp.get_group())), (rank, t)
-    t = torch.tensor([float(rank)])
+    t = torch.tensor([float(rank)], device=device)
     dist.all_reduce(t, group=dp.get_group())
     assert t.item() == sum(dist.get_process_group_ranks(dp.get_group())), (rank, t)
 
@@ -43,13 +44,14 @@ def check_device_mesh_2d(rank, world):
     # sees its own data; the reference is the same model on the concatenated batch.
     model = mlp()
     reference = copy.deepcopy(model)
+    model.to(device)
     parallelize_module(model, tp, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     fully_shard(model, mesh=dp)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     for step in range(3):
         xs = [torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * step + r)) for r in range(2)]
-        x = xs[dp.get_local_rank()]
+        x = xs[dp.get_local_rank()].to(device)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
@@ -58,22 +60,23 @@ def check_device_mesh_2d(rank, world):
         ref_opt.zero_grad()
         ref_loss.backward()
         ref_opt.step()
-        both = torch.tensor([loss.item()])
+        both = torch.tensor([loss.item()], device=device)
         dist.all_reduce(both, op=dist.ReduceOp.AVG, group=dp.get_group())
         torch.testing.assert_close(both.item(), ref_loss.item(), rtol=1e-4, atol=1e-5)
     for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.full_tensor(), q.detach(), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(p.full_tensor().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
 
 
-def check_pipelining(rank, world, schedule_name):
+def check_pipelining(rank, world, schedule_name, device="cpu"):
+    """The stages on `device` (tests/gpu runs it on CUDA); the reference on the CPU."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     torch.manual_seed(0)
     layers = [nn.Linear(6, 6) for _ in range(world)]
     full = nn.Sequential(*copy.deepcopy(layers))
-    stage_mod = nn.Sequential(layers[rank], nn.Tanh())
+    stage_mod = nn.Sequential(layers[rank], nn.Tanh()).to(device)
     full = nn.Sequential(*[m for l in full for m in (l, nn.Tanh())])
-    stage = PipelineStage(stage_mod, stage_index=rank, num_stages=world, device=torch.device("cpu"))
+    stage = PipelineStage(stage_mod, stage_index=rank, num_stages=world, device=torch.device(device))
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
     schedule = cls(stage, n_microbatches=4, loss_fn=lambda out, tgt: F.mse_loss(out, tgt))
     opt = torch.optim.SGD(stage_mod.parameters(), lr=0.1)
@@ -84,9 +87,9 @@ def check_pipelining(rank, world, schedule_name):
         opt.zero_grad()
         losses = []
         if rank == 0:
-            schedule.step(x)
+            schedule.step(x.to(device))
         elif rank == world - 1:
-            schedule.step(target=y, losses=losses)
+            schedule.step(target=y.to(device), losses=losses)
         else:
             schedule.step()
         opt.step()
@@ -96,11 +99,11 @@ def check_pipelining(rank, world, schedule_name):
         torch.stack(ref_losses).mean().backward()
         ref_opt.step()
         if rank == world - 1:
-            torch.testing.assert_close(torch.stack(losses), torch.stack(ref_losses).detach(), rtol=1e-4, atol=1e-5,
+            torch.testing.assert_close(torch.stack(losses).cpu(), torch.stack(ref_losses).detach(), rtol=1e-4, atol=1e-5,
                                        msg=lambda m: f"step {step} losses: {m}")
     mine = full[2 * rank]
-    torch.testing.assert_close(stage_mod[0].weight, mine.weight, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(stage_mod[0].bias, mine.bias, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(stage_mod[0].weight.cpu(), mine.weight, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(stage_mod[0].bias.cpu(), mine.bias, rtol=1e-4, atol=1e-5)
 
 
 def check_split(rank, world):

@@ -27,16 +27,17 @@ def make_model():
     return nn.Sequential(nn.Linear(8, 17), nn.ReLU(), nn.Linear(17, 9), nn.ReLU(), nn.Linear(9, 4))
 
 
-def batch(rank, step):
+def batch(rank, step, device="cpu"):
     g = torch.Generator().manual_seed(100 + 10 * step + rank)
-    return torch.randn(6, 8, generator=g), torch.randn(6, 4, generator=g)
+    return torch.randn(6, 8, generator=g).to(device), torch.randn(6, 4, generator=g).to(device)
 
 
-def train(model, rank, steps=STEPS):
+def train(model, rank, steps=STEPS, device="cpu"):
+    """Losses of `steps` SGD steps on this rank's batches (moved to `device`, where the model is)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     losses = []
     for step in range(steps):
-        x, y = batch(rank, step)
+        x, y = batch(rank, step, device)
         loss = F.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
