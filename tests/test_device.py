@@ -321,6 +321,59 @@ def test_arrays_of_a_device_without_backend_are_staged_through_their_library():
         assert r["type"] == "_FakeVendorArray" and r["gathered"] == [0, 0, 1, 1], r
 
 
+class _FakeCudaArray(_FakeVendorArray):
+    """A CUDA array as CuPy shows itself: DLPack device 2, __cuda_array_interface__, a namespace
+    that allocates on a device."""
+
+    def __init__(self, host, read_only=False):
+        super().__init__(host)
+        self.device = "cuda:1"
+        self.dtype = self._host.dtype
+        self.read_only = read_only
+
+    def __dlpack_device__(self):
+        return (2, 1)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self._host.shape, "typestr": self._host.dtype.str, "data": (0x7f0000000000, self.read_only),
+                "version": 3, "strides": None}
+
+    def __array_namespace__(self):
+        return _FakeCudaNamespace
+
+
+class _FakeCudaNamespace:
+    @staticmethod
+    def empty(shape, dtype=None, device=None):
+        a = _FakeCudaArray(np.empty(shape, dtype))
+        a.device = device
+        return a
+
+
+def test_cuda_arrays_are_used_in_place_when_the_cuda_backend_is_there(monkeypatch):
+    """CuPy-like arrays (writable, __cuda_array_interface__) take the device path while uccl's cuda
+    backend is available (in place, ordered on stream=; issue 14 item 7), and are staged through
+    their library's host copy otherwise, as read-only ones (JAX's) always are; outputs uccl allocates are the input's library on its device
+    (torch tensors too: a tensor of another device gets an output on that device)."""
+    from uccl import _buffers
+    from uccl._interop import is_foreign
+    from uccl.comm import _alloc_like
+
+    x = _FakeCudaArray(np.arange(4, dtype=np.float32))
+    monkeypatch.setitem(_buffers._BACKENDS, "cuda", True)
+    assert not is_foreign(x)
+    assert is_foreign(_FakeCudaArray([1.0], read_only=True))  # JAX's are read-only: worked on in a host copy
+    out = _alloc_like(x, 12)
+    assert type(out) is _FakeCudaArray and out.device == "cuda:1" and out.dtype == np.float32 and out._host.shape == (12,)
+    monkeypatch.setitem(_buffers._BACKENDS, "cuda", False)
+    assert is_foreign(x)
+    assert is_foreign(_FakeVendorArray([1.0]))  # no CUDA interface: staged whatever the backends
+    torch = pytest.importorskip("torch")
+    t = _alloc_like(torch.empty(3, dtype=torch.bfloat16, device="meta"), 7)
+    assert t.device.type == "meta" and t.dtype == torch.bfloat16 and t.shape == (7,)
+
+
 def test_cuda_memory_the_backend_does_not_recognize_is_refused_not_read():
     """A CUDA array whose memory uccl's cuda backend does not see as device memory (managed
     memory, another process's pointer) would be read by host code as if it were host memory:

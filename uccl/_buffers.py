@@ -5,8 +5,9 @@ objects with ``__dlpack__`` (host memory), torch CPU tensors, and device memory 
 device backend: uccl.sim.SimArray, CUDA arrays (``__cuda_array_interface__``, torch CUDA tensors)
 when the cuda backend is available. The address goes to the core, which finds the backend
 (cpp/base/device.h). Buffers must be contiguous; an output buffer must be writable. Device
-arrays of a backend that is not here are refused with NotSupported (array-API arrays such as
-CuPy's are staged through their library's host copy before they get here: uccl/_interop.py).
+arrays of a backend that is not here are refused with NotSupported (array-API device arrays that
+uccl cannot use in place, such as CuPy's without the cuda backend or JAX's on a GPU, are staged
+through their library's host copy before they get here: uccl/_interop.py).
 """
 import numpy as np
 
@@ -98,6 +99,8 @@ def as_buffer(obj, what="buffer", writable=False, dtype=None):
                                "pass host memory")
         if cai.get("strides") is not None:
             raise InvalidArgument(f"{what}: CUDA array is not C-contiguous")
+        if writable and cai["data"][1]:
+            raise InvalidArgument(f"{what}: CUDA array is read-only but uccl must write into it")
         count = int(np.prod(cai["shape"], dtype=np.int64))
         dt = np.dtype(cai["typestr"])
         check_cuda_memory(int(cai["data"][0]), count * dt.itemsize, what)

@@ -3,18 +3,23 @@
 array type.
 
 How: the array is seen as numpy through DLPack (``np.from_dlpack``: zero-copy for host memory;
-a DLPack copy to the host for device memory, e.g. CuPy, until uccl has a device path), the
-collective runs on that, and the result goes back through the caller's own namespace
+a DLPack copy to the host for device memory uccl has no backend for), the collective runs on
+that, and the result goes back through the caller's own namespace
 (``x.__array_namespace__().asarray(result, device=x.device)``). Arrays uccl may not write
 (JAX arrays are immutable; a device array's host copy) are worked on in a host copy: the
 returned value is the result, and a mutable caller array (CuPy) also gets it written back for
 the in-place collectives, so ``comm.all_reduce(x)`` means the same as for numpy. A numpy or torch
-first argument never comes here (one type check on the fast path).
+first argument never comes here (one type check on the fast path), and neither does a CUDA
+array with ``__cuda_array_interface__`` (CuPy) while uccl's cuda backend is available: uccl uses
+it in place on its device (uccl/_buffers.py), ordered on ``stream=``, and allocates outputs of
+the same library on the same device. Other device arrays (JAX's on a GPU: read-only) are staged
+through the host.
 """
 import functools
 
 import numpy as np
 
+from ._buffers import backend_available
 from .errors import NotSupported
 from .work import Work
 
@@ -26,7 +31,16 @@ _IN_PLACE = {"all_reduce", "reduce", "broadcast", "recv"}
 def is_foreign(obj):
     if obj is None or isinstance(obj, np.ndarray) or type(obj).__module__.startswith("torch"):
         return False
-    return hasattr(obj, "__dlpack__") and hasattr(obj, "__array_namespace__")
+    if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__array_namespace__")):
+        return False
+    # Writable CUDA arrays the cuda backend can use where they are (CuPy) take the device path;
+    # read-only ones (JAX's) are worked on in a host copy like other immutable arrays.
+    return not (writable_cuda_array(obj) and backend_available("cuda"))
+
+
+def writable_cuda_array(obj):
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    return cai is not None and not cai.get("data", (0, True))[1]
 
 
 def _to_host(obj, what):

@@ -6,8 +6,9 @@ Conventions (those of torch.distributed, which most users know):
   * ``async_op=True`` returns a :class:`uccl.work.Work`; ``.wait()`` returns the result.
   * JAX, CuPy and other DLPack / array-API arrays are accepted as ``x`` (and ``out``): results
     come back as the caller's array type (uccl/_interop.py).
-  * Device arrays (uccl.sim.SimArray; CUDA arrays through __cuda_array_interface__ / torch when
-    the cuda backend is available) are used in place on their device; ``stream=`` orders the
+  * Device arrays (uccl.sim.SimArray; writable CUDA arrays through __cuda_array_interface__,
+    e.g. CuPy's, and torch CUDA tensors when the cuda backend is available) are used in place on
+    their device, and outputs uccl allocates are of the input's kind on its device; ``stream=`` orders the
     operation after the work already queued on that stream (default: the device's default
     stream). Arrays of a device uccl has no backend for go through their library's host copy.
   * Operations complete in issue order; every rank must issue the same collectives in the same
@@ -18,7 +19,7 @@ import numpy as np
 from . import _core
 from ._buffers import DTYPE_SIZE, OPS as _OPS, Buffer, as_buffer, op_code
 from ._interop import accepts_arrays
-from .errors import InvalidArgument
+from .errors import InvalidArgument, NotSupported
 from .sim import SimArray
 from .store import as_core_store
 from .work import Work
@@ -47,14 +48,28 @@ def _stream_handle(stream):
 
 
 def _alloc_like(x, count):
-    """A new contiguous array/tensor of `count` elements with x's dtype and kind."""
+    """A new contiguous array/tensor of `count` elements with x's dtype, kind and device."""
     if type(x) is SimArray:
         return SimArray(count, x.dtype, x.device)
     if type(x).__module__.startswith("torch"):
         import torch
-        return torch.empty(count, dtype=x.dtype)
+        return torch.empty(count, dtype=x.dtype, device=x.device)
+    if hasattr(x, "__cuda_array_interface__"):
+        return _cuda_alloc_like(x, count)
     arr = x if isinstance(x, np.ndarray) else np.asarray(memoryview(x))
     return np.empty(count, dtype=arr.dtype)
+
+
+def _cuda_alloc_like(x, count):
+    """A CUDA array of x's library on x's device (CuPy; other libraries through the array API)."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+        with cupy.cuda.Device(x.device.id):
+            return cupy.empty(count, dtype=x.dtype)
+    if hasattr(x, "__array_namespace__"):
+        return x.__array_namespace__().empty((count,), dtype=x.dtype, device=x.device)
+    raise NotSupported(f"cannot allocate an output like {type(x).__name__} (a CUDA array of an unknown "
+                       "library): pass out=")
 
 
 def _options(transport=None, algorithm=None, socket_ifname=None, timeout=None, name=None):
