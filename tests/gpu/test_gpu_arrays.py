@@ -8,8 +8,10 @@ there are two, both on one GPU otherwise):
     in-place collectives write into the caller's array, outputs uccl allocates are CuPy arrays on
     the input's device, values exact against numpy; ``stream=`` a CuPy stream orders the
     collective after kernels queued there (no host synchronisation in between);
-  * JAX arrays on a GPU (immutable, no CUDA array interface) go through their library's host
-    copy and come back as JAX arrays on the same GPU with the right values.
+  * JAX arrays on a GPU (immutable: read-only to CUDA) go through their library's host copy and
+    come back as JAX arrays on the same GPU with the right values;
+  * torch CUDA tensors: outputs uccl allocates (all_gather, reduce_scatter without out=) are on
+    the input's GPU.
 """
 import os
 
@@ -117,3 +119,24 @@ def test_jax_gpu_arrays_through_their_library():
     except RuntimeError as e:
         pytest.skip(f"JAX has no GPU backend here: {e}")
     run_world(2, "test_gpu_arrays:jax_body", env=NO_PREALLOC, timeout=300)
+
+
+def torch_outputs_body(ctx):
+    import torch
+
+    r, w, comm = ctx.rank, ctx.world, ctx.comm
+    dev = torch.device("cuda", r % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    g = comm.all_gather(torch.full((5,), float(r), device=dev))
+    s = comm.reduce_scatter(torch.full((5 * w,), float(r + 1), device=dev))
+    torch.cuda.synchronize()
+    ctx.check.equal(str(g.device) + " " + str(s.device), f"{dev} {dev}", "outputs on the input's GPU")
+    ctx.check.equal(g.cpu().numpy(), np.repeat(np.arange(w, dtype=np.float32), 5), "all_gather")
+    ctx.check.equal(s.cpu().numpy(), np.full(5, float(sum(q + 1 for q in range(w))), np.float32), "reduce_scatter")
+
+
+def test_torch_cuda_outputs_uccl_allocates_are_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    run_world(2, "test_gpu_arrays:torch_outputs_body", timeout=300)
