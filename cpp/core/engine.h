@@ -93,17 +93,20 @@ class Engine {
   // Queues an operation. Fails at once (without queuing) if the communicator already failed.
   Status submit(const std::shared_ptr<OpWork>& w);
   Status wait(OpWork* w, double timeout_s);
-  // The express path (core/express.cc). start_inline(): if nothing is queued or running and
-  // the communicator has not failed, restarts op->task as operation op->seq (under the lock:
-  // nothing else executes on the ExecState then) and makes `op` the running operation (the caller holds the
-  // communicator's issue lock, so whatever is issued later queues behind it), runs its first
-  // progress pass and returns true.
-  // wait_inline(): drives it in this thread like wait() (progress_once runs it before the
-  // queue); a failure fails the communicator like any operation's. Returns its status. The
-  // caller counts as a waiter around it (begin_will_wait/end_will_wait), as run() does.
-  bool start_inline(InlineOp* op);
-  bool idle();  // what start_inline checks, without starting anything
-  Status wait_inline(InlineOp* op, double timeout_s);
+  // The express path (core/express.cc). run_inline(): if nothing is queued or running and the
+  // communicator has not failed, restarts op->task as operation op->seq (under the lock:
+  // nothing else executes on the ExecState then), makes `op` the running operation, sets
+  // *issued_seq = op->seq and releases *issue_lock (the communicator's issue lock, held by the
+  // caller until then, so whatever is issued later queues behind it), sets *started and drives
+  // the operation to its end in this thread; a failure fails the communicator like any
+  // operation's. Returns its status (Ok with *started false when it did not start).
+  // A task with a tiny plan (ScheduleTask::tiny_ready) is driven under the lock on its own
+  // endpoints for up to kTinySpinS first; any other, or one whose peer is late, waits like
+  // wait() (progress_once runs it before the queue). The caller counts as a waiter around it
+  // (begin_will_wait/end_will_wait), as run() does.
+  Status run_inline(InlineOp* op, std::unique_lock<std::mutex>* issue_lock, uint64_t* issued_seq, double timeout_s,
+                    bool* started);
+  bool idle();  // what run_inline checks, without starting anything
   // Communicator::will_wait(): counts as a waiter, so submit() does not wake the progress
   // thread; end_will_wait() wakes it if operations are left and nobody else waits.
   void begin_will_wait() { waiters_.fetch_add(1); }
@@ -139,6 +142,9 @@ class Engine {
   // spins on the same one (unpinned ranks the scheduler put together: yield to it).
   bool peer_on_my_cpu();
   static constexpr double kFarewellSeconds = 0.2;  // fail_everything's wait for abort notes to land
+  // How long run_inline spins on a tiny task under the lock before it waits like wait(): a few
+  // 8-byte steps' worth; longer would hold off other threads' submits behind a late peer.
+  static constexpr double kTinySpinS = 20e-6;
   static constexpr uint32_t kSpinPasses = 16;  // passes of Engine::wait spun before the clock is read
   static void run(Callbacks& cbs);
 

@@ -9,8 +9,8 @@
 // What: run(args) passes an Express to the collective's *_impl. When the engine is idle
 // (nothing queued or running; checked under the issue lock, so nothing can be queued before
 // it starts) and the buffers are host memory, the operation runs as the engine's inline
-// operation (Engine::start_inline/wait_inline: progress_once drives it before the queue, the
-// wait is Engine::wait's, and a failure fails the communicator as any operation's does). Its
+// operation (Engine::run_inline: progress_once drives it before the queue, the wait is
+// Engine::wait's, and a failure fails the communicator as any operation's does). Its
 // task is kept with the call's key (collective, count, dtype, op, root, buffers, scalar): the
 // next call with the same key restarts it (ScheduleTask::restart) and runs the schedule it
 // built, without building anything, unless another operation's schedule replaced it. The task
@@ -37,10 +37,12 @@ bool CommunicatorImpl::express_start(std::unique_lock<std::mutex>& issue_lock, E
   op.task = &*express_task_;
   op.coll = x->key.c.coll;
   op.seq = coll_seq_ + 1;
-  if (!engine_->start_inline(&op)) return false;  // restarts the task as operation op.seq
-  coll_seq_ = op.seq;
-  issue_lock.unlock();  // what is issued from now on queues behind it
-  x->status = engine_->wait_inline(&op, x->timeout_s);
+  bool started = false;
+  // Restarts the task as operation op.seq, sets coll_seq_ and releases the issue lock once it
+  // is the running operation, then drives it to its end.
+  Status s = engine_->run_inline(&op, &issue_lock, &coll_seq_, x->timeout_s, &started);
+  if (!started) return false;
+  x->status = s;
   x->ran = true;
   return true;
 }

@@ -95,20 +95,21 @@ Status ScheduleTask::start_phase(bool* ready) {
     *ready = true;
     return Status::Ok();
   }
-  const DataType dt = dtype_;
-  const size_t esize = dtype_size(dt);
-  for (const Action& a : ph.actions) {
-    switch (a.kind) {
-      case Action::Kind::kCopy: std::memmove(a.dst, a.src, a.bytes); break;
-      case Action::Kind::kReduce: uccl::reduce(a.dst, a.src, a.src2, a.bytes / esize, dt, op_); break;
-      case Action::Kind::kScale: uccl::scale(a.dst, a.src, a.bytes / esize, dt, a.factor); break;
-      case Action::Kind::kDivide: uccl::divide(a.dst, a.src, a.bytes / esize, dt, a.divisor); break;
-      default: break;
-    }
-  }
+  for (const Action& a : ph.actions) run_local(a);
   post_messages(ph, nsend, nrecv, recv_bytes);
   *ready = true;
   return Status::Ok();
+}
+
+void ScheduleTask::run_local(const Action& a) {
+  const size_t esize = dtype_size(dtype_);
+  switch (a.kind) {
+    case Action::Kind::kCopy: std::memmove(a.dst, a.src, a.bytes); break;
+    case Action::Kind::kReduce: uccl::reduce(a.dst, a.src, a.src2, a.bytes / esize, dtype_, op_); break;
+    case Action::Kind::kScale: uccl::scale(a.dst, a.src, a.bytes / esize, dtype_, a.factor); break;
+    case Action::Kind::kDivide: uccl::divide(a.dst, a.src, a.bytes / esize, dtype_, a.divisor); break;
+    default: break;
+  }
 }
 
 namespace {
@@ -294,7 +295,9 @@ Status ScheduleTask::progress(bool* done) {
     x_->built_by = this;
     x_->send_steps.assign(env_.size, 0);
     x_->recv_steps.assign(env_.size, 0);
+    tiny_.valid = false;  // made from this schedule on a later run (tiny_ready)
   }
+  if (tiny_run_) return progress_tiny(done);
   if (!user_ready_) {
     Result<bool> q = x_->dev->query(env_.user_ready.get());
     if (!q.ok()) return q.status().with_context("the user's stream");
@@ -333,6 +336,7 @@ void ScheduleTask::restart(uint64_t op_seq) {
   posted_ = false;
   locals_queued_ = false;
   user_ready_ = true;
+  tiny_run_ = false;
   if (built_ && exec_->built_by == this) {
     std::fill(exec_->send_steps.begin(), exec_->send_steps.end(), 0);
     std::fill(exec_->recv_steps.begin(), exec_->recv_steps.end(), 0);
@@ -343,6 +347,7 @@ void ScheduleTask::restart(uint64_t op_seq) {
 
 std::string ScheduleTask::waiting_for() const {
   if (!built_) return "not started";
+  if (tiny_run_) return tiny_waiting_for();
   if (!user_ready_) return "waiting for the work queued on the user's device stream";
   if (!posted_ && locals_queued_) return "phase " + std::to_string(phase_) + ": local actions on the device";
   const Phase& ph = x_->sched.phase(phase_);

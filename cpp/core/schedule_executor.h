@@ -76,10 +76,33 @@ class ScheduleTask {
   void restart(uint64_t op_seq);
   // What the operation is waiting for (for timeout messages).
   std::string waiting_for() const;
+  // After restart(): whether this run executes from the tiny plan (core/schedule_tiny.cc),
+  // made now if it can be. An express task of host memory whose messages are all small
+  // (kTinyBytes), built, every peer connected, gets one: a flat list of each phase's local
+  // actions and ready-made requests, whose progress() polls only its own endpoints. The
+  // messages, their order and the results are the schedule's.
+  bool tiny_ready();
   OpEnv& env() { return env_; }
 
  private:
   Status start_phase(bool* ready);
+  void run_local(const Action& a);  // a host local action (copy, reduce, scale, divide)
+  // The tiny plan (core/schedule_tiny.cc).
+  struct TinyPlan {
+    struct Phase {
+      size_t locals_end, sends_end, recvs_end;  // each phase's items end where the next's begin
+    };
+    bool valid = false;
+    std::vector<Phase> phases;
+    std::vector<Action> locals;
+    std::vector<SendRequest> sends;
+    std::vector<RecvRequest> recvs;
+    std::vector<Endpoint*> send_eps, recv_eps;
+    std::vector<std::pair<int, Endpoint*>> peers;  // each peer's endpoint when the plan was made
+  };
+  bool make_tiny_plan();
+  Status progress_tiny(bool* done);
+  std::string tiny_waiting_for() const;
   // Device operations (env_.mem is a device): local actions are queued on the device with its
   // kernels (a send's tee becomes a device copy), and the phase's messages are posted on staged
   // endpoints only once the executor's event says the local actions completed.
@@ -111,6 +134,8 @@ class ScheduleTask {
   bool device_ = false;          // env_.mem is a device
   bool user_ready_ = true;       // the user's stream reached the operation
   bool locals_queued_ = false;   // this phase's local actions are on the device
+  TinyPlan tiny_;
+  bool tiny_run_ = false;        // this run executes from tiny_
 };
 
 }  // namespace uccl

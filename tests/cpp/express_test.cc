@@ -98,6 +98,64 @@ TEST_CASE("run() gives the asynchronous results on 1-4 ranks, mixed with issue+w
   }
 }
 
+// The tiny plan (core/schedule_tiny.cc) runs a blocking call repeated with one key: rank 0
+// always blocks, rank 1 always issues and waits, the others alternate, so each message of the
+// plan meets the schedule's; other operations in between replace the schedule (the plan is
+// made again), a larger direct all_reduce grows the scratch the small one's slots live in, and
+// the in-place and out-of-place forms, reduce_scatter and all_gather take turns.
+TEST_CASE("run() repeated with one key (tiny plan) matches asynchronous peers on 2-4 ranks") {
+  for (const char* transport : {"shm", "tcp"}) {
+    for (int n : {2, 3, 4}) {
+      CAPTURE(transport);
+      CAPTURE(n);
+      CommOptions o;
+      o.transport = transport;
+      o.timeout_s = 60;
+      run_ranks(n, o, [](Communicator& c) {
+        const int n = c.size(), r = c.rank();
+        std::vector<float> big(4096), big_out(4096);
+        std::vector<int32_t> mine(3), all(3 * n), part(2), parts(2 * n);
+        for (int i = 0; i < 400; ++i) {
+          const bool blk = r == 0 || (r > 1 && (i / 7) % 2 == 0);
+          float x[2] = {float(r + i), float(2 * r)}, y[2] = {0, 0};
+          AllReduceArgs ar{x, y, 2, DataType::kFloat32, RedOp::kSum};
+          if (blk) REQUIRE_OK(c.run(ar));
+          else wait_ok(c.all_reduce(ar));
+          REQUIRE(y[0] == float(n * (n - 1) / 2 + n * i));
+          REQUIRE(y[1] == float(n * (n - 1)));
+          if (i % 50 == 49) {  // other schedules, and more scratch, in between
+            std::fill(big.begin(), big.end(), float(r));
+            AllReduceArgs b{big.data(), big_out.data(), big.size(), DataType::kFloat32, RedOp::kMax};
+            if (blk) REQUIRE_OK(c.run(b));
+            else wait_ok(c.all_reduce(b));
+            REQUIRE(big_out[4095] == float(n - 1));
+            wait_ok(c.barrier());
+          }
+          if (i % 100 == 99) {  // a few calls of other keys, each repeated (a plan of its own)
+            for (int k = 0; k < 3; ++k) {
+              float v = float(r + k);
+              AllReduceArgs inplace{&v, &v, 1, DataType::kFloat32, RedOp::kMax};
+              if (blk) REQUIRE_OK(c.run(inplace));
+              else wait_ok(c.all_reduce(inplace));
+              REQUIRE(v == float(n - 1 + k));
+              std::fill(mine.begin(), mine.end(), r * 10 + k);
+              AllGatherArgs ag{mine.data(), all.data(), mine.size(), DataType::kInt32};
+              if (blk) REQUIRE_OK(c.run(ag));
+              else wait_ok(c.all_gather(ag));
+              for (size_t e = 0; e < all.size(); ++e) REQUIRE(all[e] == int32_t(e / 3) * 10 + k);
+              std::fill(parts.begin(), parts.end(), r + k);
+              ReduceScatterArgs rs{parts.data(), part.data(), part.size(), DataType::kInt32, RedOp::kSum};
+              if (blk) REQUIRE_OK(c.run(rs));
+              else wait_ok(c.reduce_scatter(rs));
+              REQUIRE(part[0] == n * (n - 1) / 2 + n * k);
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
 TEST_CASE("run() behind a queued operation waits for it (issue order holds)") {
   CommOptions o;
   o.timeout_s = 60;
