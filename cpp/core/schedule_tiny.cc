@@ -27,7 +27,7 @@ namespace uccl {
 namespace {
 // Messages of at most this size qualify: one shm line carries 24 bytes; a few lines cost
 // little more. Larger ones keep the schedule's path, where the transports' pipelining matters.
-constexpr size_t kTinyBytes = 256;
+constexpr size_t kTinyBytes = 8192;
 }  // namespace
 
 bool ScheduleTask::make_tiny_plan() {
