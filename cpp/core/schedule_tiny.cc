@@ -8,7 +8,7 @@
 // schedule, and each poll a pass over every endpoint and the connections under a lock round.
 //
 // What: once an express task's schedule was built (host memory, every comm action a plain
-// collective message of at most kTinyBytes, every peer connected), its phases become a flat
+// collective message of at most kTinyBytes (8 KiB), every peer connected), its phases become a flat
 // plan: the local actions, and send and receive requests filled in as post_messages() would
 // (the same envelopes with the per-peer step numbers of the schedule's order), kept from run to
 // run. A run sets the operation number, runs a phase's local actions, posts its requests and
@@ -25,8 +25,9 @@
 namespace uccl {
 
 namespace {
-// Messages of at most this size qualify: one shm line carries 24 bytes; a few lines cost
-// little more. Larger ones keep the schedule's path, where the transports' pipelining matters.
+// Messages of at most this size qualify: below shm's push and CMA sizes (16 KiB), where the
+// transports' pipelining and receive offers matter. 2-rank all_reduce of 4 KiB: 2.9 -> 2.3 us
+// with 8 KiB here instead of 256 bytes.
 constexpr size_t kTinyBytes = 8192;
 }  // namespace
 
