@@ -129,16 +129,32 @@ void fresh_requests(std::vector<R>* v, size_t n) {
 constexpr size_t kOrderedLeadBytes = 512 << 10;
 
 void ScheduleTask::fill_recv(const Action& a, RecvRequest* r) {
+  Envelope e = a.own_envelope ? a.env : env_.envelope;
+  if (a.own_envelope) e.op_seq = x_->p2p_recvd[a.peer]++;
+  e.step = x_->recv_steps[a.peer]++;
+  recv_request(a, e, r);
+}
+
+void ScheduleTask::recv_request(const Action& a, const Envelope& expect, RecvRequest* r) const {
   r->dst = a.dst;
   r->bytes = a.bytes;
-  r->expect = a.own_envelope ? a.env : env_.envelope;
-  if (a.own_envelope) r->expect.op_seq = x_->p2p_recvd[a.peer]++;
-  r->expect.step = x_->recv_steps[a.peer]++;
+  r->expect = expect;
   r->reduce = a.kind == Action::Kind::kRecvReduce;
   r->acc = a.src2;
   r->final = a.final_data;
   r->dtype = dtype_;
   r->op = op_;
+}
+
+void ScheduleTask::send_request(const Action& a, const Envelope& env, size_t recv_bytes, SendRequest* s) {
+  s->data = a.src;
+  s->bytes = a.bytes;
+  s->env = env;
+  // A ring step, not a root's one-way send. Never for p2p: a duplex send may wait for the
+  // receive to be posted (shm push), and an any-source receiver posts only once it has seen
+  // the message's header.
+  s->duplex = !a.own_envelope && 2 * recv_bytes >= a.bytes;
+  s->to_final = a.final_data;
 }
 
 void ScheduleTask::post_held() {
@@ -208,16 +224,10 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     if (a.kind != Action::Kind::kSend) continue;
     Endpoint* ep = comm_endpoint(a.peer);
     SendRequest& s = sends[si++];
-    s.data = a.src;
-    s.bytes = a.bytes;
-    s.env = a.own_envelope ? a.env : env_.envelope;
-    if (a.own_envelope) s.env.op_seq = x_->p2p_sent[a.peer]++;
-    s.env.step = x_->send_steps[a.peer]++;
-    // A ring step, not a root's one-way send. Never for p2p: a duplex send may wait for the
-    // receive to be posted (shm push), and an any-source receiver posts only once it has seen
-    // the message's header.
-    s.duplex = !a.own_envelope && 2 * recv_bytes >= a.bytes;
-    s.to_final = a.final_data;
+    Envelope e = a.own_envelope ? a.env : env_.envelope;
+    if (a.own_envelope) e.op_seq = x_->p2p_sent[a.peer]++;
+    e.step = x_->send_steps[a.peer]++;
+    send_request(a, e, recv_bytes, &s);
     if (a.tee && ep->takes_tee()) {
       s.tee = a.tee;
     } else if (a.tee && !device_) {

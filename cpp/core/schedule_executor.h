@@ -114,6 +114,9 @@ class ScheduleTask {
   Endpoint* comm_endpoint(int peer);
   void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes);
   void fill_recv(const Action& a, RecvRequest* r);
+  // The requests of a comm action with its envelope (post_messages and the tiny plan).
+  void recv_request(const Action& a, const Envelope& expect, RecvRequest* r) const;
+  static void send_request(const Action& a, const Envelope& env, size_t recv_bytes, SendRequest* s);
   void post_held();  // the held ordered receives whose turn came
   // Chooses the peer of an any-source receive (a.peer == kAnySource): the first peer, in turn,
   // whose next message is a p2p message with the receive's tag. *matched stays false while

@@ -67,31 +67,20 @@ bool ScheduleTask::make_tiny_plan() {
       if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
       Endpoint* ep = endpoint(a.peer);
       if (!ep) return false;
-      RecvRequest r;
-      r.dst = a.dst;
-      r.bytes = a.bytes;
-      r.expect = env_.envelope;
-      r.expect.step = recv_steps[a.peer]++;
-      r.reduce = a.kind == Action::Kind::kRecvReduce;
-      r.acc = a.src2;
-      r.final = a.final_data;
-      r.dtype = dtype_;
-      r.op = op_;
-      t.recvs.push_back(r);
+      Envelope e = env_.envelope;
+      e.step = recv_steps[a.peer]++;
+      t.recvs.emplace_back();
+      recv_request(a, e, &t.recvs.back());
       t.recv_eps.push_back(ep);
     }
     for (const Action& a : ph.actions) {
       if (a.kind != Action::Kind::kSend) continue;
       Endpoint* ep = endpoint(a.peer);
       if (!ep) return false;
-      SendRequest s;
-      s.data = a.src;
-      s.bytes = a.bytes;
-      s.env = env_.envelope;
-      s.env.step = send_steps[a.peer]++;
-      s.duplex = 2 * recv_bytes >= a.bytes;
-      s.to_final = a.final_data;
-      t.sends.push_back(s);
+      Envelope e = env_.envelope;
+      e.step = send_steps[a.peer]++;
+      t.sends.emplace_back();
+      send_request(a, e, recv_bytes, &t.sends.back());
       t.send_eps.push_back(ep);
     }
     t.phases.push_back({t.locals.size(), t.sends.size(), t.recvs.size()});
