@@ -391,7 +391,6 @@ Status Engine::wait_for(Op* w, double timeout_s) {
   return w->status();
 }
 
-
 void Engine::end_will_wait() {
   if (waiters_.fetch_sub(1) != 1) return;  // another waiter still drives the engine
   // Nothing queued (the blocking calls' usual case): no lock. A submit() that queues after
