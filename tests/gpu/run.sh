@@ -8,13 +8,19 @@
 #    UCCL_WITH_CUDA=ON) into the current Python, and the C++ tests (build/gpu);
 # 3. runs the smoke test (tests/gpu/smoke.py: two ranks, step by step, rank 0 under cuda-gdb),
 #    the C++ device tests (cuda_backend_test: kernels bit-equal to the host's on the GPU,
-#    elementwise_test), then the Python GPU tests (tests/gpu/test_*.py: the torch backend on CUDA
-#    tensors (ops, stream ordering, wait(), DDP), every collective on
-#    CUDA buffers through IPC and staged paths, mixed CUDA/host ranks, several ranks on one
-#    GPU, a kernel writing the buffer on the current stream right before the collective);
+#    elementwise_test), then the Python GPU tests, the short broad ones first (test_gpu_arrays:
+#    CuPy and JAX arrays; test_gpu_torch: the torch backend on CUDA tensors, stream ordering,
+#    wait(), DDP with comm hooks, FSDP2, DeviceMesh, pipelining), then test_gpu_collectives
+#    (every collective on CUDA buffers through IPC and staged paths, mixed CUDA/host ranks,
+#    several ranks on one GPU, a kernel writing the buffer right before the collective);
 # 4. runs the benchmarks (tests/gpu/bench_gpu.py, tests/gpu/reduce_bench.cc) and writes
 #    RESULTS_DIR/gpu_results.md (+ .json, logs). Exit status: 0 when every test passed.
-# Environment: PYTHON (default python3), UCCL_GPU_SKIP_BUILD=1 to reuse an installed build.
+# Environment: PYTHON (default python3), UCCL_GPU_SKIP_BUILD=1 to reuse an installed build,
+# UCCL_GPU_PARTS (default smoke,cpp,pytest,bench) to run only some parts, UCCL_GPU_PYTEST_S
+# (default 600) to bound the Python tests. One device call is at most 600 s and the build takes
+# 3-4 minutes, so a session may split the run in two calls on the warm machine:
+#     UCCL_GPU_PARTS=smoke,cpp bash tests/gpu/run.sh $OUT
+#     UCCL_GPU_SKIP_BUILD=1 UCCL_GPU_PARTS=pytest,bench UCCL_GPU_PYTEST_S=420 bash tests/gpu/run.sh $OUT
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -40,6 +46,8 @@ export CUDACXX=$NVCC
 say "nvcc: $NVCC ($($NVCC --version | tail -1))"
 
 status=0
+PARTS=",${UCCL_GPU_PARTS:-smoke,cpp,pytest,bench},"
+part() { [[ "$PARTS" == *",$1,"* ]]; }
 if [ "${UCCL_GPU_SKIP_BUILD:-0}" != 1 ]; then
   say "building uccl with CUDA (pip install --no-build-isolation .)"
   if ! CMAKE_ARGS="-DUCCL_WITH_CUDA=ON ${CMAKE_ARGS:-}" "$PY" -m pip install --no-build-isolation -q . >> "$LOG" 2>&1; then
@@ -61,7 +69,7 @@ fi
 # The smoke test first: two ranks, each step printed, so that a crash names its step; rank 0
 # runs under cuda-gdb where the machine has it (it debugs host code too) for a native stack.
 GDB=$(command -v cuda-gdb || true)
-for ipc in off on; do
+part smoke && for ipc in off on; do
   port=$((20000 + RANDOM % 20000))
   r0=("$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 0 2 "$port")
   [ -n "$GDB" ] && r0=("$GDB" -q -batch -ex "set pagination off" -ex "set cuda api_failures ignore" -ex run \
@@ -78,18 +86,24 @@ for ipc in off on; do
   fi
 done
 
-for t in cuda_backend_test elementwise_test reduce_kernels_test; do
+part cpp && for t in cuda_backend_test elementwise_test reduce_kernels_test; do
   if build/gpu/tests/cpp/$t > "$OUT/$t.log" 2>&1; then say "$t: passed"; else say "$t: FAILED (see $OUT/$t.log)"; status=1; fi
 done
 
-say "python GPU tests"
-if (cd /tmp && timeout 600 "$PY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/gpu" \
-      --junitxml "$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1); then
-  say "python GPU tests: passed"
-else
-  say "python GPU tests: FAILED (see $OUT/pytest.log)"; status=1
+if part pytest; then
+  say "python GPU tests"
+  G=$ROOT/tests/gpu
+  files=("$G/test_gpu_arrays.py" "$G/test_gpu_torch.py")  # short and broad first, then the rest
+  for f in "$G"/test_*.py; do case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac; done
+  if (cd /tmp && timeout "${UCCL_GPU_PYTEST_S:-600}" "$PY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
+        "${files[@]}" --junitxml "$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1); then
+    say "python GPU tests: passed"
+  else
+    say "python GPU tests: FAILED (see $OUT/pytest.log)"; status=1
+  fi
+  tail -3 "$OUT/pytest.log" | tee -a "$LOG"
 fi
-tail -3 "$OUT/pytest.log" | tee -a "$LOG"
+part bench || exit $status
 
 say "benchmarks"
 c++ -O2 -std=c++17 -I include -I cpp -I . -I build/gpu/generated tests/gpu/reduce_bench.cc \
