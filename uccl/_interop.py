@@ -116,11 +116,14 @@ def accepts_arrays(method):
 
     @functools.wraps(method)
     def call(self, x, *args, **kwargs):
-        if type(x) is np.ndarray or not (is_foreign(x) or is_foreign(kwargs.get("out"))):
+        if type(x) is np.ndarray:
+            return method(self, x, *args, **kwargs)
+        x_foreign, out_foreign = is_foreign(x), is_foreign(kwargs.get("out"))
+        if not (x_foreign or out_foreign):
             return method(self, x, *args, **kwargs)
         writes_x = in_place and kwargs.get("out") is None
-        fx = _Foreign(x, f"{name} input", writes_x) if is_foreign(x) else None
-        fo = _Foreign(kwargs["out"], f"{name} output", True) if is_foreign(kwargs.get("out")) else None
+        fx = _Foreign(x, f"{name} input", writes_x) if x_foreign else None
+        fo = _Foreign(kwargs["out"], f"{name} output", True) if out_foreign else None
         if fo:
             kwargs["out"] = fo.host
         result = method(self, fx.host if fx else x, *args, **kwargs)

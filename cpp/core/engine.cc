@@ -117,13 +117,8 @@ bool Engine::progress_once(Callbacks* done) {
   if (inline_) {  // issued before anything queued now (Engine::idle)
     bool finished = false;
     Status s = step(inline_->task, &finished, &moved);
-    if (!s.ok()) {
-      fail_everything(s.with_context(inline_->label()), done);
-      return true;
-    }
-    if (!finished) return moved;  // its deadline is its waiter's
-    inline_->finish(Status::Ok());
-    inline_ = nullptr;
+    if (!settle_inline(s, finished, done)) return moved;  // its deadline is its waiter's
+    if (!s.ok()) return true;
     moved = true;
   }
   while (!queue_.empty()) {
@@ -261,6 +256,17 @@ bool Engine::idle() {
   return queue_.empty() && !inline_ && !failed_flag_.load();
 }
 
+bool Engine::settle_inline(const Status& s, bool finished, Callbacks* done) {
+  if (!s.ok()) {
+    fail_everything(s.with_context(inline_->label()), done);  // (finishes it, with the error)
+    return true;
+  }
+  if (!finished) return false;
+  inline_->finish(Status::Ok());
+  inline_ = nullptr;
+  return true;
+}
+
 Status Engine::run_inline(InlineOp* op, std::unique_lock<std::mutex>* issue_lock, uint64_t* issued_seq,
                           double timeout_s, bool* started) {
   Callbacks done;
@@ -289,16 +295,7 @@ Status Engine::run_inline(InlineOp* op, std::unique_lock<std::mutex>* issue_lock
       for (uint32_t i = 1;; ++i) {
         bool finished = false;
         Status s = op->task->progress(&finished);
-        if (!s.ok()) {
-          fail_everything(s.with_context(op->label()), &done);
-          break;
-        }
-        if (finished) {
-          inline_ = nullptr;
-          op->finish(Status::Ok());
-          break;
-        }
-        if (spin_s <= 0) break;
+        if (settle_inline(s, finished, &done) || spin_s <= 0) break;
         if ((i & 255) == 0) {
           const double now = now_s();
           if (since == 0) since = now;

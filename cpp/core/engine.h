@@ -126,6 +126,9 @@ class Engine {
  private:
   using Callbacks = std::vector<std::function<void()>>;
   bool progress_once(Callbacks* done);  // requires mu_
+  // After a pass of the inline operation: fails everything on an error (which finishes it) or
+  // finishes it when done. Returns whether it ended either way (requires mu_).
+  bool settle_inline(const Status& s, bool finished, Callbacks* done);
   // One step of a task: progress, and once more after the endpoints moved (requires mu_).
   Status step(ScheduleTask* t, bool* finished, bool* moved);
   // Engine::wait's loop, for an OpWork or an InlineOp (done(), label(), status()).
