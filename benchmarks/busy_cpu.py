@@ -58,6 +58,9 @@ def parse(argv):
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per size (median reported)")
     p.add_argument("--loops", default="c", help="c, python or c,python")
     p.add_argument("--launcher", choices=["mpirun", "local"], default="mpirun", help="how uccl's C loop is started")
+    p.add_argument("--window", type=float, default=0.3,
+                   help="seconds per measurement on a quiet machine (sets the operation count; keep it well "
+                        "above a scheduler time slice)")
     p.add_argument("--iters-scale", type=float, default=1.0, help="scale the operations per measurement")
     p.add_argument("--uccl-env", action="append", default=[], help="NAME=VALUE for uccl's ranks (repeatable)")
     p.add_argument("--uccl-perf", default="uccl-perf",
@@ -71,9 +74,15 @@ def parse(argv):
 
 
 def iterations(a, nbytes):
-    """About 0.1-0.5 s per measurement on a quiet machine, enough at every size."""
-    base = 3000 if nbytes <= 4096 else 1000 if nbytes <= (64 << 10) else 300 if nbytes <= (1 << 20) else 50
-    return max(20, int(base * a.iters_scale))
+    """Enough operations for about --window seconds on a quiet machine (after busy loops, more).
+
+    A measurement must span many scheduler time slices (3-6 ms each with two tasks on a core):
+    one that lasts a few of them reports whether a preemption happened to fall inside it. The
+    counts this script used until 2026-11-27 (3000 operations at <= 4 KiB: 2-12 ms) made the
+    4 KiB figures beside one busy loop bimodal (single rounds of 2 us and of 10 us, either
+    library), and their median ratio swung between 0.37 and 1.07 from run to run."""
+    est_s = 1e-6 + nbytes / 1.0e9 * max(1, a.ranks - 1)  # a rough quiet-machine time per operation
+    return max(20, int(a.window / est_s * a.iters_scale))
 
 
 class BusyLoops:
