@@ -31,6 +31,7 @@ UCCL_APT_PACKAGES=(
   iproute2 iperf3                             # netns testbed, two-host benchmark
   pkg-config                                  # tests/test_capi.py: pkg-config uccl
   libssl-dev                                  # job key HMAC, TLS on tcp links (UCCL_ENCRYPT)
+  slurmctld slurmd slurm-client munge         # srun / sbatch tests on a one-node Slurm (scripts/slurm_local.sh)
 )
 # Debian packages for libFuzzer (scripts/fuzz.sh), only with UCCL_SETUP_FUZZ=1.
 UCCL_APT_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)

@@ -1,5 +1,6 @@
 """README's "Launchers": examples/launchers/hello.py under torchrun, mpirun, plain environment
-variables, Slurm's variables (a stand-in for srun: no Slurm here) and Ray."""
+variables, Slurm (srun and sbatch on a one-node Slurm cluster that scripts/slurm_local.sh starts,
+and Slurm's variables set by hand) and Ray."""
 import os
 import shutil
 import subprocess
@@ -70,6 +71,46 @@ def test_mpirun():
 def test_plain_environment_variables():
     port = free_port()
     check(run_each_rank(lambda r: clean_env(RANK=r, WORLD_SIZE=WORLD, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)))
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node Slurm cluster of this test run's own (directory, ports); its SLURM_CONF."""
+    missing = [c for c in ("slurmctld", "slurmd", "srun", "sbatch", "munged") if shutil.which(c) is None]
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing; scripts/setup.sh installs it)")
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmctld/slurmd needs root")
+    env = clean_env(UCCL_SLURM_DIR=str(tmp_path_factory.mktemp("slurm")),
+                    UCCL_SLURMCTLD_PORT=free_port(), UCCL_SLURMD_PORT=free_port())
+    script = os.path.join(ROOT, "scripts", "slurm_local.sh")
+    out = run(["bash", script, "start"], env, timeout=120)
+    conf = out.strip().rpartition("SLURM_CONF=")[2]
+    assert os.path.isfile(conf), out
+    try:
+        yield conf
+    finally:
+        subprocess.run(["bash", script, "stop"], env=env, timeout=60)
+
+
+@pytest.mark.timeout(600)
+def test_srun(slurm):
+    """srun starts the tasks (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID are Slurm's own)."""
+    out = run(["srun", "-n", str(WORLD), "--time=5", sys.executable, HELLO],
+              clean_env(SLURM_CONF=slurm, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port()))
+    check([out])
+
+
+@pytest.mark.timeout(600)
+def test_sbatch(slurm, tmp_path):
+    """The README's batch script as it is, on one node instead of two (command-line options win over
+    its #SBATCH lines); --wait returns the job's exit code."""
+    log = tmp_path / "hello.out"
+    env = clean_env(SLURM_CONF=slurm, MASTER_PORT=free_port(), PATH=os.path.dirname(sys.executable) + os.pathsep +
+                    os.environ.get("PATH", ""))
+    run(["sbatch", "--wait", "--nodes=1", f"--ntasks-per-node={WORLD}", f"--output={log}",
+         os.path.join(ROOT, "examples", "launchers", "hello.sbatch")], env)
+    check([log.read_text()])
 
 
 @pytest.mark.timeout(600)
