@@ -3,6 +3,7 @@ variables, Slurm (srun and sbatch on a one-node Slurm cluster that scripts/slurm
 and Slurm's variables set by hand) and Ray."""
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -108,6 +109,10 @@ def test_sbatch(slurm, tmp_path):
     log = tmp_path / "hello.out"
     env = clean_env(SLURM_CONF=slurm, MASTER_PORT=free_port(), PATH=os.path.dirname(sys.executable) + os.pathsep +
                     os.environ.get("PATH", ""))
+    try:  # the script takes the first node's name as MASTER_ADDR: only where that name resolves
+        socket.gethostbyname(socket.gethostname().split(".")[0])
+    except OSError:
+        env["MASTER_ADDR"] = "127.0.0.1"
     run(["sbatch", "--wait", "--nodes=1", f"--ntasks-per-node={WORLD}", f"--output={log}",
          os.path.join(ROOT, "examples", "launchers", "hello.sbatch")], env)
     check([log.read_text()])
