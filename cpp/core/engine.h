@@ -103,9 +103,8 @@ class Engine {
   // A task with a tiny plan (ScheduleTask::tiny_ready) is driven on its own endpoints first:
   // under the lock for up to kTinySpinS, or, where the idle policy yields, yielding between
   // polls with the lock released for as long as the policy spins; any other, or one whose
-  // peer is late, waits like
-  // wait() (progress_once runs it before the queue). The caller counts as a waiter around it
-  // (begin_will_wait/end_will_wait), as run() does.
+  // peer is late, waits like wait() (progress_once runs it before the queue). The caller
+  // counts as a waiter around it (begin_will_wait/end_will_wait), as run() does.
   Status run_inline(InlineOp* op, std::unique_lock<std::mutex>* issue_lock, uint64_t* issued_seq, double timeout_s,
                     bool* started);
   bool idle();  // what run_inline checks, without starting anything
