@@ -52,6 +52,9 @@ def run_local(layout, argv, extra_env=None, timeout=540):
 GRID = [("h0", "c0"), ("h0", "c0"), ("h1", "c0"), ("h1", "c0"), ("h2", "c1"), ("h2", "c1"), ("h3", "c1"), ("h3", "c1")]
 # 3 + 2 ranks per host in each cluster: no host rails, clusters even -> grid (5, 2)
 UNEVEN = [("a", "c0")] * 3 + [("b", "c0")] * 2 + [("c", "c1")] * 3 + [("d", "c1")] * 2
+# 3 ranks on each host, one host per cluster -> grid (3, 2): the host level (3 ranks of one host)
+# runs all_reduce as one all-pairs phase each way (hierarchical.cc, Grid::direct)
+HOSTS3 = [("a", "c0")] * 3 + [("b", "c1")] * 3
 # one cluster, 3 + 2: no rails at all -> hier falls back to the ring
 FLAT = [("a", "c0")] * 3 + [("b", "c0")] * 2
 
@@ -65,7 +68,7 @@ def _check(results, size, expect_algo):
 
 
 @pytest.mark.parametrize("name,layout,algo", [("grid-2x2x2", GRID, {"hier"}), ("uneven-3+2x2", UNEVEN, {"hier"}),
-                                              ("flat-3+2", FLAT, {"ring", "direct"})])
+                                              ("hosts-3x2", HOSTS3, {"hier"}), ("flat-3+2", FLAT, {"ring", "direct"})])
 def test_hier_equals_ring_every_op_dtype(name, layout, algo):
     res = run_local(layout, [os.path.join(TESTBED, "work_check.py"), "full"])
     _check(res, len(layout), algo)
