@@ -106,3 +106,56 @@ TEST_CASE("a segmented hierarchical all_reduce moves the same bytes per peer as 
   Sent s0 = all_reduce(t, 0, small.size(), &small, 0);
   CHECK(s1.phases == s0.phases);
 }
+
+TEST_CASE("a host level of 3 or more ranks runs as one phase each way; 2 ranks or a level across hosts keep the ring") {
+  // 2 clusters x 1 host x 4 ranks: grid (4, 2). The host level would take 3 ring steps each way.
+  auto t = grid(2, 1, 4);
+  REQUIRE(t->dims() == std::vector<int>{4, 2});
+  const size_t count = 8 * 1000;
+  for (int r = 0; r < t->size(); ++r) {
+    std::vector<float> buf(count);
+    const Sent s = all_reduce(t, r, count, &buf);
+    // 1 (scale/entry) + 1 (host, reduce) + 1 (cluster ring: 1 step) + 1 (avg/entry) + 1 (cluster) + 1 (host)
+    CHECK(s.phases == 6);
+    // The ring's bytes: every host peer gets and sends (4-1)/4 of the data over both halves,
+    // spread over 3 peers: a quarter of a quarter each way per half.
+    for (int q : t->host_members(t->host_of(r))) {
+      if (q == r) continue;
+      CHECK(s.bytes_to.at(q) == 2 * count * sizeof(float) / 4);
+      CHECK(s.bytes_from.at(q) == 2 * count * sizeof(float) / 4);
+    }
+  }
+  // Ordered receives of the host phase all reduce into the same bytes (Action::ordered).
+  {
+    std::vector<float> buf(count);
+    ScratchArena scratch;
+    OpEnv env;
+    env.rank = 0;
+    env.size = t->size();
+    env.topo = t;
+    env.scratch = &scratch;
+    AllReduceArgs a;
+    a.send = a.recv = buf.data();
+    a.count = count;
+    Schedule s(DataType::kFloat32, RedOp::kSum);
+    REQUIRE(build_hier_all_reduce(a, env, &s).ok());
+    int ordered = 0;
+    const void* dst = nullptr;
+    for (size_t p = 0; p < s.num_phases(); ++p)
+      for (const Action& x : s.phase(p).actions)
+        if (x.ordered) {
+          ++ordered;
+          if (!dst) dst = x.dst;
+          CHECK(x.dst == dst);
+        }
+    CHECK(ordered == 3);
+  }
+  // A level of 3 ranks on 3 different hosts (2 clusters x 3 hosts x 1 rank: grid (3, 2)) keeps
+  // the ring: 1 + 2 + 1 + 1 + 1 + 2 phases; the same grid inside hosts takes 1 + 1 + 1 + 1 + 1 + 1.
+  auto across = grid(2, 3, 1), inside = grid(2, 1, 3);
+  REQUIRE(across->dims() == std::vector<int>{3, 2});
+  REQUIRE(inside->dims() == std::vector<int>{3, 2});
+  std::vector<float> b1(count), b2(count);
+  CHECK(all_reduce(across, 0, count, &b1).phases == 8);
+  CHECK(all_reduce(inside, 0, count, &b2).phases == 6);
+}
