@@ -95,7 +95,10 @@ struct Grid {
   // Only where every chunk of the level is one contiguous range (all_reduce's own layout): the
   // ordered receives of a phase take turns over the same bytes (Action::ordered), which a chunk
   // scattered over several ranges would break. Every rank of the ring decides alike: the chunks
-  // of a level are the same for all of them.
+  // of a level are the same for all of them. (all_gather in the caller's layout, whose chunks
+  // are scattered, could take the direct phase too, having no ordered receives; on the grid
+  // above it measured 136 / 623 / 17198 us against the ring's 158 / 820 / 15506 at 96 KiB /
+  // 1.5 MiB / 24 MiB, mixed, so it keeps the ring.)
   bool direct(int dim) const {
     if (t.dims()[dim] < 3 || !one_host(dim)) return false;
     for (int v = 0; v < t.dims()[dim]; ++v)

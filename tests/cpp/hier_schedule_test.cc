@@ -159,3 +159,31 @@ TEST_CASE("a host level of 3 or more ranks runs as one phase each way; 2 ranks o
   CHECK(all_reduce(across, 0, count, &b1).phases == 8);
   CHECK(all_reduce(inside, 0, count, &b2).phases == 6);
 }
+
+TEST_CASE("hierarchical all_gather in the caller's layout keeps the ring at the host level (scattered chunks)") {
+  const size_t per = 1000;
+  auto sends = [&](const std::shared_ptr<const Topology>& t, int rank) {
+    std::vector<float> out(per * t->size()), in(per);
+    ScratchArena scratch;
+    OpEnv env;
+    env.rank = rank;
+    env.size = t->size();
+    env.topo = t;
+    env.scratch = &scratch;
+    env.hier_segment_bytes = SIZE_MAX;
+    Schedule s(DataType::kFloat32, RedOp::kSum);
+    REQUIRE(build_hier_all_gather_v(in.data(), out.data(), even_blocks(out.size(), t->size()), DataType::kFloat32,
+                                    env, &s)
+                .ok());
+    std::map<int, int> to_host_peer;  // messages per peer of this rank's host
+    for (size_t p = 0; p < s.num_phases(); ++p)
+      for (const Action& x : s.phase(p).actions)
+        if (x.kind == Action::Kind::kSend && t->host_of(x.peer) == t->host_of(rank)) ++to_host_peer[x.peer];
+    return std::make_pair(s.num_phases(), to_host_peer);
+  };
+  // grid (3, 2): the copy, the cluster ring's step, 2 ring steps at the host level, each to the
+  // ring's next rank only, 2 messages per step (a chunk = 2 blocks that lie apart).
+  auto inside = sends(grid(2, 1, 3), 0);
+  CHECK(inside.first == 4);
+  CHECK(inside.second == std::map<int, int>{{1, 4}});
+}
