@@ -36,15 +36,21 @@ struct Sent {
   size_t phases = 0;
 };
 
-Sent all_reduce(const std::shared_ptr<const Topology>& t, int rank, size_t count, std::vector<float>* buf,
-                size_t segment_bytes = SIZE_MAX) {
-  ScratchArena scratch;
+OpEnv env_for(const std::shared_ptr<const Topology>& t, int rank, ScratchArena* scratch,
+              size_t segment_bytes = SIZE_MAX) {
   OpEnv env;
   env.rank = rank;
   env.size = t->size();
   env.topo = t;
-  env.scratch = &scratch;
+  env.scratch = scratch;
   env.hier_segment_bytes = segment_bytes;
+  return env;
+}
+
+Sent all_reduce(const std::shared_ptr<const Topology>& t, int rank, size_t count, std::vector<float>* buf,
+                size_t segment_bytes = SIZE_MAX) {
+  ScratchArena scratch;
+  const OpEnv env = env_for(t, rank, &scratch, segment_bytes);
   AllReduceArgs a;
   a.send = a.recv = buf->data();
   a.count = count;
@@ -129,11 +135,7 @@ TEST_CASE("a host level of 3 or more ranks runs as one phase each way; 2 ranks o
   {
     std::vector<float> buf(count);
     ScratchArena scratch;
-    OpEnv env;
-    env.rank = 0;
-    env.size = t->size();
-    env.topo = t;
-    env.scratch = &scratch;
+    const OpEnv env = env_for(t, 0, &scratch);
     AllReduceArgs a;
     a.send = a.recv = buf.data();
     a.count = count;
@@ -165,12 +167,7 @@ TEST_CASE("hierarchical all_gather in the caller's layout keeps the ring at the 
   auto sends = [&](const std::shared_ptr<const Topology>& t, int rank) {
     std::vector<float> out(per * t->size()), in(per);
     ScratchArena scratch;
-    OpEnv env;
-    env.rank = rank;
-    env.size = t->size();
-    env.topo = t;
-    env.scratch = &scratch;
-    env.hier_segment_bytes = SIZE_MAX;
+    const OpEnv env = env_for(t, rank, &scratch);
     Schedule s(DataType::kFloat32, RedOp::kSum);
     REQUIRE(build_hier_all_gather_v(in.data(), out.data(), even_blocks(out.size(), t->size()), DataType::kFloat32,
                                     env, &s)
