@@ -111,8 +111,8 @@ struct Grid {
 
 char* at(const void* base, size_t off) { return static_cast<char*>(const_cast<void*>(base)) + off; }
 
-// Ring reduce-scatter along `dim`: afterwards work holds, for chunk(me, dim, coord(me, dim)),
-// the reduction over the ring. `in` is the level's input (the caller's data at dim 0, `work`
+// Reduce-scatter along `dim` (a ring, or one phase where Grid::direct says): afterwards work
+// holds, for chunk(me, dim, coord(me, dim)), the reduction over the level's ranks. `in` is the level's input (the caller's data at dim 0, `work`
 // itself above, where it holds the inner levels' partial sums).
 void reduce_scatter_dim(const Grid& g, int dim, const void* in, char* work, Schedule* s) {
   const int n = g.t.dims()[dim], c = g.t.coord(g.me, dim), next = g.next(dim), prev = g.prev(dim);
@@ -143,7 +143,7 @@ void reduce_scatter_dim(const Grid& g, int dim, const void* in, char* work, Sche
   }
 }
 
-// Ring all-gather along `dim`, in place in `work`.
+// All-gather along `dim` (a ring, or one phase where Grid::direct says), in place in `work`.
 void all_gather_dim(const Grid& g, int dim, char* work, Schedule* s) {
   const int n = g.t.dims()[dim], c = g.t.coord(g.me, dim), next = g.next(dim), prev = g.prev(dim);
   if (g.direct(dim)) {  // two-shot's second phase: chunk c to every peer, theirs from each
