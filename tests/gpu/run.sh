@@ -6,7 +6,8 @@
 # 1. says "no GPU" and exits 0 (skipped) where there is none;
 # 2. builds uccl with the CUDA backend (pip install --no-build-isolation . with
 #    UCCL_WITH_CUDA=ON) into the current Python, and the C++ tests (build/gpu);
-# 3. runs the smoke test (tests/gpu/smoke.py: two ranks, step by step, rank 0 under cuda-gdb),
+# 3. runs the smoke test (tests/gpu/smoke.py: two ranks, step by step, rank 0 under cuda-gdb;
+#    host buffers only first, then CUDA tensors; machine.txt lists the NICs and RDMA devices),
 #    the C++ device tests (cuda_backend_test: kernels bit-equal to the host's on the GPU,
 #    elementwise_test), then the Python GPU tests, the short broad ones first (test_gpu_arrays:
 #    CuPy and JAX arrays; test_gpu_torch: the torch backend on CUDA tensors, stream ordering,
@@ -69,20 +70,30 @@ fi
 # The smoke test first: two ranks, each step printed, so that a crash names its step; rank 0
 # runs under cuda-gdb where the machine has it (it debugs host code too) for a native stack.
 GDB=$(command -v cuda-gdb || true)
-part smoke && for ipc in off on; do
+# What the machine has that uccl's set-up looks at (NICs, RDMA devices), for a crash there.
+part smoke && {
+  echo "== ip -brief link"; ip -brief link 2>&1
+  echo "== /sys/class/infiniband"; ls /sys/class/infiniband 2>&1
+  echo "== python -m uccl.info"; (cd /tmp && timeout 60 "$PY" -m uccl.info 2>&1)
+} > "$OUT/machine.txt" 2>&1
+# Variants: "host" (no torch, host buffers only: a crash there is uccl's set-up on this machine,
+# not CUDA), then CUDA tensors with IPC off and on.
+part smoke && for variant in host off on; do
   port=$((20000 + RANDOM % 20000))
-  r0=("$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 0 2 "$port")
+  extra=(); ipc=$variant
+  [ "$variant" = host ] && { extra=(host); ipc=off; }
+  r0=("$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 0 2 "$port" "${extra[@]}")
   [ -n "$GDB" ] && r0=("$GDB" -q -batch -ex "set pagination off" -ex "set cuda api_failures ignore" -ex run \
                         -ex "thread apply all bt 30" --args "${r0[@]}")
-  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "${r0[@]}") > "$OUT/smoke_ipc_$ipc.rank0.log" 2>&1 &
-  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 1 2 "$port") \
-    > "$OUT/smoke_ipc_$ipc.rank1.log" 2>&1
+  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "${r0[@]}") > "$OUT/smoke_$variant.rank0.log" 2>&1 &
+  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 1 2 "$port" "${extra[@]}") \
+    > "$OUT/smoke_$variant.rank1.log" 2>&1
   wait
-  if grep -q "done, 0 wrong" "$OUT/smoke_ipc_$ipc.rank0.log" && grep -q "done, 0 wrong" "$OUT/smoke_ipc_$ipc.rank1.log"; then
-    say "smoke (UCCL_CUDA_IPC=$ipc): passed"
+  if grep -q "done, 0 wrong" "$OUT/smoke_$variant.rank0.log" && grep -q "done, 0 wrong" "$OUT/smoke_$variant.rank1.log"; then
+    say "smoke ($variant): passed"
   else
-    say "smoke (UCCL_CUDA_IPC=$ipc): FAILED; last steps:"; status=1
-    for r in 0 1; do grep "^\[rank" "$OUT/smoke_ipc_$ipc.rank$r.log" | tail -2 | tee -a "$LOG"; done
+    say "smoke ($variant): FAILED; last steps:"; status=1
+    for r in 0 1; do grep "^\[rank" "$OUT/smoke_$variant.rank$r.log" | tail -2 | tee -a "$LOG"; done
   fi
 done
 
