@@ -82,6 +82,22 @@ std::string probe_fields(bool cma) {
          " value=" + hex(shm::cma_probe_value());
 }
 
+// The endpoint of either side, once the peer's pid is probed; `verb` says which side in the log.
+Endpoint* make_endpoint(const PeerContext& peer, Segment segment, int side, const std::vector<int>& fds, pid_t peer_pid,
+                        bool probe_ok, const ShmOptions& opt, const char* verb) {
+  shm::ShmEndpointParams p;
+  p.peer = peer;
+  p.segment = std::move(segment);
+  p.side = side;
+  p.liveness_fd = take_liveness_fd(fds);
+  p.peer_pid = peer_pid;
+  p.peer_pid_verified = probe_ok;
+  p.options = opt;
+  auto* ep = new shm::ShmEndpoint(std::move(p));
+  UCCL_INFO("shm: %s %s: %s", verb, peer.describe().c_str(), ep->describe().c_str());
+  return ep;
+}
+
 class ShmPendingConnect final : public PendingConnect {
  public:
   ShmPendingConnect(const PeerContext& peer, Segment seg, const ShmOptions& opt)
@@ -103,17 +119,7 @@ class ShmPendingConnect final : public PendingConnect {
     const pid_t peer_pid = static_cast<pid_t>(field_u64(f.value(), "pid"));
     const bool probe_ok = probe_peer(f.value(), peer_pid);
     segment_.control()->cma_verdict[1].store(cma_verdict(probe_ok, opt_.cma, f.value()), std::memory_order_release);
-    shm::ShmEndpointParams p;
-    p.peer = peer_;
-    p.segment = std::move(segment_);
-    p.side = 0;
-    p.liveness_fd = take_liveness_fd(fds);
-    p.peer_pid = peer_pid;
-    p.peer_pid_verified = probe_ok;
-    p.options = opt_;
-    auto* ep = new shm::ShmEndpoint(std::move(p));
-    UCCL_INFO("shm: connected to %s: %s", peer_.describe().c_str(), ep->describe().c_str());
-    return static_cast<Endpoint*>(ep);
+    return make_endpoint(peer_, std::move(segment_), 0, fds, peer_pid, probe_ok, opt_, "connected to");
   }
 
  private:
@@ -163,17 +169,7 @@ class ShmTransport final : public Transport {
     segment.control()->cma_verdict[0].store(cma_verdict(probe_ok, opt_.cma, o), std::memory_order_release);
     *answer = std::string(kMagic) + " " + std::to_string(kProtocol) + " pid=" + std::to_string(getpid()) +
               probe_fields(opt_.cma);
-    shm::ShmEndpointParams p;
-    p.peer = peer;
-    p.segment = std::move(segment);
-    p.side = 1;
-    p.liveness_fd = take_liveness_fd(fds);
-    p.peer_pid = peer_pid;
-    p.peer_pid_verified = probe_ok;
-    p.options = opt_;
-    auto* ep = new shm::ShmEndpoint(std::move(p));
-    UCCL_INFO("shm: accepted %s: %s", peer.describe().c_str(), ep->describe().c_str());
-    return static_cast<Endpoint*>(ep);
+    return make_endpoint(peer, std::move(segment), 1, fds, peer_pid, probe_ok, opt_, "accepted");
   }
 
  private:
