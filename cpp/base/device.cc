@@ -103,6 +103,14 @@ bool any_device_memory() {
   return false;
 }
 
+namespace {
+std::atomic<int> g_device_host_threads{0};
+}  // namespace
+
+int device_host_threads() { return g_device_host_threads.load(std::memory_order_relaxed); }
+
+void add_device_host_threads(int delta) { g_device_host_threads.fetch_add(delta, std::memory_order_relaxed); }
+
 std::vector<DeviceBackendInfo> device_backend_infos() {
   std::vector<DeviceBackendInfo> out;
   for (DeviceBackend* b : device_backends()) {

@@ -158,6 +158,15 @@ MemoryLoc locate_memory(const void* ptr);
 // before any locate_memory() on the issue path.
 bool any_device_memory();
 
+// Host threads that device backends run their streams on now: the simulated device's stream
+// workers, which copy and reduce with this machine's CPUs (0 for a device with engines of its
+// own: CUDA copies are DMA). The waiting policy (core/idle_wait.h) counts them beside the ranks
+// sharing the CPUs: a rank that spins while such a thread copies takes the CPU the copy needs
+// (staged all_reduce of simulated-device buffers, 2 ranks on 2 cores, 64 MiB: 64-74 -> 38-53 ms
+// yielding; benchmarks/RESULTS.md). Backends call add_device_host_threads(+1 / -1) when a worker starts / ends.
+int device_host_threads();
+void add_device_host_threads(int delta);
+
 // One line per registered backend for build_info / `python -m uccl.info`:
 // {name, kind, available, why-not, device count}.
 struct DeviceBackendInfo {

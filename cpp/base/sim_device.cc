@@ -43,6 +43,7 @@ std::set<const void*>& live() {  // stream handles a user may wrap
 class SimStream final : public DeviceStream {
  public:
   explicit SimStream(int ordinal) : ordinal_(ordinal), worker_([this] { run(); }) {
+    add_device_host_threads(1);  // the worker copies with the host's CPUs (base/device.h)
     std::lock_guard<std::mutex> lock(live_mu());
     live().insert(this);
   }
@@ -51,6 +52,7 @@ class SimStream final : public DeviceStream {
       std::lock_guard<std::mutex> lock(live_mu());
       live().erase(this);
     }
+    add_device_host_threads(-1);
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;

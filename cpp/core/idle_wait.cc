@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/device.h"
 
 #ifndef SYS_futex_waitv
 #define SYS_futex_waitv 449  // Linux 5.16, the same number on every architecture
@@ -116,7 +117,8 @@ std::string read_text(const std::string& path) {
 
 const TextSetting kWaitYield("general", "UCCL_WAIT_YIELD", "auto",
                              "sched_yield between the spin's passes: auto does when more ranks share the machine (its "
-                             "kernel) than it has CPUs (like Open MPI when oversubscribed), 1 always, 0 never",
+                             "kernel) than it has CPUs (like Open MPI when oversubscribed), counting beside each rank "
+                             "the host threads of its device streams (the simulated device's), 1 always, 0 never",
                              one_of({"auto", "", "0", "1"}));
 }  // namespace
 
@@ -174,7 +176,14 @@ IdlePolicy idle_policy() {
   static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   IdlePolicy p;
   p.spin_s = fixed.spin_s;
-  p.yield = fixed.yield == 2 ? cpu_sharers_noted.load(std::memory_order_relaxed) > cpus : fixed.yield == 1;
+  if (fixed.yield == 2) {
+    // Every rank sharing the CPUs, and beside each the host threads that run its device streams
+    // (as many as this process runs: the ranks of one machine run one program).
+    const long ranks = std::max(1, cpu_sharers_noted.load(std::memory_order_relaxed));
+    p.yield = ranks * (1 + device_host_threads()) > cpus;
+  } else {
+    p.yield = fixed.yield == 1;
+  }
   return p;
 }
 

@@ -60,7 +60,8 @@ double cgroup_cpu_limit(const std::string& proc_cgroup, const std::string& root)
 // a 1 MiB all_reduce waited for the 4 ms scheduler tick, 40-80 ms against 17-19 with yielding.
 int cpu_sharers(const Topology& topo, int rank);
 // With more of them (the most any communicator of the process noted) than online CPUs,
-// UCCL_WAIT_YIELD=auto yields while spinning.
+// UCCL_WAIT_YIELD=auto yields while spinning; each rank counts 1 + the host threads of its
+// device streams (base/device.h: device_host_threads(), the simulated device's workers).
 void note_cpu_sharers(int n);
 
 }  // namespace uccl

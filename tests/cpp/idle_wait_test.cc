@@ -1,14 +1,18 @@
 // cgroup_cpu_limit (core/idle_wait.h): the CPU quota that makes UCCL_SPIN_US=auto stop spinning,
-// read from fake /proc/self/cgroup texts and cgroup trees (v1 and v2).
+// read from fake /proc/self/cgroup texts and cgroup trees (v1 and v2); who counts as sharing the
+// CPUs for UCCL_WAIT_YIELD=auto (ranks, and the host threads of device streams).
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <string>
 
 #include <vector>
 
+#include "base/device.h"
 #include "core/idle_wait.h"
 #include "topology/peer_info.h"
 #include "topology/topology.h"
@@ -91,4 +95,29 @@ TEST_CASE("PeerInfo carries the machine through serialize/parse") {
   REQUIRE(q.ok());
   CHECK(q.value().machine == "0f3c-boot");
   CHECK(!uccl::machine_identity().empty());
+}
+
+TEST_CASE("UCCL_WAIT_YIELD=auto counts the simulated device's stream workers beside the ranks") {
+  const char* y = std::getenv("UCCL_WAIT_YIELD");
+  if (y && *y && std::string(y) != "auto") {
+    MESSAGE("UCCL_WAIT_YIELD=" << y << " is set: the automatic choice is not in use");
+    return;
+  }
+  // No communicator in this process noted its ranks: it counts as one rank.
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  uccl::DeviceBackend* sim = uccl::find_device_backend("sim");
+  REQUIRE(sim != nullptr);
+  const int before = uccl::device_host_threads();
+  CHECK(uccl::idle_policy().yield == (1 + before > cpus));
+  std::vector<std::unique_ptr<uccl::DeviceStream>> streams;
+  for (long i = 0; i < cpus; ++i) {
+    auto s = sim->create_stream(0);
+    REQUIRE(s.ok());
+    streams.push_back(s.take());
+  }
+  CHECK(uccl::device_host_threads() == before + cpus);
+  CHECK(uccl::idle_policy().yield);  // 1 rank + cpus workers > cpus
+  streams.clear();
+  CHECK(uccl::device_host_threads() == before);
+  CHECK(uccl::idle_policy().yield == (1 + before > cpus));
 }
