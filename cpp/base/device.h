@@ -163,7 +163,8 @@ bool any_device_memory();
 // own: CUDA copies are DMA). The waiting policy (core/idle_wait.h) counts them beside the ranks
 // sharing the CPUs: a rank that spins while such a thread copies takes the CPU the copy needs
 // (staged all_reduce of simulated-device buffers, 2 ranks on 2 cores, 64 MiB: 64-74 -> 38-53 ms
-// yielding; benchmarks/RESULTS.md). Backends call add_device_host_threads(+1 / -1) when a worker starts / ends.
+// yielding; benchmarks/RESULTS.md). Backends call add_device_host_threads(+1 / -1) when such a
+// worker starts / ends.
 int device_host_threads();
 void add_device_host_threads(int delta);
 

@@ -6,10 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <string>
-
 #include <vector>
 
 #include "base/device.h"
