@@ -8,25 +8,20 @@ that broke since the last GPU session costs that session its run. So, on this ma
 """
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from harness import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "tests", "gpu", "smoke.py")
 RUN = os.path.join(ROOT, "tests", "gpu", "run.sh")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_smoke_host_mode_runs_two_ranks(tmp_path):
-    port = str(_free_port())
+    port = str(free_port())
     env = dict(os.environ, UCCL_DEBUG="NONE")
     procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", SMOKE, str(r), "2", port, "host"],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
