@@ -121,7 +121,7 @@ def main():
     results = {}
     for m in modes:
         results[m] = run(m, world)
-        print(f"{m}: {'done' if isinstance(results[m], dict) else results[m]}", flush=True)
+        print(f"{m}: {results[m]}", flush=True)  # rank 0's seconds per size, or why none
     rows = []
     for size in SIZES:
         bw = {m: (size / results[m][size] / 1e9 * factor if isinstance(results[m], dict) else float("nan"))

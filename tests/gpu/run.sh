@@ -17,8 +17,10 @@
 # 4. runs the benchmarks (tests/gpu/bench_gpu.py, tests/gpu/reduce_bench.cc) and writes
 #    RESULTS_DIR/gpu_results.md (+ .json, logs). Exit status: 0 when every test passed.
 # Environment: PYTHON (default python3), UCCL_GPU_SKIP_BUILD=1 to reuse an installed build,
+# UCCL_GPU_SMOKE_S (default 240) to bound each smoke run,
 # UCCL_GPU_PARTS (default smoke,cpp,pytest,bench) to run only some parts, UCCL_GPU_PYTEST_S
-# (default 600) to bound the Python tests. One device call is at most 600 s and the build takes
+# (default 600) to bound the Python tests, UCCL_GPU_TEST_S (default 240) each test,
+# UCCL_GPU_PYTEST_WORKERS (default 4) pytest-xdist's workers. One device call is at most 600 s and the build takes
 # 3-4 minutes, so a session may split the run in two calls on the warm machine:
 #     UCCL_GPU_PARTS=smoke,cpp bash tests/gpu/run.sh $OUT
 #     UCCL_GPU_SKIP_BUILD=1 UCCL_GPU_PARTS=pytest,bench UCCL_GPU_PYTEST_S=420 bash tests/gpu/run.sh $OUT
@@ -50,15 +52,23 @@ status=0
 PARTS=",${UCCL_GPU_PARTS:-smoke,cpp,pytest,bench},"
 part() { [[ "$PARTS" == *",$1,"* ]]; }
 if [ "${UCCL_GPU_SKIP_BUILD:-0}" != 1 ]; then
-  say "building uccl with CUDA (pip install --no-build-isolation .)"
-  if ! CMAKE_ARGS="-DUCCL_WITH_CUDA=ON ${CMAKE_ARGS:-}" "$PY" -m pip install --no-build-isolation -q . >> "$LOG" 2>&1; then
-    say "pip install failed (see $LOG)"; exit 1
+  # Only this GPU's architecture (one nvcc pass instead of CI's two), and the two builds side by
+  # side: each has long serial steps (nvcc on the kernels, the torch extension's link).
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  arch=(); [ -n "$cap" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$cap-real")
+  say "building uccl with CUDA (pip install --no-build-isolation .) and the C++ device tests (build/gpu), ${arch[*]:-default architectures}"
+  { cmake -S . -B build/gpu -DUCCL_WITH_CUDA=ON -DUCCL_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release "${arch[@]}" &&
+    cmake --build build/gpu -j"$(nproc)" --target cuda_backend_test elementwise_test reduce_kernels_test; } \
+    > "$OUT/build_cpp.log" 2>&1 &
+  cpp_build=$!
+  if ! CMAKE_ARGS="-DUCCL_WITH_CUDA=ON ${arch[*]} ${CMAKE_ARGS:-}" "$PY" -m pip install --no-build-isolation -q . >> "$LOG" 2>&1; then
+    say "pip install failed (see $LOG)"; wait; exit 1
   fi
-  say "building the C++ device tests (build/gpu)"
-  if ! { cmake -S . -B build/gpu -DUCCL_WITH_CUDA=ON -DUCCL_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >> "$LOG" 2>&1 &&
-         cmake --build build/gpu -j"$(nproc)" --target cuda_backend_test elementwise_test reduce_kernels_test >> "$LOG" 2>&1; }; then
-    say "C++ build failed (see $LOG)"; exit 1
+  say "pip install done"
+  if ! wait $cpp_build; then
+    say "C++ build failed (see $OUT/build_cpp.log)"; tail -20 "$OUT/build_cpp.log" >> "$LOG"; exit 1
   fi
+  say "C++ device tests built"
 fi
 # Run from outside the tree so that `import uccl` finds the installed build.
 (cd /tmp && "$PY" -c "import uccl, json; print(json.dumps(uccl.build_info()))") | tee "$OUT/build_info.json" | tee -a "$LOG"
@@ -78,24 +88,37 @@ part smoke && {
 } > "$OUT/machine.txt" 2>&1
 # Variants: "host" (no torch, host buffers only: a crash there is uccl's set-up on this machine,
 # not CUDA), then CUDA tensors with IPC off and on.
-part smoke && for variant in host off on; do
-  port=$((20000 + RANDOM % 20000))
-  extra=(); ipc=$variant
-  [ "$variant" = host ] && { extra=(host); ipc=off; }
-  r0=("$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 0 2 "$port" "${extra[@]}")
+# A failing "host" run is then bisected over uccl's set-up: each variant turns one part off.
+SMOKE_S=${UCCL_GPU_SMOKE_S:-240}
+smoke() {  # smoke NAME MODE(host|cuda) ENV...: one two-rank run, logs smoke_NAME.rank*.log
+  local name=$1 mode=$2; shift 2
+  local port=$((20000 + RANDOM % 20000)) extra=()
+  [ "$mode" = host ] && extra=(host)
+  local r0=("$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 0 2 "$port" "${extra[@]}")
   [ -n "$GDB" ] && r0=("$GDB" -q -batch -ex "set pagination off" -ex "set cuda api_failures ignore" -ex run \
                         -ex "thread apply all bt 30" --args "${r0[@]}")
-  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "${r0[@]}") > "$OUT/smoke_$variant.rank0.log" 2>&1 &
-  (cd /tmp && UCCL_CUDA_IPC=$ipc timeout 240 "$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 1 2 "$port" "${extra[@]}") \
-    > "$OUT/smoke_$variant.rank1.log" 2>&1
+  (cd /tmp && env "$@" timeout "$SMOKE_S" "${r0[@]}") > "$OUT/smoke_$name.rank0.log" 2>&1 &
+  (cd /tmp && env "$@" timeout "$SMOKE_S" "$PY" -X faulthandler "$ROOT/tests/gpu/smoke.py" 1 2 "$port" "${extra[@]}") \
+    > "$OUT/smoke_$name.rank1.log" 2>&1
   wait
-  if grep -q "done, 0 wrong" "$OUT/smoke_$variant.rank0.log" && grep -q "done, 0 wrong" "$OUT/smoke_$variant.rank1.log"; then
-    say "smoke ($variant): passed"
-  else
-    say "smoke ($variant): FAILED; last steps:"; status=1
-    for r in 0 1; do grep "^\[rank" "$OUT/smoke_$variant.rank$r.log" | tail -2 | tee -a "$LOG"; done
+  if grep -q "done, 0 wrong" "$OUT/smoke_$name.rank0.log" && grep -q "done, 0 wrong" "$OUT/smoke_$name.rank1.log"; then
+    say "smoke ($name: $*): passed"; return 0
   fi
-done
+  say "smoke ($name: $*): FAILED; last steps:"
+  for r in 0 1; do grep "^\[rank" "$OUT/smoke_$name.rank$r.log" | tail -2 | tee -a "$LOG"; done
+  return 1
+}
+if part smoke; then
+  if ! smoke host host UCCL_CUDA_IPC=off; then
+    status=1
+    smoke host_nocuda host CUDA_VISIBLE_DEVICES= UCCL_CUDA_IPC=off
+    smoke host_tcp host UCCL_TRANSPORT=tcp UCCL_CUDA_IPC=off
+    smoke host_norails host UCCL_RAIL_NICS=off UCCL_PROBE=off UCCL_CUDA_IPC=off
+    smoke host_noexpress host UCCL_EXPRESS=0 UCCL_PROGRESS_THREAD=0 UCCL_SHM_CMA=0 UCCL_CUDA_IPC=off
+  fi
+  smoke off cuda UCCL_CUDA_IPC=off || status=1
+  smoke on cuda UCCL_CUDA_IPC=on || status=1
+fi
 
 part cpp && for t in cuda_backend_test elementwise_test reduce_kernels_test; do
   if build/gpu/tests/cpp/$t > "$OUT/$t.log" 2>&1; then say "$t: passed"; else say "$t: FAILED (see $OUT/$t.log)"; status=1; fi
@@ -106,7 +129,13 @@ if part pytest; then
   G=$ROOT/tests/gpu
   files=("$G/test_gpu_arrays.py" "$G/test_gpu_torch.py")  # short and broad first, then the rest
   for f in "$G"/test_*.py; do case " ${files[*]} " in *" $f "*) ;; *) files+=("$f") ;; esac; done
-  if (cd /tmp && timeout "${UCCL_GPU_PYTEST_S:-600}" "$PY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
+  # Several scenarios at once where pytest-xdist is there (the GPU machines have 16 cores), and a
+  # bound per test where pytest-timeout is, so that one hang cannot take the whole budget.
+  popts=(-q -rfE --tb=short)
+  "$PY" -c "import xdist" 2> /dev/null && popts+=(-n "${UCCL_GPU_PYTEST_WORKERS:-4}")
+  "$PY" -c "import pytest_timeout" 2> /dev/null && popts+=(--timeout "${UCCL_GPU_TEST_S:-240}")
+  say "pytest ${popts[*]}"
+  if (cd /tmp && timeout "${UCCL_GPU_PYTEST_S:-600}" "$PY" -m pytest "${popts[@]}" -p no:cacheprovider --rootdir "$ROOT" \
         "${files[@]}" --junitxml "$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1); then
     say "python GPU tests: passed"
   else
