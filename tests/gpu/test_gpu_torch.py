@@ -202,7 +202,7 @@ def worker(rank, world, port, one_gpu):
 def test_torch_backend_on_cuda(one_gpu):
     if not one_gpu and NGPU < 2:
         pytest.skip("one GPU here: the one-GPU-per-rank case needs two")
-    U.spawn(worker, 2, one_gpu, deadline_s=400)
+    U.spawn(worker, 2, one_gpu, deadline_s=150)  # under run.sh's per-test bound, so a hang dumps the ranks' stacks
 
 
 def parallel_worker(rank, world, port):
@@ -221,4 +221,4 @@ def parallel_worker(rank, world, port):
 
 def test_device_mesh_and_pipelining_on_cuda():
     """4 ranks over the GPUs there are (several per GPU where fewer: NCCL refuses that)."""
-    U.spawn(parallel_worker, 4, deadline_s=400)
+    U.spawn(parallel_worker, 4, deadline_s=150)  # under run.sh's per-test bound, so a hang dumps the ranks' stacks
