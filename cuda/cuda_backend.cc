@@ -17,11 +17,13 @@
 #include <atomic>
 #include <cctype>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/signal_safe_memory.h"
 #include "cuda/cuda_backend_internal.h"
 #include "cuda/cuda_kernels.h"
 
@@ -104,23 +106,61 @@ class CudaEvent final : public DeviceEvent {
 
 cudaStream_t raw(DeviceStream* s) { return static_cast<CudaStream*>(s)->get(); }
 
-// A 32-bit word of mapped pinned host memory: raise() stores 1, a stream waits with
-// cuStreamWaitValue32(word >= 1) (the GPU polls host memory; no host thread blocks).
-class CudaSignal final : public DeviceSignal {
+// Words of mapped pinned host memory for signals, in slabs that live as long as the process:
+// cudaHostAlloc and cudaFreeHost synchronize the device, and a signal is made and dropped per
+// operation while other streams may wait on other signals (base/signal_safe_memory.h).
+class SignalWords {
  public:
-  CudaSignal(int ordinal, volatile uint32_t* word, CUdeviceptr dev) : ordinal_(ordinal), word_(word), dev_(dev) {}
-  ~CudaSignal() override {
-    DeviceGuard g;
-    g.set(ordinal_);
-    cudaFreeHost(const_cast<uint32_t*>(word_));
+  struct Word {
+    volatile uint32_t* host = nullptr;
+    CUdeviceptr dev = 0;
+  };
+  Result<Word> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) {
+      constexpr size_t kWords = 1024;  // one 4 KiB slab
+      void* p = nullptr;
+      if (cudaError_t r = cudaHostAlloc(&p, kWords * sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable))
+        return cuda_error("cudaHostAlloc (signals)", r);
+      void* dev = nullptr;
+      if (cudaError_t r = cudaHostGetDevicePointer(&dev, p, 0)) {
+        cudaFreeHost(p);
+        return cuda_error("cudaHostGetDevicePointer (signals)", r);
+      }
+      for (size_t i = 0; i < kWords; ++i)
+        free_.push_back({static_cast<volatile uint32_t*>(p) + i, reinterpret_cast<CUdeviceptr>(dev) + i * sizeof(uint32_t)});
+    }
+    Word w = free_.back();
+    free_.pop_back();
+    *w.host = 0;
+    return w;
   }
-  void raise() override { __atomic_store_n(word_, 1u, __ATOMIC_RELEASE); }
-  CUdeviceptr device_address() const { return dev_; }
+  void give_back(Word w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(w);
+  }
 
  private:
-  int ordinal_;
-  volatile uint32_t* word_;
-  CUdeviceptr dev_;
+  std::mutex mu_;
+  std::vector<Word> free_;
+};
+
+SignalWords& signal_words() {
+  static auto* w = new SignalWords();  // process lifetime: signals may be dropped at exit
+  return *w;
+}
+
+// raise() stores 1 in its word; a stream waits with cuStreamWaitValue32(word >= 1) (the GPU
+// polls host memory; no host thread blocks). The backend keeps it until the wait passed.
+class CudaSignal final : public DeviceSignal {
+ public:
+  explicit CudaSignal(SignalWords::Word w) : w_(w) {}
+  ~CudaSignal() override { signal_words().give_back(w_); }
+  void raise() override { __atomic_store_n(w_.host, 1u, __ATOMIC_RELEASE); }
+  CUdeviceptr device_address() const { return w_.dev; }
+
+ private:
+  SignalWords::Word w_;
 };
 
 class CudaBackend final : public DeviceBackend {
@@ -172,38 +212,22 @@ class CudaBackend final : public DeviceBackend {
     return s;
   }
 
+  // Memory goes through SignalSafeMemory (base/signal_safe_memory.h): cudaMalloc, cudaFree,
+  // cudaHostAlloc and cudaFreeHost synchronize the device, so they run only while no stream
+  // waits on one of our signals; meanwhile device memory comes from cudaMallocAsync and
+  // pinned memory is pageable.
   Result<void*> alloc(int ordinal, size_t bytes) override {
+    if (bytes == 0) return InvalidArgument("cuda: alloc of 0 bytes");
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
-    if (bytes == 0) return InvalidArgument("cuda: alloc of 0 bytes");
-    void* p = nullptr;
-    if (cudaError_t e = cudaMalloc(&p, bytes)) return cuda_error("cudaMalloc", e);
-    mark_context();
-    return p;
+    return mem_.alloc(ordinal, bytes);
   }
-  void free(void* ptr) override {
-    if (!ptr) return;
-    int ord = preferred_device();
-    owns(ptr, &ord);
-    DeviceGuard g;
-    g.set(ord);
-    cudaFree(ptr);
-  }
+  void free(void* ptr) override { mem_.free(ptr); }
   Result<void*> alloc_pinned(size_t bytes) override {
     if (!available(nullptr)) return NotSupported("cuda: " + why_not_);
-    DeviceGuard g;  // pinned memory needs a context: one this process already uses
-    g.set(preferred_device());
-    void* p = nullptr;
-    if (cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable)) return cuda_error("cudaHostAlloc", e);
-    mark_context();
-    return p;
+    return mem_.alloc_pinned(bytes);
   }
-  void free_pinned(void* ptr) override {
-    if (!ptr) return;
-    DeviceGuard g;
-    g.set(preferred_device());
-    cudaFreeHost(ptr);
-  }
+  void free_pinned(void* ptr) override { mem_.free_pinned(ptr); }
 
   Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override {
     DeviceGuard g;
@@ -289,38 +313,43 @@ class CudaBackend final : public DeviceBackend {
     UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
     if (!driver().stream_wait_value32) return NotSupported("cuda: the driver lacks cuStreamWaitValue32");
     reap_signals();
-    void* p = nullptr;
-    if (cudaError_t r = cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable))
-      return cuda_error("cudaHostAlloc (signal)", r);
-    *static_cast<volatile uint32_t*>(p) = 0;
-    void* dev = nullptr;
-    if (cudaError_t r = cudaHostGetDevicePointer(&dev, p, 0)) {
-      cudaFreeHost(p);
-      return cuda_error("cudaHostGetDevicePointer (signal)", r);
-    }
+    Result<SignalWords::Word> w = signal_words().take();
+    if (!w.ok()) return w.status();
     mark_context();
-    return std::shared_ptr<DeviceSignal>(std::make_shared<CudaSignal>(ordinal, static_cast<volatile uint32_t*>(p),
-                                                                      reinterpret_cast<CUdeviceptr>(dev)));
+    return std::shared_ptr<DeviceSignal>(std::make_shared<CudaSignal>(w.value()));
   }
   Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
     auto cs = std::dynamic_pointer_cast<CudaSignal>(sig);
     if (!cs) return InvalidArgument("cuda: not a CUDA signal");
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
-    CUresult r = driver().stream_wait_value32(reinterpret_cast<CUstream>(raw(s)), cs->device_address(), 1,
-                                              CU_STREAM_WAIT_VALUE_GEQ);
-    if (r != CUDA_SUCCESS)
-      return Status(Code::kSystemError, "cuda: cuStreamWaitValue32 failed (CUresult " + std::to_string(r) + ")");
-    // The word must outlive the wait: keep the signal until an event recorded behind it completed.
-    cudaEvent_t done = nullptr;
-    if (cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) return cuda_error("cudaEventCreate", e);
-    if (cudaError_t e = cudaEventRecord(done, raw(s))) {
-      cudaEventDestroy(done);
-      return cuda_error("cudaEventRecord", e);
-    }
-    std::lock_guard<std::mutex> lock(signals_mu_);
-    waiting_signals_.push_back({cs, done, s->ordinal()});
-    return Status::Ok();
+    preload_kernels(s->ordinal());
+    // Under the lock of the synchronizing memory calls: none may be waiting while this is queued.
+    return mem_.enqueue_wait([&]() -> Status {
+      CUresult r = driver().stream_wait_value32(reinterpret_cast<CUstream>(raw(s)), cs->device_address(), 1,
+                                                CU_STREAM_WAIT_VALUE_GEQ);
+      if (r != CUDA_SUCCESS)
+        return Status(Code::kSystemError, "cuda: cuStreamWaitValue32 failed (CUresult " + std::to_string(r) + ")");
+      // The word must outlive the wait: keep the signal until an event recorded behind it completed.
+      cudaEvent_t done = nullptr;
+      if (cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) return cuda_error("cudaEventCreate", e);
+      if (cudaError_t e = cudaEventRecord(done, raw(s))) {
+        cudaEventDestroy(done);
+        return cuda_error("cudaEventRecord", e);
+      }
+      std::lock_guard<std::mutex> lock(signals_mu_);
+      waiting_signals_.push_back({cs, done, s->ordinal()});
+      return Status::Ok();
+    });
+  }
+  // CUDA loads kernels lazily (CUDA_MODULE_LOADING=LAZY, PyTorch's default), and loading one may
+  // synchronize the device: the first reduce launched by the progress thread while a user's
+  // stream waits on our signal would wait for that stream, which waits for the reduce. Loaded
+  // here, on the caller's thread, before any wait on the device is queued (NCCL does the same
+  // at init with cudaFuncGetAttributes).
+  void preload_kernels(int ordinal) {
+    if (ordinal < 0 || ordinal >= 64) return;
+    std::call_once(preloaded_[ordinal], [] { cuda::preload_kernels(); });
   }
   Status synchronize(DeviceStream* s) override {
     DeviceGuard g;
@@ -392,6 +421,72 @@ class CudaBackend final : public DeviceBackend {
     return 0;
   }
   // Whether any primary context is active: before one is, no pointer is CUDA memory.
+  Result<void*> malloc_sync(int ordinal, size_t bytes) {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, bytes)) return cuda_error("cudaMalloc", e);
+    mark_context();
+    return p;
+  }
+  void free_sync(void* ptr) {
+    int ord = preferred_device();
+    owns(ptr, &ord);
+    DeviceGuard g;
+    g.set(ord);
+    cudaFree(ptr);
+  }
+  Result<void*> host_alloc_sync(size_t bytes) {
+    DeviceGuard g;  // pinned memory needs a context: one this process already uses
+    g.set(preferred_device());
+    void* p = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable)) return cuda_error("cudaHostAlloc", e);
+    mark_context();
+    return p;
+  }
+  void host_free_sync(void* ptr) {
+    DeviceGuard g;
+    g.set(preferred_device());
+    cudaFreeHost(ptr);
+  }
+  // cudaMallocAsync on a stream of our own, which is then synchronized (that stream only), so
+  // the memory is usable on every stream when this returns. Freed the same way: the caller has
+  // no work in flight on it (as with cudaFree, minus its implicit wait).
+  cudaStream_t alloc_stream(int ordinal) {
+    std::lock_guard<std::mutex> lock(alloc_streams_mu_);
+    cudaStream_t& s = alloc_streams_[ordinal & 63];
+    if (!s && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) s = nullptr;
+    return s;
+  }
+  Result<void*> malloc_unsync(int ordinal, size_t bytes) {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
+    cudaStream_t s = alloc_stream(ordinal);
+    if (!s) return Status(Code::kSystemError, "cuda: cudaStreamCreate (allocation stream) failed");
+    void* p = nullptr;
+    if (cudaError_t e = cudaMallocAsync(&p, bytes, s)) return cuda_error("cudaMallocAsync", e);
+    if (cudaError_t e = cudaStreamSynchronize(s)) return cuda_error("cudaStreamSynchronize (allocation)", e);
+    alloc_ordinal_of_[p] = ordinal;
+    return p;
+  }
+  void free_unsync(void* ptr) {
+    auto it = alloc_ordinal_of_.find(ptr);
+    const int ord = it == alloc_ordinal_of_.end() ? preferred_device() : it->second;
+    if (it != alloc_ordinal_of_.end()) alloc_ordinal_of_.erase(it);
+    DeviceGuard g;
+    g.set(ord);
+    if (cudaStream_t s = alloc_stream(ord)) {
+      cudaFreeAsync(ptr, s);
+      cudaGetLastError();
+    }
+  }
+  // Whether a stream still waits (or may still wait) on one of our signals.
+  bool waits_outstanding() {
+    reap_signals();
+    std::lock_guard<std::mutex> lock(signals_mu_);
+    return !waiting_signals_.empty();
+  }
+
   bool any_context() const {
     if (context_seen_.load(std::memory_order_relaxed)) return true;
     for (int i = 0; i < count_; ++i) {
@@ -427,7 +522,16 @@ class CudaBackend final : public DeviceBackend {
   };
   std::mutex signals_mu_;
   std::vector<WaitingSignal> waiting_signals_;
+  std::mutex alloc_streams_mu_;
+  cudaStream_t alloc_streams_[64] = {};
+  std::map<void*, int> alloc_ordinal_of_;  // cudaMallocAsync'ed pointers (under mem_'s lock)
+  SignalSafeMemory mem_{SignalSafeMemory::Ops{
+      [this](int o, size_t n) { return malloc_sync(o, n); }, [this](void* p) { free_sync(p); },
+      [this](size_t n) { return host_alloc_sync(n); }, [this](void* p) { host_free_sync(p); },
+      [this](int o, size_t n) { return malloc_unsync(o, n); }, [this](void* p) { free_unsync(p); },
+      [this] { return waits_outstanding(); }}};
 
+  std::once_flag preloaded_[64];
   mutable std::once_flag probe_once_;
   mutable bool ok_ = false;
   mutable std::string why_not_;

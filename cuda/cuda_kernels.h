@@ -26,6 +26,9 @@ int launch_reduce(void* dst, const void* a, const void* b, size_t count, DataTyp
                   void* stream);
 int launch_scale(void* dst, const void* src, size_t count, DataType dt, double factor, void* stream);
 int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, void* stream);
+// Loads every kernel above on the current device now (cudaFuncGetAttributes), so that no launch
+// loads one later: with CUDA's lazy loading a load may synchronize the device (cuda_backend.cc).
+void preload_kernels();
 
 }  // namespace cuda
 }  // namespace uccl

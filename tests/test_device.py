@@ -138,6 +138,42 @@ def body_wait_on_own_stream(ctx):
     return {"ok": bool(np.all(got == want)), "first": float(got[0]), "want": want}
 
 
+def body_wait_then_larger_op(ctx):
+    """Two async all_reduces, each followed by wait(stream=s), the second four hundred times
+    larger, before the peer joins: the second operation needs new device scratch and bounce
+    buffers while s waits for its signal. Allocating them the device-synchronizing way (CUDA's
+    cudaMalloc / cudaHostAlloc, modelled by the simulated device) waits for s, which waits for
+    the operation: the deadlock of the first H200 runs (base/signal_safe_memory.h)."""
+    from uccl.sim import SimArray, Stream
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    small = SimArray.from_numpy(np.full(1024, me + 1, np.float32))
+    big = SimArray.from_numpy(np.full(400 * 1024 + 3, me + 1, np.float32))
+    if me == 1:
+        ctx.store.get("waiting", 30)
+        comm.all_reduce(small)
+        comm.all_reduce(big)
+        return {}
+    s = Stream(0)
+    w1 = comm.all_reduce(small, async_op=True)
+    w1.wait(stream=s)
+    w2 = comm.all_reduce(big, async_op=True)
+    w2.wait(stream=s)
+    ctx.store.set("waiting", b"1")
+    got = big.numpy(stream=s)
+    w1.wait()
+    w2.wait()
+    return {"ok": bool(np.all(got == 3.0)), "first": float(got[0]), "stats": uccl._core.sim_memory_stats()}
+
+
+def test_allocations_behind_a_signal_wait_do_not_deadlock():
+    env = {"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"}
+    results = run_world(2, "test_device:body_wait_then_larger_op", env=env, transport="tcp", timeout=60)
+    r = results[0]
+    assert r["ok"], r
+    # The second operation's memory came without a device-wide synchronization.
+    assert r["stats"]["unsync_allocs"] + r["stats"]["pageable_allocs"] > 0, r
+
+
 def test_wait_on_the_operations_own_stream_does_not_deadlock():
     results = run_world(2, "test_device:body_wait_on_own_stream", env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"},
                         transport="tcp", timeout=60)

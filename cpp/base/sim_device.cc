@@ -42,7 +42,7 @@ std::set<const void*>& live() {  // stream handles a user may wrap
 // A worker thread executing tasks in order; a failed task makes the stream's error sticky.
 class SimStream final : public DeviceStream {
  public:
-  explicit SimStream(int ordinal) : ordinal_(ordinal), worker_([this] { run(); }) {
+  SimStream(const SimBackend* owner, int ordinal) : owner_(owner), ordinal_(ordinal), worker_([this] { run(); }) {
     add_device_host_threads(1);  // the worker copies with the host's CPUs (base/device.h)
     std::lock_guard<std::mutex> lock(live_mu());
     live().insert(this);
@@ -63,6 +63,7 @@ class SimStream final : public DeviceStream {
   int ordinal() const override { return ordinal_; }
   bool external() const override { return false; }
   uintptr_t handle() const override { return reinterpret_cast<uintptr_t>(this); }
+  const SimBackend* owner() const { return owner_; }
 
   void enqueue(std::function<Status(const Status& sticky)> task) {
     {
@@ -102,6 +103,7 @@ class SimStream final : public DeviceStream {
       done_cv_.notify_all();
     }
   }
+  const SimBackend* owner_;
   int ordinal_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
@@ -145,7 +147,41 @@ SimStream* impl(DeviceStream* s) {
 }  // namespace
 
 SimBackend::SimBackend(SimOptions opt)
-    : name_(std::move(opt.name)), devices_(opt.devices), gbps_(opt.copy_gbps), latency_us_(opt.copy_latency_us) {}
+    : name_(std::move(opt.name)),
+      devices_(opt.devices),
+      gbps_(opt.copy_gbps),
+      latency_us_(opt.copy_latency_us),
+      mem_(SignalSafeMemory::Ops{
+          [this](int o, size_t n) {
+            device_sync();
+            return raw_alloc(o, n);
+          },
+          [this](void* p) {
+            device_sync();
+            raw_free(p);
+          },
+          [this](size_t n) -> Result<void*> {
+            device_sync();
+            void* p = nullptr;
+            if (posix_memalign(&p, 4096, n ? n : 1) != 0) return SystemError(name_ + ": pinned alloc", ENOMEM);
+            return p;
+          },
+          [this](void* p) {
+            device_sync();
+            std::free(p);
+          },
+          [this](int o, size_t n) { return raw_alloc(o, n); },  // cudaMallocAsync's model
+          [this](void* p) { raw_free(p); },
+          [this] { return waits_outstanding_.load() > 0; }}) {}
+
+// CUDA's implicit synchronization: waits until every stream of this backend ran dry.
+void SimBackend::device_sync() {
+  std::lock_guard<std::mutex> lock(live_mu());
+  for (const void* h : live()) {
+    auto* st = static_cast<SimStream*>(const_cast<void*>(h));
+    if (st->owner() == this) (void)st->synchronize();
+  }
+}
 
 SimBackend::~SimBackend() {
   for (auto& [dev, a] : allocs_) {
@@ -195,7 +231,12 @@ char* SimBackend::host_view(const void* ptr, size_t bytes) const {
   return it->second.rw + (p - it->first);
 }
 
-Result<void*> SimBackend::alloc(int ordinal, size_t bytes) {
+Result<void*> SimBackend::alloc(int ordinal, size_t bytes) { return mem_.alloc(ordinal, bytes); }
+void SimBackend::free(void* ptr) { mem_.free(ptr); }
+Result<void*> SimBackend::alloc_pinned(size_t bytes) { return mem_.alloc_pinned(bytes); }
+void SimBackend::free_pinned(void* ptr) { mem_.free_pinned(ptr); }
+
+Result<void*> SimBackend::raw_alloc(int ordinal, size_t bytes) {
   if (ordinal < 0 || ordinal >= devices_)
     return InvalidArgument(name_ + ": no device " + std::to_string(ordinal) + " (" + std::to_string(devices_) + " devices)");
   if (bytes == 0) return InvalidArgument(name_ + ": alloc of 0 bytes");
@@ -223,7 +264,7 @@ Result<void*> SimBackend::alloc(int ordinal, size_t bytes) {
   return dev;
 }
 
-void SimBackend::free(void* ptr) {
+void SimBackend::raw_free(void* ptr) {
   if (!ptr) return;
   Alloc a{};
   {
@@ -239,16 +280,10 @@ void SimBackend::free(void* ptr) {
   munmap(a.rw, a.mapped);
 }
 
-Result<void*> SimBackend::alloc_pinned(size_t bytes) {
-  void* p = nullptr;
-  if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return SystemError(name_ + ": pinned alloc", ENOMEM);
-  return p;
-}
-void SimBackend::free_pinned(void* ptr) { std::free(ptr); }
 
 Result<std::unique_ptr<DeviceStream>> SimBackend::create_stream(int ordinal) {
   if (ordinal < 0 || ordinal >= devices_) return InvalidArgument(name_ + ": no device " + std::to_string(ordinal));
-  return std::unique_ptr<DeviceStream>(std::make_unique<SimStream>(ordinal));
+  return std::unique_ptr<DeviceStream>(std::make_unique<SimStream>(this, ordinal));
 }
 
 namespace {
@@ -272,7 +307,7 @@ Result<std::unique_ptr<DeviceStream>> SimBackend::wrap_stream(int ordinal, uintp
   if (handle == 0) {
     std::lock_guard<std::mutex> lock(g_default_mu);
     auto& s = (*g_default_streams)[{this, ordinal}];
-    if (!s) s = std::make_unique<SimStream>(ordinal);
+    if (!s) s = std::make_unique<SimStream>(this, ordinal);
     return std::unique_ptr<DeviceStream>(std::make_unique<SimStreamRef>(s.get()));
   }
   std::lock_guard<std::mutex> lock(live_mu());
@@ -432,12 +467,18 @@ Status SimBackend::stream_wait_signal(DeviceStream* s, const std::shared_ptr<Dev
   SimStream* st = impl(s);
   auto sim = std::dynamic_pointer_cast<SimSignal>(sig);
   if (!st || !sim) return InvalidArgument(name_ + ": not a simulated stream / signal");
-  st->enqueue([sim](const Status&) {  // the queue entry keeps the signal alive
-    std::unique_lock<std::mutex> lock(sim->mu);
-    sim->cv.wait(lock, [&] { return sim->raised; });
+  return mem_.enqueue_wait([&] {
+    waits_outstanding_.fetch_add(1);
+    st->enqueue([this, sim](const Status&) {  // the queue entry keeps the signal alive
+      {
+        std::unique_lock<std::mutex> lock(sim->mu);
+        sim->cv.wait(lock, [&] { return sim->raised; });
+      }
+      waits_outstanding_.fetch_sub(1);
+      return Status::Ok();
+    });
     return Status::Ok();
   });
-  return Status::Ok();
 }
 
 Status SimBackend::synchronize(DeviceStream* s) {

@@ -9,7 +9,10 @@
 // are markers in that queue, stream_wait makes the worker wait. Copies touching device memory
 // are throttled to a settable bandwidth and latency (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US
 // for the process-wide "sim" backend; per-instance options for a test that wants two vendors
-// with different copy speeds in one process).
+// with different copy speeds in one process). Like CUDA's cudaMalloc / cudaFree / cudaHostAlloc /
+// cudaFreeHost, alloc, free, alloc_pinned and free_pinned wait for every stream of the device
+// to run dry, behind the same SignalSafeMemory policy as the cuda backend: code that would
+// deadlock a GPU behind a signal wait deadlocks here too.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +26,7 @@
 
 #include "base/config.h"
 #include "base/device.h"
+#include "base/signal_safe_memory.h"
 
 namespace uccl {
 
@@ -77,6 +81,8 @@ class SimBackend final : public DeviceBackend {
   // The writable host view of [ptr, ptr + bytes) of this backend's device memory, or nullptr
   // when that range is not inside one allocation. Only the workers (and this class) use it.
   char* host_view(const void* ptr, size_t bytes) const;
+  // Requests served without synchronizing the device (a signal wait was outstanding).
+  SignalSafeMemory::Stats memory_stats() const { return mem_.stats(); }
 
  private:
   struct Alloc {
@@ -85,6 +91,11 @@ class SimBackend final : public DeviceBackend {
     char* rw;          // the worker's mapping
     int ordinal;
   };
+  Result<void*> raw_alloc(int ordinal, size_t bytes);
+  void raw_free(void* ptr);
+  // Models CUDA's implicit synchronization of cudaMalloc / cudaFree / cudaHostAlloc /
+  // cudaFreeHost: returns once every stream of this backend has run dry.
+  void device_sync();
   // Resolves a pointer that is either device memory of this backend or host memory.
   Status resolve(const void* ptr, size_t bytes, bool want_device, char** out) const;
   // Checks the stream, resolves each operand (at most 3) and queues fn(operands) on the stream.
@@ -98,6 +109,8 @@ class SimBackend final : public DeviceBackend {
   size_t allocated_ = 0;
   std::atomic<size_t> live_allocs_{0};
   double gbps_, latency_us_;
+  std::atomic<int> waits_outstanding_{0};  // signal waits queued and not passed yet
+  SignalSafeMemory mem_;                   // last: its calls use the members above
 };
 
 // The process-wide simulated device (registered as "sim", settings from UCCL_SIM_*).

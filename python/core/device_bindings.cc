@@ -75,6 +75,14 @@ void register_device(py::module_& m) {
   });
   m.def("sim_free", [](uintptr_t p) { sim_backend()->free(reinterpret_cast<void*>(p)); });
   m.def("sim_allocated_bytes", [] { return sim_backend()->allocated_bytes(); });
+  m.def("sim_memory_stats", [] {  // requests served without a device-wide synchronization
+    SignalSafeMemory::Stats s = sim_backend()->memory_stats();
+    py::dict d;
+    d["unsync_allocs"] = s.unsync_allocs;
+    d["pageable_allocs"] = s.pageable_allocs;
+    d["deferred_frees"] = s.deferred_frees;
+    return d;
+  });
   m.def("sim_set_copy_speed", [](double gbps, double latency_us) {
     if (gbps < 0 || latency_us < 0) throw_status(InvalidArgument("copy speed and latency must be >= 0"));
     sim_backend()->set_copy_speed(gbps, latency_us);

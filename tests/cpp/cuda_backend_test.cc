@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -213,5 +215,37 @@ TEST_CASE("cuda backend on a GPU: scale, divide, events and stream_wait") {
   CHECK(locate_memory(pinned.value()).kind == MemoryKind::kHost);
   b->free_pinned(pinned.value());
   CHECK(b->alloc(99, 16).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("cuda backend on a GPU: memory calls while a stream waits on a signal do not wait for it") {
+  // cudaMalloc / cudaFree / cudaHostAlloc / cudaFreeHost synchronize the device: made while s
+  // waits on a signal that only this thread raises, they would never return
+  // (base/signal_safe_memory.h). The policy serves them without synchronizing.
+  DeviceBackend* b = find_device_backend("cuda");
+  REQUIRE(b != nullptr);
+  if (!b->available(nullptr)) {
+    MESSAGE("skipped: no usable CUDA device here");
+    return;
+  }
+  auto s = b->create_stream(0);
+  REQUIRE_OK(s.status());
+  auto keep = b->alloc(0, 1 << 20);  // freed below while the wait is outstanding: deferred
+  REQUIRE_OK(keep.status());
+  auto sig = b->create_signal(0);
+  REQUIRE_OK(sig.status());
+  REQUIRE_OK(b->stream_wait_signal(s.value().get(), sig.value()));
+  auto fut = std::async(std::launch::async, [&] {
+    auto d = b->alloc(0, 4096 * sizeof(float));
+    auto h = b->alloc_pinned(1 << 20);
+    if (d.ok()) b->free(d.value());
+    if (h.ok()) b->free_pinned(h.value());
+    b->free(keep.value());
+    return d.ok() && h.ok();
+  });
+  const bool done = fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  CHECK_MESSAGE(done, "a memory call waited for the stream that waits on the signal");
+  sig.value()->raise();
+  CHECK(fut.get());
+  CHECK_OK(b->synchronize(s.value().get()));
 }
 #endif

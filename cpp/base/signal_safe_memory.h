@@ -1,0 +1,73 @@
+// Device and pinned memory that never stalls behind a DeviceSignal wait.
+//
+// Why: on CUDA, cudaMalloc, cudaFree, cudaHostAlloc and cudaFreeHost synchronize the whole
+// device: they wait for every stream of it, a user's stream included. Work::wait_stream (the
+// torch backend's work.wait(), Work.wait(stream=)) queues on a user's stream a wait for a
+// DeviceSignal that only uccl's progress thread raises, when the operation completes. If that
+// thread then allocated or freed memory the synchronizing way (a staged bounce buffer, an
+// IPC stage, the executor's device scratch), it would wait for the user's stream, which waits
+// for the thread: a deadlock. It is what hung the first H200 runs (test_work_wait_makes_a_stream_wait,
+// the torch backend on CUDA tensors, benchmarks/results/gpu_h200_20261127b).
+//
+// The rule this class enforces, for the backends (cuda/, the simulated device, which models
+// CUDA's implicit synchronization so that CI sees the same deadlocks): a synchronizing call is
+// made only while no signal wait is outstanding, and under a lock that every new signal wait
+// takes too (so none can be queued while the call waits). Otherwise a request is served
+// without one: device memory from a stream-ordered allocator (cudaMallocAsync), host memory
+// pageable instead of pinned (copies still work, slower), frees deferred until the device is
+// quiet again. Thread safe.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "uccl/status.h"
+
+namespace uccl {
+
+class SignalSafeMemory {
+ public:
+  struct Ops {
+    // The device-synchronizing calls (cudaMalloc / cudaFree / cudaHostAlloc / cudaFreeHost).
+    std::function<Result<void*>(int ordinal, size_t bytes)> alloc_sync;
+    std::function<void(void* ptr)> free_sync;
+    std::function<Result<void*>(size_t bytes)> alloc_pinned_sync;
+    std::function<void(void* ptr)> free_pinned_sync;
+    // Device memory without synchronizing the device, usable on any stream when it returns
+    // (cudaMallocAsync on an internal stream, then that stream synchronized), and its free.
+    std::function<Result<void*>(int ordinal, size_t bytes)> alloc_unsync;
+    std::function<void(void* ptr)> free_unsync;
+    // Whether a queued signal wait has not passed yet (called under the lock).
+    std::function<bool()> waits_outstanding;
+  };
+  explicit SignalSafeMemory(Ops ops) : ops_(std::move(ops)) {}
+
+  Result<void*> alloc(int ordinal, size_t bytes);
+  void free(void* ptr);
+  Result<void*> alloc_pinned(size_t bytes);
+  void free_pinned(void* ptr);
+  // Queues a signal wait (the backend's `enqueue`) under the lock of the synchronizing calls.
+  Status enqueue_wait(const std::function<Status()>& enqueue);
+
+  // Counters for tests: requests served without a synchronizing call.
+  struct Stats {
+    size_t unsync_allocs = 0, pageable_allocs = 0, deferred_frees = 0;
+  };
+  Stats stats() const;
+
+ private:
+  // Under mu_: true when no wait is outstanding; then also runs the deferred frees.
+  bool quiet_locked();
+
+  Ops ops_;
+  mutable std::mutex mu_;
+  std::set<void*> unsync_device_;  // from alloc_unsync
+  std::set<void*> pageable_;       // pageable stand-ins for pinned memory
+  std::vector<void*> deferred_device_, deferred_pinned_;
+  Stats stats_;
+};
+
+}  // namespace uccl
