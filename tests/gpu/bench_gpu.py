@@ -6,7 +6,9 @@ In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
   * torch.distributed with backend "uccl" on the same CUDA tensors (issue 15: in place, ordered
     on the current stream), and PyTorch Gloo's all_reduce (it copies to the host, reduces
     there, copies back);
-  * the pinned PCIe copy bandwidth (host->device) measured by torch in the same run.
+  * the pinned PCIe copy bandwidth (host->device) measured by torch in the same run;
+  * uccl's all_reduce of CPU tensors over the same transport (shm): the bound of any path that
+    moves the bytes through host memory with host copies.
 Goals: staged >= 10x Gloo at 64 MiB and >= 60% of the pinned PCIe bandwidth (issue 14); the
 torch backend >= 10x Gloo at 64 MiB (issue 15). Each mode runs in its own processes with a time
 limit; a mode whose ranks crash or overrun is reported as such and the others still run.
@@ -44,6 +46,8 @@ def timed(fn, iters, sync):
 
 def rank_main(rank, world, port, upath, mode, q):
     os.environ["UCCL_CUDA_IPC"] = "off" if mode == "staged" else "on"
+    if mode == "staged":
+        os.environ["UCCL_STAGED"] = "on"  # the pipelined chunks, whatever the context's timing
     ngpu = torch.cuda.device_count()
     dev = torch.device("cuda", rank % ngpu)
     torch.cuda.set_device(dev)
@@ -51,19 +55,21 @@ def rank_main(rank, world, port, upath, mode, q):
     torch.zeros(1, device=dev)  # a context before the communicator (UCCL_CUDA_IPC=auto sees it)
     store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=60)
     comm = uccl.Communicator(rank, world, store)
-    res = {"describe": comm.describe()}
+    res = {}
     torch_pg = mode in ("gloo", "torch-uccl")
     if torch_pg:
         dist.init_process_group("gloo" if mode == "gloo" else "uccl", init_method=f"file://{upath}", rank=rank,
                                 world_size=world)
     for size in SIZES:
-        x = torch.ones(size // 4, device=dev)
+        # host: the same all_reduce on CPU tensors, the bound of any path through host memory.
+        x = torch.ones(size // 4, device="cpu" if mode == "host" else dev)
         iters = max(3, min(50, (256 << 20) // size))
         if torch_pg:
             t = timed(lambda: dist.all_reduce(x), iters, torch.cuda.synchronize)
         else:
             t = timed(lambda: comm.all_reduce(x), iters, torch.cuda.synchronize)
         res[size] = t
+    res["describe"] = comm.describe()  # after the operations: each peer's path and mode
     if torch_pg:
         dist.destroy_process_group()
     q.put((rank, res))
@@ -117,7 +123,7 @@ def main():
     world = 2
     factor = 2 * (world - 1) / world
     pcie = pcie_bw()
-    modes = ("staged", "ipc", "torch-uccl", "gloo")
+    modes = ("staged", "ipc", "torch-uccl", "gloo", "host")
     results = {}
     for m in modes:
         results[m] = run(m, world)
@@ -131,12 +137,12 @@ def main():
              f"({torch.cuda.get_device_name(0)})", "",
              f"pinned PCIe host->device copy: {pcie:.1f} GB/s (torch, same run)", "",
              "| size | uccl staged busbw (GB/s) | uccl IPC busbw | torch 'uccl' busbw | Gloo busbw | staged / Gloo | "
-             "torch 'uccl' / Gloo | staged / PCIe |",
-             "|---|---|---|---|---|---|---|---|"]
+             "torch 'uccl' / Gloo | staged / PCIe | uccl on host tensors |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for size, bw in rows:
         lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['ipc']:.2f} | {bw['torch-uccl']:.2f} | "
                      f"{bw['gloo']:.2f} | {bw['staged'] / bw['gloo']:.1f}x | {bw['torch-uccl'] / bw['gloo']:.1f}x | "
-                     f"{100 * bw['staged'] / pcie:.0f}% |")
+                     f"{100 * bw['staged'] / pcie:.0f}% | {bw['host']:.2f} |")
     lines += [""] + [f"{m}: " + (f"`{results[m]['describe']}`" if isinstance(results[m], dict) else f"FAILED: {results[m]}")
                      for m in modes]
     text = "\n".join(lines) + "\n"

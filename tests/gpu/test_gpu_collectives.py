@@ -7,7 +7,7 @@ Values are small integers (exact in every dtype and in any summation order), so 
 compared bit for bit with numpy. Scenarios:
   * every collective x dtype x op, counts 0, 1, 7, 1023, 2^20+3, in place and out of place,
     worlds 2 and 3, through CUDA IPC (one host: the default) and staged through the host
-    (UCCL_CUDA_IPC=off: the staged path over shm);
+    (UCCL_CUDA_IPC=off: the staged path over shm, pipelined in chunks and whole messages);
   * several ranks on one GPU (world 4, all on cuda:0; NCCL refuses this);
   * mixed ranks: even ranks pass CUDA tensors, odd ranks numpy arrays;
   * a kernel writes the buffer on the current stream right before the collective (no host
@@ -124,9 +124,13 @@ def sweep(ctx, one_gpu, counts, dtypes):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("path", ["ipc", "staged"])
+@pytest.mark.parametrize("path", ["ipc", "staged", "staged-whole"])
 def test_every_collective_on_cuda(world, path):
-    env = {"UCCL_CUDA_IPC": "off"} if path == "staged" else {"UCCL_CUDA_IPC": "on"}
+    # staged: the pipelined chunks (UCCL_STAGED=on; auto offers them only when the process has
+    # a CUDA context when the communicator is made, and the harness makes it first); staged-whole:
+    # whole messages through one bounce buffer each (what auto gives these ranks).
+    env = {"ipc": {"UCCL_CUDA_IPC": "on"}, "staged": {"UCCL_CUDA_IPC": "off", "UCCL_STAGED": "on"},
+           "staged-whole": {"UCCL_CUDA_IPC": "off"}}[path]
     desc = run_world(world, "test_gpu_collectives:sweep", args=(False, COUNTS, DTYPES), env=env, timeout=900)
     # The path each peer took (describe()'s "peer N: ..." lines; the topology part may name
     # cuda_ipc as unavailable, so only those lines count).
@@ -135,7 +139,8 @@ def test_every_collective_on_cuda(world, path):
     if path == "ipc":
         assert all("cuda_ipc" in ln for ln in peers), desc[0]
     else:
-        assert all("staged" in ln and "cuda_ipc" not in ln for ln in peers), desc[0]
+        mode = "chunks of" if path == "staged" else "whole messages"
+        assert all(mode in ln and "cuda_ipc" not in ln for ln in peers), desc[0]
 
 
 def test_several_ranks_on_one_gpu():
