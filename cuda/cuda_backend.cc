@@ -313,6 +313,7 @@ class CudaBackend final : public DeviceBackend {
     UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
     if (!driver().stream_wait_value32) return NotSupported("cuda: the driver lacks cuStreamWaitValue32");
     reap_signals();
+    mem_.top_up();  // pinned bounce memory for while the wait about to be queued is outstanding
     Result<SignalWords::Word> w = signal_words().take();
     if (!w.ok()) return w.status();
     mark_context();

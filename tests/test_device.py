@@ -170,8 +170,10 @@ def test_allocations_behind_a_signal_wait_do_not_deadlock():
     results = run_world(2, "test_device:body_wait_then_larger_op", env=env, transport="tcp", timeout=60)
     r = results[0]
     assert r["ok"], r
-    # The second operation's memory came without a device-wide synchronization.
-    assert r["stats"]["unsync_allocs"] + r["stats"]["pageable_allocs"] > 0, r
+    # The second operation's memory came without a device-wide synchronization; its bounce
+    # buffers from the pinned reserve that wait(stream=) filled before queuing the first wait.
+    st = r["stats"]
+    assert st["unsync_allocs"] > 0 and st["reserve_allocs"] > 0, r
 
 
 def test_wait_on_the_operations_own_stream_does_not_deadlock():

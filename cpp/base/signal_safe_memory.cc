@@ -44,7 +44,16 @@ void SignalSafeMemory::free(void* ptr) {
 
 Result<void*> SignalSafeMemory::alloc_pinned(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (bytes > largest_pinned_request_) largest_pinned_request_ = bytes;
   if (quiet_locked()) return ops_.alloc_pinned_sync(bytes);
+  auto it = reserve_free_.lower_bound(bytes);
+  if (it != reserve_free_.end()) {
+    void* p = it->second;
+    reserve_free_bytes_ -= it->first;
+    reserve_free_.erase(it);
+    ++stats_.reserve_allocs;
+    return p;
+  }
   // Pageable memory: what alloc_pinned promises (ordinary host memory) minus the page lock.
   void* p = std::aligned_alloc(4096, ((bytes ? bytes : 1) + 4095) & ~size_t(4095));
   if (!p) return Status(Code::kSystemError, "host memory of " + std::to_string(bytes) + " bytes: out of memory");
@@ -60,12 +69,45 @@ void SignalSafeMemory::free_pinned(void* ptr) {
     std::free(ptr);
     return;
   }
+  auto owned = reserve_owned_.find(ptr);
+  if (owned != reserve_owned_.end()) {  // back into the reserve
+    reserve_free_.emplace(owned->second, ptr);
+    reserve_free_bytes_ += owned->second;
+    return;
+  }
   if (quiet_locked()) {
     ops_.free_pinned_sync(ptr);
     return;
   }
   deferred_pinned_.push_back(ptr);
   ++stats_.deferred_frees;
+}
+
+void SignalSafeMemory::top_up() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t block = largest_pinned_request_ < kMinBlock ? kMinBlock : largest_pinned_request_;
+  if (block > kMaxBlock) block = kMaxBlock;
+  block = (block + 4095) & ~size_t(4095);
+  // Blocks smaller than today's requests cannot serve them: let them go while it is quiet.
+  size_t owned = 0;
+  for (auto& [p, size] : reserve_owned_) owned += size;
+  if (owned >= reserve_target_ && reserve_free_.lower_bound(block) != reserve_free_.end()) return;
+  if (!quiet_locked()) return;
+  for (auto it = reserve_free_.begin(); it != reserve_free_.end() && it->first < block;) {
+    ops_.free_pinned_sync(it->second);
+    reserve_owned_.erase(it->second);
+    owned -= it->first;
+    reserve_free_bytes_ -= it->first;
+    it = reserve_free_.erase(it);
+  }
+  while (owned + block <= reserve_target_) {
+    Result<void*> p = ops_.alloc_pinned_sync(block);
+    if (!p.ok()) return;  // pinned memory is short: requests will get pageable memory
+    reserve_owned_.emplace(p.value(), block);
+    reserve_free_.emplace(block, p.value());
+    reserve_free_bytes_ += block;
+    owned += block;
+  }
 }
 
 Status SignalSafeMemory::enqueue_wait(const std::function<Status()>& enqueue) {
@@ -75,7 +117,9 @@ Status SignalSafeMemory::enqueue_wait(const std::function<Status()>& enqueue) {
 
 SignalSafeMemory::Stats SignalSafeMemory::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  Stats s = stats_;
+  s.reserve_bytes = reserve_free_bytes_;
+  return s;
 }
 
 }  // namespace uccl

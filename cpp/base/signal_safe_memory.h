@@ -16,10 +16,19 @@
 // without one: device memory from a stream-ordered allocator (cudaMallocAsync), host memory
 // pageable instead of pinned (copies still work, slower), frees deferred until the device is
 // quiet again. Thread safe.
+//
+// Pinned memory for the time a wait is outstanding: a reserve of pinned blocks, filled by
+// top_up() while the device is quiet (backends call it on the caller's thread before queuing a
+// signal wait, so the reserve exists before the first wait does), hands out blocks to pinned
+// requests made meanwhile and takes them back when freed. Without it the torch backend's
+// bounce buffers, made by the progress thread while the caller's stream already waits, would
+// all be pageable for the life of the connection (a device-to-host copy into pageable memory
+// blocks the progress thread). Requests larger than the reserve's blocks get pageable memory.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -43,7 +52,13 @@ class SignalSafeMemory {
     // Whether a queued signal wait has not passed yet (called under the lock).
     std::function<bool()> waits_outstanding;
   };
-  explicit SignalSafeMemory(Ops ops) : ops_(std::move(ops)) {}
+  static constexpr size_t kReserveBytes = 32u << 20;  // pinned blocks kept for busy times
+  static constexpr size_t kMinBlock = 512u << 10;      // the staged transport's default chunk
+  static constexpr size_t kMaxBlock = 8u << 20;
+  explicit SignalSafeMemory(Ops ops, size_t reserve_bytes = kReserveBytes)
+      : ops_(std::move(ops)), reserve_target_(reserve_bytes) {}
+  // The reserve is not freed: backends live as long as the process, and at exit the device
+  // runtime may already be gone.
 
   Result<void*> alloc(int ordinal, size_t bytes);
   void free(void* ptr);
@@ -51,10 +66,15 @@ class SignalSafeMemory {
   void free_pinned(void* ptr);
   // Queues a signal wait (the backend's `enqueue`) under the lock of the synchronizing calls.
   Status enqueue_wait(const std::function<Status()>& enqueue);
+  // Fills the pinned reserve when the device is quiet (blocks of the largest pinned request
+  // seen so far, between kMinBlock and kMaxBlock). May synchronize: the caller's thread only.
+  void top_up();
 
   // Counters for tests: requests served without a synchronizing call.
   struct Stats {
     size_t unsync_allocs = 0, pageable_allocs = 0, deferred_frees = 0;
+    size_t reserve_allocs = 0;  // pinned requests served from the reserve while a wait was outstanding
+    size_t reserve_bytes = 0;   // pinned bytes in the reserve now (free)
   };
   Stats stats() const;
 
@@ -66,6 +86,9 @@ class SignalSafeMemory {
   mutable std::mutex mu_;
   std::set<void*> unsync_device_;  // from alloc_unsync
   std::set<void*> pageable_;       // pageable stand-ins for pinned memory
+  std::map<void*, size_t> reserve_owned_;     // every block the reserve allocated, by address
+  std::multimap<size_t, void*> reserve_free_;  // those free now, by size
+  size_t reserve_target_, reserve_free_bytes_ = 0, largest_pinned_request_ = 0;
   std::vector<void*> deferred_device_, deferred_pinned_;
   Stats stats_;
 };

@@ -81,6 +81,8 @@ void register_device(py::module_& m) {
     d["unsync_allocs"] = s.unsync_allocs;
     d["pageable_allocs"] = s.pageable_allocs;
     d["deferred_frees"] = s.deferred_frees;
+    d["reserve_allocs"] = s.reserve_allocs;
+    d["reserve_bytes"] = s.reserve_bytes;
     return d;
   });
   m.def("sim_set_copy_speed", [](double gbps, double latency_us) {
