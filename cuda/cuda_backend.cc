@@ -215,7 +215,7 @@ class CudaBackend final : public DeviceBackend {
   // Memory goes through SignalSafeMemory (base/signal_safe_memory.h): cudaMalloc, cudaFree,
   // cudaHostAlloc and cudaFreeHost synchronize the device, so they run only while no stream
   // waits on one of our signals; meanwhile device memory comes from cudaMallocAsync and
-  // pinned memory is pageable.
+  // pinned memory from a reserve topped up before each wait is queued (or pageable past it).
   Result<void*> alloc(int ordinal, size_t bytes) override {
     if (bytes == 0) return InvalidArgument("cuda: alloc of 0 bytes");
     DeviceGuard g;
@@ -421,7 +421,7 @@ class CudaBackend final : public DeviceBackend {
       if (context_active(i)) return i;
     return 0;
   }
-  // Whether any primary context is active: before one is, no pointer is CUDA memory.
+  // The memory calls behind mem_: the device-synchronizing ones, and cudaMallocAsync's.
   Result<void*> malloc_sync(int ordinal, size_t bytes) {
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
@@ -488,6 +488,7 @@ class CudaBackend final : public DeviceBackend {
     return !waiting_signals_.empty();
   }
 
+  // Whether any primary context is active: before one is, no pointer is CUDA memory.
   bool any_context() const {
     if (context_seen_.load(std::memory_order_relaxed)) return true;
     for (int i = 0; i < count_; ++i) {
