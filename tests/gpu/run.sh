@@ -82,7 +82,7 @@ fi
 GDB=$(command -v cuda-gdb || true)
 # What the machine has that uccl's set-up looks at (NICs, RDMA devices), for a crash there.
 part smoke && {
-  echo "== ip -brief link"; ip -brief link 2>&1
+  echo "== network interfaces"; { command -v ip > /dev/null && ip -brief link; } || ls /sys/class/net 2>&1
   echo "== /sys/class/infiniband"; ls /sys/class/infiniband 2>&1
   echo "== python -m uccl.info"; (cd /tmp && timeout 60 "$PY" -m uccl.info 2>&1)
 } > "$OUT/machine.txt" 2>&1
