@@ -352,6 +352,13 @@ class CudaBackend final : public DeviceBackend {
     if (ordinal < 0 || ordinal >= 64) return;
     std::call_once(preloaded_[ordinal], [] { cuda::preload_kernels(); });
   }
+  Result<bool> capturing(DeviceStream* s) override {
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaError_t e = cudaStreamIsCapturing(raw(s), &st)) return cuda_error("cudaStreamIsCapturing", e);
+    return st != cudaStreamCaptureStatusNone;  // an invalidated capture is still one
+  }
   Status synchronize(DeviceStream* s) override {
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));

@@ -151,6 +151,10 @@ class CudaProxy final : public DeviceBackend {
   Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
     return b() ? b()->stream_wait_signal(s, sig) : unavailable();
   }
+  Result<bool> capturing(DeviceStream* s) override {
+    if (!b()) return unavailable();
+    return b()->capturing(s);
+  }
   Status synchronize(DeviceStream* s) override { return b() ? b()->synchronize(s) : unavailable(); }
 
  private:

@@ -176,6 +176,39 @@ def test_allocations_behind_a_signal_wait_do_not_deadlock():
     assert st["unsync_allocs"] > 0 and st["reserve_allocs"] > 0, r
 
 
+def body_graph_capture(ctx):
+    """A collective ordered on a stream that is capturing a graph (CUDA graph capture; the
+    simulated stream's stand-in), and a wait(stream=) into one, are refused with NotSupported
+    naming the operation, nothing queued; the same calls work once the capture ended."""
+    from uccl.sim import SimArray, Stream
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    s = Stream(0)
+    x = SimArray.from_numpy(np.full(256, me + 1, np.float32))
+    errors = []
+    with s.capture():
+        try:
+            comm.all_reduce(x, stream=s)
+        except uccl.NotSupported as e:
+            errors.append(str(e))
+    w = comm.all_reduce(x, async_op=True, stream=s)
+    with s.capture():
+        try:
+            w.wait(stream=s)
+        except uccl.NotSupported as e:
+            errors.append(str(e))
+    w.wait()
+    got = x.numpy(stream=s)
+    return {"errors": errors, "ok": bool(np.all(got == float(sum(r + 1 for r in range(n)))))}
+
+
+def test_a_stream_capturing_a_graph_is_refused():
+    for r in run_world(2, "test_device:body_graph_capture", transport="tcp", timeout=60):
+        assert r["ok"], r
+        assert len(r["errors"]) == 2, r
+        assert r["errors"][0].startswith("all_reduce: the stream is capturing a sim graph"), r
+        assert "wait_stream: the stream is capturing" in r["errors"][1], r
+
+
 def test_wait_on_the_operations_own_stream_does_not_deadlock():
     results = run_world(2, "test_device:body_wait_on_own_stream", env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"},
                         transport="tcp", timeout=60)

@@ -15,6 +15,8 @@ DLPack: ``__dlpack_device__`` is (kDLExtDev = 12, device); ``__dlpack__`` only e
 copy (``dl_device=(1, 0), copy=True``, what ``np.from_dlpack(x, device="cpu", copy=True)``
 asks), since no other library can reach simulated memory.
 """
+import contextlib
+
 import numpy as np
 
 from . import _core
@@ -58,6 +60,16 @@ class Stream:
 
     def synchronize(self):
         self._s.synchronize()
+
+    @contextlib.contextmanager
+    def capture(self):
+        """Stands in for a CUDA graph capture on this stream (tests): while it lasts, uccl refuses
+        to order an operation on the stream or to make it wait (uccl.NotSupported)."""
+        self._s.set_capturing(True)
+        try:
+            yield self
+        finally:
+            self._s.set_capturing(False)
 
 
 def _handle(stream):

@@ -124,4 +124,14 @@ std::vector<DeviceBackendInfo> device_backend_infos() {
   return out;
 }
 
+Status refuse_capture(DeviceBackend* b, DeviceStream* s, const std::string& what) {
+  Result<bool> c = b->capturing(s);
+  if (!c.ok()) return c.status().with_context(what);
+  if (!c.value()) return Status::Ok();
+  return Status(Code::kNotSupported,
+                what + ": the stream is capturing a " + b->name() +
+                    " graph; uccl's operations run on its own thread and cannot be recorded into one: issue "
+                    "the collective outside the capture (capture only the computation around it)");
+}
+
 }  // namespace uccl

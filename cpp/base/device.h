@@ -133,6 +133,10 @@ class DeviceBackend {
   // mapped pinned memory; sim: the stream's worker waits). Backends without it: kNotSupported.
   virtual Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal);
   virtual Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig);
+  // Whether `s` is recording a graph (a CUDA graph capture): work queued there is recorded to
+  // be replayed later, not run. uccl's operations run on its progress thread and cannot be
+  // recorded, so the core refuses to order one on (or make wait) such a stream.
+  virtual Result<bool> capturing(DeviceStream* s) { return false; }
   // Blocks until everything enqueued on `s` completed. Tests, tools and teardown only.
   virtual Status synchronize(DeviceStream* s) = 0;
 };
@@ -144,6 +148,10 @@ bool register_device_backend(DeviceBackend* backend);
 // Every registered backend, in registration order (available or not).
 std::vector<DeviceBackend*> device_backends();
 DeviceBackend* find_device_backend(const std::string& name);
+
+// kNotSupported naming `what` when `s` is capturing a graph (DeviceBackend::capturing): the
+// operation would be recorded into the user's graph half-done, or a replay would skip its wait.
+Status refuse_capture(DeviceBackend* b, DeviceStream* s, const std::string& what);
 
 // Where a pointer lives: asks each *available* registered backend's owns(); host when none
 // claims it.

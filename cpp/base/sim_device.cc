@@ -64,6 +64,8 @@ class SimStream final : public DeviceStream {
   bool external() const override { return false; }
   uintptr_t handle() const override { return reinterpret_cast<uintptr_t>(this); }
   const SimBackend* owner() const { return owner_; }
+  // A test's stand-in for a CUDA graph capture on this stream (SimBackend::set_capturing).
+  std::atomic<bool> capturing{false};
 
   void enqueue(std::function<Status(const Status& sticky)> task) {
     {
@@ -482,6 +484,19 @@ Status SimBackend::stream_wait_signal(DeviceStream* s, const std::shared_ptr<Dev
   });
 }
 
+Result<bool> SimBackend::capturing(DeviceStream* s) {
+  SimStream* st = impl(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  return st->capturing.load();
+}
+
+Status SimBackend::set_capturing(DeviceStream* s, bool on) {
+  SimStream* st = impl(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  st->capturing.store(on);
+  return Status::Ok();
+}
+
 Status SimBackend::synchronize(DeviceStream* s) {
   SimStream* st = impl(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
@@ -535,6 +550,7 @@ class SimProxy final : public DeviceBackend {
   Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
     return sim_backend()->stream_wait_signal(s, sig);
   }
+  Result<bool> capturing(DeviceStream* s) override { return sim_backend()->capturing(s); }
   Status synchronize(DeviceStream* s) override { return sim_backend()->synchronize(s); }
 };
 SimProxy g_sim_proxy;

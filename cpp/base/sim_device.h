@@ -76,6 +76,9 @@ class SimBackend final : public DeviceBackend {
   Status stream_wait(DeviceStream* s, DeviceEvent* e) override;
   Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal) override;
   Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override;
+  Result<bool> capturing(DeviceStream* s) override;
+  // Tests: makes `s` report a graph capture in progress (CUDA's cudaStreamBeginCapture), or not.
+  Status set_capturing(DeviceStream* s, bool on);
   Status synchronize(DeviceStream* s) override;
 
   // The writable host view of [ptr, ptr + bytes) of this backend's device memory, or nullptr

@@ -122,6 +122,7 @@ Result<OpEnv> CommunicatorImpl::make_env(const Call& c, const MemoryLoc& mem, ui
   if (mem.is_device()) {  // a bad stream is the caller's error, refused before anything is queued
     auto us = mem.backend->wrap_stream(mem.ordinal, stream);
     if (!us.ok()) return Status(Code::kInvalidArgument, std::string(collective_name(c.coll)) + ": stream: " + us.status().message());
+    UCCL_RETURN_IF_ERROR(refuse_capture(mem.backend, us.value().get(), collective_name(c.coll)));
     // Ordered after the work queued on the user's stream *now*: the event is recorded here, in
     // the caller's thread. Recorded when the engine started the operation (as before), it came
     // after a wait_stream the caller queued meanwhile on the same stream, which waits for this

@@ -55,6 +55,7 @@ Status OpWork::wait_stream(uintptr_t stream) {
     return InvalidArgument(label() + ": wait_stream is for operations on device buffers (this one's are host memory)");
   auto st = mem.backend->wrap_stream(mem.ordinal, stream);
   if (!st.ok()) return st.status().with_context(label() + ": wait_stream");
+  UCCL_RETURN_IF_ERROR(refuse_capture(mem.backend, st.value().get(), label() + ": wait_stream"));
   auto sig = mem.backend->create_signal(mem.ordinal);
   if (!sig.ok()) return sig.status().with_context(label() + ": wait_stream");
   UCCL_RETURN_IF_ERROR(mem.backend->stream_wait_signal(st.value().get(), sig.value()));

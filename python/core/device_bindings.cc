@@ -61,7 +61,8 @@ void register_device(py::module_& m) {
   py::class_<PyStream>(m, "SimStream")
       .def_property_readonly("handle", [](PyStream& s) { return s.s->handle(); })
       .def_property_readonly("device", [](PyStream& s) { return s.s->ordinal(); })
-      .def("synchronize", [](PyStream& s) { check(sim_backend()->synchronize(s.s.get())); }, release);
+      .def("synchronize", [](PyStream& s) { check(sim_backend()->synchronize(s.s.get())); }, release)
+      .def("set_capturing", [](PyStream& s, bool on) { check(sim_backend()->set_capturing(s.s.get(), on)); });
   m.def("sim_stream", [](int ordinal) {
     auto s = sim_backend()->create_stream(ordinal);
     if (!s.ok()) throw_status(s.status());

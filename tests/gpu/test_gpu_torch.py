@@ -222,3 +222,27 @@ def parallel_worker(rank, world, port):
 def test_device_mesh_and_pipelining_on_cuda():
     """4 ranks over the GPUs there are (several per GPU where fewer: NCCL refuses that)."""
     U.spawn(parallel_worker, 4, deadline_s=150)  # under run.sh's per-test bound, so a hang dumps the ranks' stacks
+
+
+def capture_worker(rank, world, port):
+    """A collective inside a CUDA graph capture is refused with a clear error (it cannot be
+    recorded: uccl runs it on its own thread), and the group works after the capture."""
+    torch.cuda.set_device(0)
+    U.init_uccl(rank, world, port)
+    t = torch.ones(1024, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(Exception, match="capturing a cuda graph"):
+        with torch.cuda.stream(s):
+            with torch.cuda.graph(g, stream=s):
+                dist.all_reduce(t)
+    torch.cuda.synchronize()
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    assert float(t[0]) == world, float(t[0])
+    dist.destroy_process_group()
+
+
+def test_collective_inside_a_cuda_graph_capture_is_refused():
+    U.spawn(capture_worker, 2, deadline_s=120)
