@@ -8,7 +8,8 @@ In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
     there, copies back);
   * the pinned PCIe copy bandwidth (host->device) measured by torch in the same run;
   * uccl's all_reduce of CPU tensors over the same transport (shm): the bound of any path that
-    moves the bytes through host memory with host copies.
+    moves the bytes through host memory with host copies;
+  * DDP training steps of one model on CUDA with the process group "uccl" and "gloo" (issue 15).
 Goals: staged >= 10x Gloo at 64 MiB and >= 60% of the pinned PCIe bandwidth (issue 14); the
 torch backend >= 10x Gloo at 64 MiB (issue 15). Each mode runs in its own processes with a time
 limit; a mode whose ranks crash or overrun is reported as such and the others still run.
@@ -76,7 +77,39 @@ def rank_main(rank, world, port, upath, mode, q):
     comm.barrier()
 
 
-def run(mode, world=2, limit_s=150):
+def ddp_rank_main(rank, world, port, upath, mode, q):
+    """DDP training steps of a 4-layer MLP (16.8 M parameters, 67 MB of float32 gradients) on
+    CUDA, with the process group's backend "uccl" or "gloo": rank 0's median step time."""
+    ngpu = torch.cuda.device_count()
+    dev = torch.device("cuda", rank % ngpu)
+    torch.cuda.set_device(dev)
+    import uccl  # noqa: F401  (registers the backend)
+    dist.init_process_group("uccl" if mode == "ddp-uccl" else "gloo", init_method=f"file://{upath}", rank=rank,
+                            world_size=world)
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(2048, 2048), torch.nn.ReLU()]
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers).to(dev), device_ids=[dev])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 2048, device=dev)
+    times = []
+    for i in range(13):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if i >= 3:  # warm-up: buckets built, connections made
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    q.put((rank, {"step_s": times[len(times) // 2], "describe": mode}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run(mode, world=2, limit_s=150, target=rank_main):
     """Rank 0's results, or a string saying why there are none (a rank crashed, the time ran out)."""
     import queue as queue_mod
 
@@ -86,7 +119,7 @@ def run(mode, world=2, limit_s=150):
     upath = f"/tmp/uccl_bench_gloo_{os.getpid()}_{mode}"
     if os.path.exists(upath):
         os.remove(upath)
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, upath, mode, q)) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(r, world, port, upath, mode, q)) for r in range(world)]
     for p in procs:
         p.start()
     out, why = {}, None
@@ -145,13 +178,23 @@ def main():
                      f"{100 * bw['staged'] / pcie:.0f}% | {bw['host']:.2f} |")
     lines += [""] + [f"{m}: " + (f"`{results[m]['describe']}`" if isinstance(results[m], dict) else f"FAILED: {results[m]}")
                      for m in modes]
+    # DDP step time, the same model and data with each backend (issue 15's DDP measure).
+    ddp = {m: run(m, world, target=ddp_rank_main) for m in ("ddp-uccl", "ddp-gloo")}
+    print(f"ddp: {ddp}", flush=True)
+    step = {m: (r["step_s"] * 1e3 if isinstance(r, dict) else float("nan")) for m, r in ddp.items()}
+    lines += ["", f"## DDP step, 4 x Linear(2048, 2048) (67 MB of float32 gradients), batch 64, {world} ranks", "",
+              "| backend | step (ms, median of 10) |", "|---|---|",
+              f"| uccl | {step['ddp-uccl']:.2f} |", f"| Gloo | {step['ddp-gloo']:.2f} |",
+              f"| Gloo / uccl | {step['ddp-gloo'] / step['ddp-uccl']:.1f}x |"]
+    lines += [f"{m}: FAILED: {r}" for m, r in ddp.items() if not isinstance(r, dict)]
     text = "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(a.out, "bench_gpu.md"), "w") as f:
         f.write(text)
     with open(os.path.join(a.out, "bench_gpu.json"), "w") as f:
-        json.dump({"pcie_h2d_gbps": pcie, "busbw_gbps": {str(s): bw for s, bw in rows},
-                   "failed": {m: results[m] for m in modes if not isinstance(results[m], dict)}}, f, indent=1)
+        json.dump({"pcie_h2d_gbps": pcie, "busbw_gbps": {str(s): bw for s, bw in rows}, "ddp_step_ms": step,
+                   "failed": {m: r for m, r in list(results.items()) + list(ddp.items()) if not isinstance(r, dict)}},
+                  f, indent=1)
 
 
 if __name__ == "__main__":
