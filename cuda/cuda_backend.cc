@@ -228,6 +228,7 @@ class CudaBackend final : public DeviceBackend {
     return mem_.alloc_pinned(bytes);
   }
   void free_pinned(void* ptr) override { mem_.free_pinned(ptr); }
+  SignalSafeMemory& memory() { return mem_; }
 
   Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override {
     DeviceGuard g;
@@ -550,10 +551,13 @@ class CudaBackend final : public DeviceBackend {
 
 }  // namespace
 
-DeviceBackend* backend_instance() {
+CudaBackend& the_backend() {
   static CudaBackend b;
-  return &b;
+  return b;
 }
+
+DeviceBackend* backend_instance() { return &the_backend(); }
+SignalSafeMemory& memory_policy() { return the_backend().memory(); }
 
 }  // namespace cuda
 }  // namespace uccl

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "base/signal_safe_memory.h"
 #include "cuda/cuda_module.h"
 
 namespace uccl {
@@ -43,6 +44,9 @@ class DeviceGuard {
 };
 
 DeviceBackend* backend_instance();
+// The backend's policy for device-synchronizing calls (base/signal_safe_memory.h), for the IPC
+// side's cudaIpcCloseMemHandle.
+SignalSafeMemory& memory_policy();
 CudaIpc* ipc_instance();
 
 }  // namespace cuda

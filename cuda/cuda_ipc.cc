@@ -76,21 +76,31 @@ class Ipc final : public CudaIpc {
     return p;
   }
 
+  // cudaIpcCloseMemHandle synchronizes the device, so it runs only while no stream waits on a
+  // signal of ours (memory_policy(); the caller is the progress thread). Until then the mapping
+  // stays in maps_ with no references, and an open() of the same handle takes it back.
   Status close(void* base, int ordinal) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = maps_.begin(); it != maps_.end(); ++it) {
-      if (it->second.base != base || it->first.second != ordinal) continue;
+    Key key;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = maps_.begin();
+      for (; it != maps_.end(); ++it)
+        if (it->second.base == base && it->first.second == ordinal && it->second.refs > 0) break;
+      if (it == maps_.end()) return InvalidArgument("cuda ipc: close of a mapping that is not open");
       if (--it->second.refs > 0) return Status::Ok();
+      key = it->first;
+    }
+    memory_policy().run_when_quiet([this, key] {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = maps_.find(key);
+      if (it == maps_.end() || it->second.refs > 0) return;  // opened again meanwhile
+      void* b = it->second.base;
       maps_.erase(it);
       DeviceGuard g;
-      g.set(ordinal);
-      if (cudaError_t e = cudaIpcCloseMemHandle(base)) {
-        cudaGetLastError();
-        return cuda_error("cudaIpcCloseMemHandle", e);
-      }
-      return Status::Ok();
-    }
-    return InvalidArgument("cuda ipc: close of a mapping that is not open");
+      g.set(key.second);
+      if (cudaIpcCloseMemHandle(b) != cudaSuccess) cudaGetLastError();
+    });
+    return Status::Ok();
   }
 
   int device_by_pci(const std::string& pci) override {

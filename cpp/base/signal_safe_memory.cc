@@ -9,11 +9,24 @@ namespace uccl {
 bool SignalSafeMemory::quiet_locked() {
   if (ops_.waits_outstanding && ops_.waits_outstanding()) return false;
   std::vector<void*> dev, pinned;
+  std::vector<std::function<void()>> calls;
   dev.swap(deferred_device_);
   pinned.swap(deferred_pinned_);
+  calls.swap(deferred_calls_);
   for (void* p : dev) ops_.free_sync(p);
   for (void* p : pinned) ops_.free_pinned_sync(p);
+  for (auto& fn : calls) fn();
   return true;
+}
+
+void SignalSafeMemory::run_when_quiet(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (quiet_locked()) {
+    fn();
+    return;
+  }
+  deferred_calls_.push_back(std::move(fn));
+  ++stats_.deferred_frees;
 }
 
 Result<void*> SignalSafeMemory::alloc(int ordinal, size_t bytes) {

@@ -66,6 +66,10 @@ class SignalSafeMemory {
   void free_pinned(void* ptr);
   // Queues a signal wait (the backend's `enqueue`) under the lock of the synchronizing calls.
   Status enqueue_wait(const std::function<Status()>& enqueue);
+  // Runs fn (another device-synchronizing call: cudaIpcCloseMemHandle) now if no wait is
+  // outstanding, else at the next call that finds the device quiet. Runs under the lock: fn must
+  // not call into this object.
+  void run_when_quiet(std::function<void()> fn);
   // Fills the pinned reserve when the device is quiet (blocks of the largest pinned request
   // seen so far, between kMinBlock and kMaxBlock). May synchronize: the caller's thread only.
   void top_up();
@@ -90,6 +94,7 @@ class SignalSafeMemory {
   std::multimap<size_t, void*> reserve_free_;  // those free now, by size
   size_t reserve_target_, reserve_free_bytes_ = 0, largest_pinned_request_ = 0;
   std::vector<void*> deferred_device_, deferred_pinned_;
+  std::vector<std::function<void()>> deferred_calls_;
   Stats stats_;
 };
 

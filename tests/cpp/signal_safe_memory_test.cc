@@ -127,6 +127,23 @@ TEST_CASE("the pinned reserve serves pinned requests while a wait is outstanding
   m.free_pinned(c);
 }
 
+TEST_CASE("run_when_quiet: at once on a quiet device, else at the next quiet call") {
+  FakeOps f;
+  SignalSafeMemory m(f.ops());
+  int ran = 0;
+  m.run_when_quiet([&] { ++ran; });
+  CHECK(ran == 1);
+  f.outstanding = true;
+  m.run_when_quiet([&] { ++ran; });  // cudaIpcCloseMemHandle would wait for the waiting stream
+  void* d = m.alloc(0, 8).value();
+  CHECK(ran == 1);
+  f.outstanding = false;
+  void* h = m.alloc_pinned(8).value();  // quiet again: the deferred call runs first
+  CHECK(ran == 2);
+  m.free_pinned(h);
+  m.free(d);
+}
+
 TEST_CASE("a signal wait is not queued while a synchronizing call runs") {
   FakeOps f;
   std::promise<void> in_call;
