@@ -76,7 +76,8 @@ class SignalSafeMemory {
 
   // Counters for tests: requests served without a synchronizing call.
   struct Stats {
-    size_t unsync_allocs = 0, pageable_allocs = 0, deferred_frees = 0;
+    size_t unsync_allocs = 0, pageable_allocs = 0;
+    size_t deferred_frees = 0;  // frees (and run_when_quiet calls) put off until the device was quiet
     size_t reserve_allocs = 0;  // pinned requests served from the reserve while a wait was outstanding
     size_t reserve_bytes = 0;   // pinned bytes in the reserve now (free)
   };
