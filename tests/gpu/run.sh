@@ -20,10 +20,13 @@
 # UCCL_GPU_SMOKE_S (default 240) to bound each smoke run,
 # UCCL_GPU_PARTS (default smoke,cpp,pytest,bench) to run only some parts, UCCL_GPU_PYTEST_S
 # (default 600) to bound the Python tests, UCCL_GPU_TEST_S (default 240) each test,
-# UCCL_GPU_PYTEST_WORKERS (default 4) pytest-xdist's workers. One device call is at most 600 s and the build takes
-# 3-4 minutes, so a session may split the run in two calls on the warm machine:
-#     UCCL_GPU_PARTS=smoke,cpp bash tests/gpu/run.sh $OUT
-#     UCCL_GPU_SKIP_BUILD=1 UCCL_GPU_PARTS=pytest,bench UCCL_GPU_PYTEST_S=420 bash tests/gpu/run.sh $OUT
+# UCCL_GPU_PYTEST_WORKERS (default 4) pytest-xdist's workers. On the H200 of 2026-11-27 the build
+# took ~1 minute and everything ~520 s in one device call (whose limit is 600 s): run the parts in
+# one call, results under a folder that is then packed into one file of $OUT (8 files come back):
+#     export UCCL_GPU_SMOKE_S=60 UCCL_GPU_TEST_S=200; R=/tmp/gpu
+#     UCCL_GPU_PARTS=smoke,cpp,bench timeout 330 bash tests/gpu/run.sh $R/a
+#     UCCL_GPU_SKIP_BUILD=1 UCCL_GPU_PARTS=pytest UCCL_GPU_PYTEST_S=$((545 - SECONDS)) bash tests/gpu/run.sh $R/b
+#     tar czf $OUT/gpu.tgz -C /tmp gpu
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
