@@ -22,6 +22,7 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -119,6 +120,9 @@ def _child(rank, world, port, target, args, env, make_comm, comm_kwargs, q, cras
     # Python stack to a file the parent shows with "exited with code -11".
     _CRASH_FILE = open(crash_file(crash_dir, rank), "w")
     faulthandler.enable(file=_CRASH_FILE, all_threads=True)
+    # A rank still running when the parent gives up on it gets SIGUSR1 first: its stacks show
+    # where it waited (the parent prints them with "still running ... (killed)").
+    faulthandler.register(signal.SIGUSR1, file=_CRASH_FILE, all_threads=True)
     try:
         os.environ.update(env)
         module, _, name = target.partition(":")
@@ -239,6 +243,14 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
         for p in procs:
             p.join(timeout=max(0.0, end - time.monotonic()))
     finally:
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for r in hung:
+            try:
+                os.kill(procs[r].pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        if hung:
+            time.sleep(0.5)
         for p in procs:
             if p.is_alive():
                 p.kill()
@@ -246,6 +258,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
             p.join(timeout=5)
         q.close()
         q.cancel_join_thread()
+        hung_stacks = {r: _crash_text(crash_dir, r, limit=4000) for r in hung}
         shutil.rmtree(crash_dir, ignore_errors=True)
     missing = [r for r in range(world) if r not in results and r not in errors and r not in expect_exit]
     msgs = []
@@ -255,6 +268,9 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
         msgs.append(f"--- ranks {missing} were still running {grace:.0f} s after the first failure (killed) ---")
     elif missing:
         msgs.append(f"--- ranks {missing} did not finish within {timeout:.0f} s (killed) ---")
+    for r in missing:
+        if hung_stacks.get(r):
+            msgs.append(f"--- rank {r}, where it waited" + hung_stacks[r].replace("; faulthandler (Python stacks at the crash)", ""))
     failures = [f for r in sorted(results) for f in results[r]["failures"]]
     if failures:
         shown = failures[:MAX_FAILURES_SHOWN]

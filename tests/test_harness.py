@@ -39,14 +39,18 @@ def body_checks(ctx):
 
 def test_hanging_rank_is_killed_and_fails_the_test():
     t0 = time.monotonic()
-    with pytest.raises(pytest.fail.Exception, match=r"ranks \[1\] did not finish within 3 s"):
+    # ...and the report shows where it waited (its Python stack, dumped before the kill).
+    with pytest.raises(pytest.fail.Exception,
+                       match=r"(?s)ranks \[1\] did not finish within 3 s.*rank 1, where it waited.*body_hang"):
         run_world(2, "test_harness:body_hang", timeout=3, make_comm=False)
     assert time.monotonic() - t0 < 15
 
 
 def test_exception_in_a_rank_is_reported_with_its_traceback():
     t0 = time.monotonic()
-    with pytest.raises(pytest.fail.Exception, match=r"(?s)rank 0 raised.*ValueError: boom from rank 0.*body_raise"):
+    # Rank 1, stuck in the barrier for rank 0, is shown where it waited.
+    with pytest.raises(pytest.fail.Exception,
+                       match=r"(?s)rank 0 raised.*ValueError: boom from rank 0.*body_raise.*rank 1, where it waited"):
         run_world(2, "test_harness:body_raise", timeout=60, grace=1)
     assert time.monotonic() - t0 < 20, "the stuck peer was not killed after the grace period"
 
