@@ -552,8 +552,8 @@ class CudaBackend final : public DeviceBackend {
 }  // namespace
 
 CudaBackend& the_backend() {
-  static CudaBackend b;
-  return b;
+  static auto* b = new CudaBackend();  // process lifetime: at exit the CUDA runtime may be gone
+  return *b;
 }
 
 DeviceBackend* backend_instance() { return &the_backend(); }

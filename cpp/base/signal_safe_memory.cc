@@ -19,6 +19,10 @@ bool SignalSafeMemory::quiet_locked() {
   return true;
 }
 
+SignalSafeMemory::~SignalSafeMemory() {
+  for (auto& [size, p] : reserve_free_) ops_.free_pinned_sync(p);
+}
+
 void SignalSafeMemory::run_when_quiet(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   if (quiet_locked()) {

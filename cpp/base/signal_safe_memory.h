@@ -57,8 +57,10 @@ class SignalSafeMemory {
   static constexpr size_t kMaxBlock = 8u << 20;
   explicit SignalSafeMemory(Ops ops, size_t reserve_bytes = kReserveBytes)
       : ops_(std::move(ops)), reserve_target_(reserve_bytes) {}
-  // The reserve is not freed: backends live as long as the process, and at exit the device
-  // runtime may already be gone.
+  // Frees the reserve's free blocks (the owners free what they hold first). The process-wide
+  // backends are never destroyed (at exit the device runtime may be gone already); test
+  // instances are.
+  ~SignalSafeMemory();
 
   Result<void*> alloc(int ordinal, size_t bytes);
   void free(void* ptr);
