@@ -6,7 +6,8 @@
   package (the spawned ranks inherit this sys.path).
 * UCCL_* variables from the caller's shell would change what the scenarios test (a stray
   UCCL_TRANSPORT=tcp turns every shm scenario into a tcp one): they are removed, except the
-  logging ones. Scenarios set what they need per rank.
+  logging ones and UCCL_TIMING_TESTS (the opt-in for timed measurements). Scenarios set what they
+  need per rank.
 """
 import glob
 import os
@@ -20,7 +21,7 @@ if not glob.glob(os.path.join(ROOT, "uccl", "_core*.so")):
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 for _k in list(os.environ):
-    if _k.startswith("UCCL_") and _k not in ("UCCL_DEBUG", "UCCL_DEBUG_FILE"):
+    if _k.startswith("UCCL_") and _k not in ("UCCL_DEBUG", "UCCL_DEBUG_FILE", "UCCL_TIMING_TESTS"):
         del os.environ[_k]
 
 
