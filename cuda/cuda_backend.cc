@@ -216,10 +216,8 @@ class CudaBackend final : public DeviceBackend {
   // cudaHostAlloc and cudaFreeHost synchronize the device, so they run only while no stream
   // waits on one of our signals; meanwhile device memory comes from cudaMallocAsync and
   // pinned memory from a reserve topped up before each wait is queued (or pageable past it).
-  Result<void*> alloc(int ordinal, size_t bytes) override {
+  Result<void*> alloc(int ordinal, size_t bytes) override {  // malloc_(un)sync check the device
     if (bytes == 0) return InvalidArgument("cuda: alloc of 0 bytes");
-    DeviceGuard g;
-    UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
     return mem_.alloc(ordinal, bytes);
   }
   void free(void* ptr) override { mem_.free(ptr); }
@@ -314,7 +312,6 @@ class CudaBackend final : public DeviceBackend {
     UCCL_RETURN_IF_ERROR(use_device(ordinal, &g));
     if (!driver().stream_wait_value32) return NotSupported("cuda: the driver lacks cuStreamWaitValue32");
     reap_signals();
-    mem_.top_up();  // pinned bounce memory for while the wait about to be queued is outstanding
     Result<SignalWords::Word> w = signal_words().take();
     if (!w.ok()) return w.status();
     mark_context();

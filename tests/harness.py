@@ -148,8 +148,9 @@ def _child(rank, world, port, target, args, env, make_comm, comm_kwargs, q, cras
     _leave(q, 0)
 
 
-def _crash_text(crash_dir, rank, limit=6000):
-    """What faulthandler wrote for a rank that died by a fatal signal ("" if nothing)."""
+def _crash_text(crash_dir, rank, limit=6000, header="; faulthandler (Python stacks at the crash):\n"):
+    """What faulthandler wrote for a rank that died by a fatal signal, or dumped on SIGUSR1
+    ("" if nothing)."""
     try:
         with open(crash_file(crash_dir, rank)) as f:
             text = f.read()
@@ -159,7 +160,7 @@ def _crash_text(crash_dir, rank, limit=6000):
         return ""
     if len(text) > limit:
         text = "...\n" + text[-limit:]
-    return "; faulthandler (Python stacks at the crash):\n" + text
+    return header + text
 
 
 def _leave(q, code):
@@ -258,7 +259,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
             p.join(timeout=5)
         q.close()
         q.cancel_join_thread()
-        hung_stacks = {r: _crash_text(crash_dir, r, limit=4000) for r in hung}
+        hung_stacks = {r: _crash_text(crash_dir, r, limit=4000, header=":\n") for r in hung}
         shutil.rmtree(crash_dir, ignore_errors=True)
     missing = [r for r in range(world) if r not in results and r not in errors and r not in expect_exit]
     msgs = []
@@ -270,7 +271,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
         msgs.append(f"--- ranks {missing} did not finish within {timeout:.0f} s (killed) ---")
     for r in missing:
         if hung_stacks.get(r):
-            msgs.append(f"--- rank {r}, where it waited" + hung_stacks[r].replace("; faulthandler (Python stacks at the crash)", ""))
+            msgs.append(f"--- rank {r}, where it waited" + hung_stacks[r])
     failures = [f for r in sorted(results) for f in results[r]["failures"]]
     if failures:
         shown = failures[:MAX_FAILURES_SHOWN]

@@ -172,7 +172,7 @@ def test_allocations_behind_a_signal_wait_do_not_deadlock():
     r = results[0]
     assert r["ok"], r
     # The second operation's memory came without a device-wide synchronization; its bounce
-    # buffers from the pinned reserve that wait(stream=) filled before queuing the first wait.
+    # buffers from the pinned reserve filled just before the first wait was queued.
     st = r["stats"]
     assert st["unsync_allocs"] > 0 and st["reserve_allocs"] > 0, r
 

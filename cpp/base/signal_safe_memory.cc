@@ -102,33 +102,36 @@ void SignalSafeMemory::free_pinned(void* ptr) {
 
 void SignalSafeMemory::top_up() {
   std::lock_guard<std::mutex> lock(mu_);
+  top_up_locked();
+}
+
+void SignalSafeMemory::top_up_locked() {
   size_t block = largest_pinned_request_ < kMinBlock ? kMinBlock : largest_pinned_request_;
   if (block > kMaxBlock) block = kMaxBlock;
   block = (block + 4095) & ~size_t(4095);
-  // Blocks smaller than today's requests cannot serve them: let them go while it is quiet.
-  size_t owned = 0;
-  for (auto& [p, size] : reserve_owned_) owned += size;
-  if (owned >= reserve_target_ && reserve_free_.lower_bound(block) != reserve_free_.end()) return;
+  if (reserve_owned_bytes_ >= reserve_target_ && reserve_free_.lower_bound(block) != reserve_free_.end()) return;
   if (!quiet_locked()) return;
+  // Blocks smaller than today's requests cannot serve them: let them go while it is quiet.
   for (auto it = reserve_free_.begin(); it != reserve_free_.end() && it->first < block;) {
     ops_.free_pinned_sync(it->second);
     reserve_owned_.erase(it->second);
-    owned -= it->first;
+    reserve_owned_bytes_ -= it->first;
     reserve_free_bytes_ -= it->first;
     it = reserve_free_.erase(it);
   }
-  while (owned + block <= reserve_target_) {
+  while (reserve_owned_bytes_ + block <= reserve_target_) {
     Result<void*> p = ops_.alloc_pinned_sync(block);
     if (!p.ok()) return;  // pinned memory is short: requests will get pageable memory
     reserve_owned_.emplace(p.value(), block);
     reserve_free_.emplace(block, p.value());
     reserve_free_bytes_ += block;
-    owned += block;
+    reserve_owned_bytes_ += block;
   }
 }
 
 Status SignalSafeMemory::enqueue_wait(const std::function<Status()>& enqueue) {
   std::lock_guard<std::mutex> lock(mu_);
+  top_up_locked();  // the reserve exists before the wait does: it serves requests made meanwhile
   return enqueue();
 }
 

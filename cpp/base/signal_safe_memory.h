@@ -17,9 +17,9 @@
 // pageable instead of pinned (copies still work, slower), frees deferred until the device is
 // quiet again. Thread safe.
 //
-// Pinned memory for the time a wait is outstanding: a reserve of pinned blocks, filled by
-// top_up() while the device is quiet (backends call it on the caller's thread before queuing a
-// signal wait, so the reserve exists before the first wait does), hands out blocks to pinned
+// Pinned memory for the time a wait is outstanding: a reserve of pinned blocks, filled while the
+// device is quiet by enqueue_wait() just before it queues a wait (on the caller's thread, so the
+// reserve exists before the first wait does), hands out blocks to pinned
 // requests made meanwhile and takes them back when freed. Without it the torch backend's
 // bounce buffers, made by the progress thread while the caller's stream already waits, would
 // all be pageable for the life of the connection (a device-to-host copy into pageable memory
@@ -66,14 +66,15 @@ class SignalSafeMemory {
   void free(void* ptr);
   Result<void*> alloc_pinned(size_t bytes);
   void free_pinned(void* ptr);
-  // Queues a signal wait (the backend's `enqueue`) under the lock of the synchronizing calls.
+  // Queues a signal wait (the backend's `enqueue`) under the lock of the synchronizing calls,
+  // after topping up the pinned reserve. May synchronize: the caller's thread only.
   Status enqueue_wait(const std::function<Status()>& enqueue);
   // Runs fn (another device-synchronizing call: cudaIpcCloseMemHandle) now if no wait is
   // outstanding, else at the next call that finds the device quiet. Runs under the lock: fn must
   // not call into this object.
   void run_when_quiet(std::function<void()> fn);
   // Fills the pinned reserve when the device is quiet (blocks of the largest pinned request
-  // seen so far, between kMinBlock and kMaxBlock). May synchronize: the caller's thread only.
+  // seen so far, between kMinBlock and kMaxBlock). enqueue_wait() does it; tests call it alone.
   void top_up();
 
   // Counters for tests: requests served without a synchronizing call.
@@ -88,6 +89,7 @@ class SignalSafeMemory {
  private:
   // Under mu_: true when no wait is outstanding; then also runs the deferred frees.
   bool quiet_locked();
+  void top_up_locked();
 
   Ops ops_;
   mutable std::mutex mu_;
@@ -95,7 +97,7 @@ class SignalSafeMemory {
   std::set<void*> pageable_;       // pageable stand-ins for pinned memory
   std::map<void*, size_t> reserve_owned_;     // every block the reserve allocated, by address
   std::multimap<size_t, void*> reserve_free_;  // those free now, by size
-  size_t reserve_target_, reserve_free_bytes_ = 0, largest_pinned_request_ = 0;
+  size_t reserve_target_, reserve_owned_bytes_ = 0, reserve_free_bytes_ = 0, largest_pinned_request_ = 0;
   std::vector<void*> deferred_device_, deferred_pinned_;
   std::vector<std::function<void()>> deferred_calls_;
   Stats stats_;

@@ -462,7 +462,6 @@ class SimSignal final : public DeviceSignal {
 
 Result<std::shared_ptr<DeviceSignal>> SimBackend::create_signal(int ordinal) {
   if (ordinal < 0 || ordinal >= devices_) return InvalidArgument(name_ + ": no device " + std::to_string(ordinal));
-  mem_.top_up();  // as the cuda backend: pinned memory for while the wait is outstanding
   return std::shared_ptr<DeviceSignal>(std::make_shared<SimSignal>());
 }
 

@@ -191,7 +191,7 @@ TEST_CASE("sim device: allocating while a stream waits on a signal does not wait
   REQUIRE(b.synchronize(s.value().get()).ok());
   SignalSafeMemory::Stats st = b.memory_stats();
   CHECK(st.unsync_allocs == 1);
-  CHECK(st.reserve_allocs == 1);  // create_signal filled the pinned reserve before the wait
+  CHECK(st.reserve_allocs == 1);  // stream_wait_signal filled the pinned reserve before the wait
   CHECK(st.pageable_allocs == 0);
   // The stream is past its wait now: allocations synchronize (and run) again.
   void* d = b.alloc(0, 64).value();
