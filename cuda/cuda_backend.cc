@@ -226,6 +226,24 @@ class CudaBackend final : public DeviceBackend {
     return mem_.alloc_pinned(bytes);
   }
   void free_pinned(void* ptr) override { mem_.free_pinned(ptr); }
+  // cudaHostRegister / cudaHostUnregister may synchronize like cudaHostAlloc / cudaFreeHost:
+  // registered only while no stream waits on a signal (else the range stays pageable), and
+  // unregistered (then unmapped by `then`) at the next quiet moment.
+  bool register_host(void* ptr, size_t bytes) override {
+    if (!available(nullptr) || !ptr || bytes == 0) return false;
+    bool ok = false;
+    mem_.run_if_quiet([&] {
+      if (cudaHostRegister(ptr, bytes, cudaHostRegisterPortable) == cudaSuccess) ok = true;
+      else cudaGetLastError();  // copies stay pageable: slower, still right
+    });
+    return ok;
+  }
+  void unregister_host(void* ptr, std::function<void()> then) override {
+    mem_.run_when_quiet([ptr, then = std::move(then)] {
+      if (cudaHostUnregister(ptr) != cudaSuccess) cudaGetLastError();
+      then();
+    });
+  }
   SignalSafeMemory& memory() { return mem_; }
 
   Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override {

@@ -24,6 +24,9 @@ SCENARIOS = [
     ("w2-tcp-sim-split", 2, "tcp", None, ["sim0", "sim1"], {"UCCL_STAGED": "on"}, 2),
     ("w2-shm-host+sim", 2, "shm", None, ["host", "sim0"], {"UCCL_STAGED": "on"}, 1),
     ("w3-shm-sim-whole", 3, "shm", None, ["sim0", "sim1", "sim0"], {"UCCL_STAGED": "off"}, 1),
+    # shm pairs in split mode use shared slots by default; this one keeps the plain chunks covered
+    ("w3-shm-split-no-slots", 3, "shm", None, ["sim0", "host", "sim1-slow"],
+     {"UCCL_STAGED": "on", "UCCL_STAGED_SHARED": "off"}, 1),
     ("w3-tcp-vendors-ring", 3, "tcp", None, ["host", "sim0", "sim1-slow"],
      {"UCCL_STAGED": "on", "UCCL_ALGO": "ring", "UCCL_STAGED_CHUNK_BYTES": "64K"}, 1),
     ("w4-mixed-hosts", 4, "auto", 2, ["sim0", "host", "sim1-slow", "sim0"], {"UCCL_STAGED": "on"}, 0),
@@ -43,6 +46,70 @@ def test_device_collectives(sid, world, transport, groups, modes, env, big):
     staged = "on" if env.get("UCCL_STAGED") == "on" else None
     if staged and world > 1:
         assert "staged (chunks of" in results[0]["describe"], results[0]["describe"]
+        if transport == "shm":
+            slots = env.get("UCCL_STAGED_SHARED", "on") == "on"
+            assert ("shared slots" in results[0]["describe"]) == slots, results[0]["describe"]
+
+
+# ---- shared staging slots on one host (transports/staged/staged_slots.h) ----------------------------
+
+def body_shared_slots(ctx):
+    """Every form of chunk on a shm pair with shared slots: device -> host (the receiver reads the
+    sender's slot), host -> device (a plain chunk), device -> device, reduced on the way (all_reduce,
+    one rank on host memory), a receive from any source whose sender is a device, and a size
+    mismatch (a typed error naming the peer, not a hang)."""
+    from uccl._buffers import as_buffer
+    from uccl.sim import SimArray
+    comm, me = ctx.comm, ctx.rank
+    n = (3 << 17) + 5  # 3 chunks of 512 KiB and a ragged end
+    base = (np.arange(n) % 977).astype(np.float32)
+    out = {}
+    if me == 0:
+        comm.send(SimArray.from_numpy(base), 1)
+        comm.send(base * 2, 1)
+        comm.send(SimArray.from_numpy(base * 3), 1)
+        comm.send(SimArray.from_numpy(base * 4), 1, tag=7)
+    else:
+        h = np.zeros(n, np.float32)
+        comm.recv(h, 0)
+        d1, d2 = SimArray(n, np.float32), SimArray(n, np.float32)
+        comm.recv(d1, 0)
+        comm.recv(d2, 0)
+        a = SimArray(n, np.float32)
+        b = as_buffer(a, "recv buffer", writable=True)
+        comm._c.p2p([(False, b.addr, b.count, b.dtype, -1, 7)], 0).wait(30)  # any source
+        out["p2p"] = [bool(np.array_equal(h, base)), bool(np.array_equal(d1.numpy(), base * 2)),
+                      bool(np.array_equal(d2.numpy(), base * 3)), bool(np.array_equal(a.numpy(), base * 4))]
+    out["describe"] = comm.describe()
+    x = base + me
+    buf = SimArray.from_numpy(x) if me == 0 else x.copy()
+    comm.all_reduce(buf)
+    got = buf.numpy() if me == 0 else buf
+    out["all_reduce"] = bool(np.array_equal(got, 2 * base + 1))
+    out["bounce_bytes"] = uccl._core.staged_bounce_bytes()
+    comm.barrier()
+    ctx.linger = False
+    try:
+        if me == 0:
+            comm.send(SimArray.from_numpy(np.ones(1 << 18, np.float32)), 1)
+        else:
+            comm.recv(SimArray(1 << 19, np.float32), 0)
+        out["mismatch"] = "no error"
+    except uccl.UcclError as e:
+        out["mismatch"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def test_shared_slots_carry_every_form_of_chunk():
+    results = run_world(2, "test_device:body_shared_slots", env={"UCCL_STAGED": "on"}, transport="shm",
+                        timeout=120, grace=20)
+    assert "shared slots" in results[0]["describe"], results[0]["describe"]
+    assert results[1]["p2p"] == [True] * 4, results[1]
+    assert all(r["all_reduce"] for r in results), results
+    assert all(r["bounce_bytes"] > 0 for r in results), results  # the slots exist while the pair does
+    # The receiver names the sender and the sizes (the sender's sends completed: its data left).
+    assert results[1]["mismatch"].startswith("MismatchError") and "rank 0" in results[1]["mismatch"] and \
+        "count 262144" in results[1]["mismatch"], results[1]
 
 
 # ---- the stream argument, errors, memory ---------------------------------------------------------
@@ -270,11 +337,14 @@ def body_killed_during_staged(ctx, victim):
             failed_at = time.time()
             killed_at = float(ctx.store.get("killed-at", 10))
             held = uccl._core.staged_bounce_bytes()
+            # Nothing of ours left in /dev/shm: the staged slots and the shm rings are unlinked.
+            import glob
+            leftover = glob.glob(f"/dev/shm/uccl-{os.getpid()}-*")
             ctx.store.add("survivors-done", 1)
             while me == 0 and ctx.store.add("survivors-done", 0) < n - 1:
                 time.sleep(0.01)
             return {"kind": type(e).__name__, "msg": str(e), "after_s": failed_at - killed_at, "iteration": i,
-                    "bounce_bytes_after": held}
+                    "bounce_bytes_after": held, "leftover": leftover}
     return {"kind": "no error"}
 
 
@@ -288,6 +358,7 @@ def test_peer_killed_during_staged_transfer(transport):
         assert "rank 2" in res["msg"], res["msg"]
         assert res["after_s"] < 5, res
         assert res["bounce_bytes_after"] == 0, res
+        assert res["leftover"] == [], res
 
 
 # ---- the pipeline overlaps copies with the wire -----------------------------------------------------

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,14 @@ class DeviceBackend {
   // Page-locked host memory for bounce buffers (the sim backend: plain aligned memory).
   virtual Result<void*> alloc_pinned(size_t bytes) = 0;
   virtual void free_pinned(void* ptr) = 0;
+  // Page-locks host memory allocated elsewhere (a shared mapping both ranks of a pair see) so
+  // that copies to and from it run at pinned speed (cuda: cudaHostRegister). Best effort: false
+  // when it was not registered (copies still work, as from pageable memory). A registered range
+  // is given back with unregister_host(), which runs `then` (the unmap) once the range is no
+  // longer registered, perhaps later on another uccl thread (cuda: when no stream waits on a
+  // signal, as signal_safe_memory.h requires). The sim backend: nothing to lock.
+  virtual bool register_host(void* /*ptr*/, size_t /*bytes*/) { return false; }
+  virtual void unregister_host(void* /*ptr*/, std::function<void()> then) { then(); }
 
   // --- streams -------------------------------------------------------------------------------
   virtual Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) = 0;

@@ -33,6 +33,13 @@ void SignalSafeMemory::run_when_quiet(std::function<void()> fn) {
   ++stats_.deferred_frees;
 }
 
+bool SignalSafeMemory::run_if_quiet(const std::function<void()>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!quiet_locked()) return false;
+  fn();
+  return true;
+}
+
 Result<void*> SignalSafeMemory::alloc(int ordinal, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (quiet_locked() || !ops_.alloc_unsync) return ops_.alloc_sync(ordinal, bytes);

@@ -73,6 +73,9 @@ class SignalSafeMemory {
   // outstanding, else at the next call that finds the device quiet. Runs under the lock: fn must
   // not call into this object.
   void run_when_quiet(std::function<void()> fn);
+  // Runs fn now if no wait is outstanding and returns true; else false, and fn never runs
+  // (a call worth making only now: cudaHostRegister of a mapping about to be used). Same lock.
+  bool run_if_quiet(const std::function<void()>& fn);
   // Fills the pinned reserve when the device is quiet (blocks of the largest pinned request
   // seen so far, between kMinBlock and kMaxBlock). enqueue_wait() does it; tests call it alone.
   void top_up();

@@ -117,6 +117,7 @@ Status ConnectionManager::init() {
   me_.machine = machine_identity();
   me_.pid = getpid();
   me_.staging_chunk = staged_offer();
+  me_.staging_shared = staged_shared_offer();
   // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
   UCCL_RETURN_IF_ERROR(describe_local_host(&me_, local_rdma_nics()));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());
@@ -139,14 +140,17 @@ Endpoint* ConnectionManager::wrap_staged(int peer, Endpoint* ep) {
   if (theirs > 0) chunk = chunk > 0 ? std::min(chunk, theirs) : theirs;
   if (chunk == 0) return ep;
   staged_[peer] = 1;
-  return new StagedEndpoint(std::unique_ptr<Endpoint>(ep), chunk, kStagedBounce.get());
+  // Shared slots: one host (shm), both ranks offering them; both sides see the same facts.
+  const bool shared = ep->kind() == TransportKind::kShm && me_.staging_shared && info.ok() &&
+                      info.value()->staging_shared;
+  return new StagedEndpoint(std::unique_ptr<Endpoint>(ep), chunk, kStagedBounce.get(), shared, peer);
 }
 
 Result<Endpoint*> ConnectionManager::staged_endpoint(int peer) {
   auto ep = endpoint(peer);
   if (!ep.ok() || !ep.value() || staged_[peer] || native_device_memory(ep.value())) return ep;
   staged_[peer] = 1;
-  endpoints_[peer] = std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, kStagedBounce.get());
+  endpoints_[peer] = std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, kStagedBounce.get(), false, peer);
   return endpoints_[peer].get();
 }
 

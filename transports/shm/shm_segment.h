@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/shared_mapping.h"
 #include "uccl/status.h"
 #include "transports/transport.h"
 
@@ -88,46 +89,24 @@ struct SegmentControl {
 };
 static_assert(sizeof(SegmentControl) <= kControlBytes, "control block must fit its page");
 
-// A mapped segment. Movable, unmaps on destruction; unlink() removes the name (idempotent).
-class Segment {
+// A mapped segment (a SharedMapping laid out as above). Movable, unmaps on destruction.
+class Segment : public SharedMapping {
  public:
   Segment() = default;
-  Segment(Segment&& o) noexcept { *this = std::move(o); }
-  Segment& operator=(Segment&& o) noexcept;
-  Segment(const Segment&) = delete;
-  Segment& operator=(const Segment&) = delete;
-  ~Segment();
+  explicit Segment(SharedMapping m) : SharedMapping(std::move(m)) {}
 
   // Active side: a fresh segment "/uccl-<pid>-<random>" with two rings of ring_bytes each.
   static Result<Segment> create(size_t ring_bytes);
   // Passive side: maps an existing segment and checks that it is what the offer said.
   static Result<Segment> open(const std::string& name, size_t total_bytes, size_t ring_bytes);
 
-  void unlink();  // removes the name; ENOENT (the peer was first) is fine
-  const std::string& name() const { return name_; }
-  size_t total_bytes() const { return bytes_; }
-  SegmentControl* control() const { return static_cast<SegmentControl*>(base_); }
+  SegmentControl* control() const { return reinterpret_cast<SegmentControl*>(base()); }
   char* ring_data(int ring) const;
   size_t ring_bytes() const { return control()->ring_bytes; }
-
- private:
-  void* base_ = nullptr;
-  size_t bytes_ = 0;
-  std::string name_;
-  bool linked_ = false;
-  int lock_fd_ = -1;  // creator: holds the segment's lock while the name exists
 };
 
-// Removes "/dev/shm/uccl-<pid>-*" left behind by a creator that died between start_connect()
-// and the peer's open (the only window in which a name exists), e.g. SIGKILLed while its peer
-// was still connecting. A creator holds an exclusive lock on its segment (an OFD lock, which
-// dies with its last holder) for as long as the name exists, so a name nobody locks is stale
-// when its creator is gone (or a zombie) in our pid namespace, or older than `min_age_s` (a pid
-// reused since). A live creator in another pid namespace sharing /dev/shm keeps its lock, so it
-// is never touched. Only our own files. Returns the count.
-int remove_stale_segments(double min_age_s = 60);
-// The creator's side of that: the lock that says "alive" (taken on an open segment fd).
-bool lock_segment(int fd);
+// Stale segments of dead creators (base/shared_mapping.h).
+inline int remove_stale_segments(double min_age_s = 60) { return remove_stale_shared_files(min_age_s); }
 
 // Rounds a requested ring size to what the segment uses: a power of two, at least 4 pieces.
 size_t effective_ring_bytes(size_t requested, size_t piece_bytes);

@@ -3,6 +3,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+
+#include "base/log.h"
+#include "base/reduce.h"
 
 namespace uccl {
 
@@ -18,9 +22,25 @@ const BytesSetting kStagedBounce("staged", "UCCL_STAGED_BOUNCE_BYTES", "8M",
                                  "bounce buffers per staged connection (half per direction, at least 2 chunks each)",
                                  bytes_at_least(8192));
 
+const TextSetting kStagedShared("staged", "UCCL_STAGED_SHARED", "on",
+                                 "on one host (shm), device chunks go through shared-memory slots the peer reads "
+                                 "directly, with no host-to-host copy (when both ranks say on)",
+                                 one_of({"on", "off"}));
+
 namespace {
 std::atomic<size_t> g_bounce_bytes{0};
+
+// Unregisters host memory from the backend it was registered with, then unmaps it (perhaps
+// later: DeviceBackend::unregister_host).
+template <typename Mapping>
+void release_mapping(DeviceBackend* registered, char* base, Mapping&& m) {
+  auto owned = std::make_shared<std::decay_t<Mapping>>(std::move(m));
+  if (!registered) return;  // unmapped as `owned` goes
+  registered->unregister_host(base, [owned] { *owned = std::decay_t<Mapping>(); });
+}
 }  // namespace
+
+bool staged_shared_offer() { return kStagedShared.get() == "on"; }
 
 size_t staged_offer() {
   const std::string& mode = kStaged.get();
@@ -31,17 +51,28 @@ size_t staged_offer() {
 
 size_t staged_bounce_bytes() { return g_bounce_bytes.load(); }
 
-StagedEndpoint::StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes)
+StagedEndpoint::StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes, bool shared,
+                               int peer_rank)
     : inner_(std::move(inner)), chunk_(chunk),
-      slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1) {}
+      slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1), shared_(shared && chunk > 0),
+      peer_rank_(peer_rank) {}
 
 StagedEndpoint::~StagedEndpoint() {
   free_slots(out_);
   free_slots(in_);
+  release_peer_slots();
+}
+
+void StagedEndpoint::release_peer_slots() {
+  char* base = peer_slots_.base();
+  if (base) release_mapping(peer_slots_registered_, base, peer_slots_.take());
+  peer_slots_registered_ = nullptr;
 }
 
 std::string StagedEndpoint::describe() const {
-  return (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes) over " : "staged (whole messages) over ") +
+  return (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes" + (shared_ ? ", shared slots" : "") +
+                        ") over "
+                  : "staged (whole messages) over ") +
          inner_->describe();
 }
 
@@ -49,7 +80,7 @@ void StagedEndpoint::free_slots(Dir& d) {
   if (d.stream && backend_) backend_->synchronize(d.stream.get());  // queued copies may still write
   auto drop = [&](std::unique_ptr<Slot>& s) {
     if (!s) return;
-    backend_->free_pinned(s->host);
+    if (!s->in_segment) backend_->free_pinned(s->host);
     g_bounce_bytes -= s->bytes;
     if (s->dev) {
       backend_->free(s->dev);
@@ -63,12 +94,57 @@ void StagedEndpoint::free_slots(Dir& d) {
   drop(d.dedicated);
   d.dedicated_busy = false;
   d.stream.reset();
+  if (&d == &out_) {
+    unconsumed_.clear();
+    if (out_seg_) release_mapping(out_seg_registered_, out_seg_->base(), std::move(*out_seg_));
+    out_seg_.reset();
+    out_seg_registered_ = nullptr;
+  }
+}
+
+Status StagedEndpoint::map_slots() {
+  Result<SlotSegment> seg = SlotSegment::create(slots_per_dir_, chunk_);
+  if (!seg.ok()) return seg.status();
+  std::vector<std::unique_ptr<Slot>> slots;
+  for (size_t i = 0; i < seg.value().slots(); ++i) {
+    auto e = backend_->create_event();
+    if (!e.ok()) return e.status();  // nothing kept: the segment goes with `seg`
+    auto sl = std::make_unique<Slot>();
+    sl->host = seg.value().slot(i);
+    sl->bytes = chunk_;
+    sl->in_segment = true;
+    sl->index = i;
+    sl->ev = e.take();
+    slots.push_back(std::move(sl));
+  }
+  out_seg_ = std::make_unique<SlotSegment>(seg.take());
+  if (backend_->register_host(out_seg_->base(), out_seg_->bytes())) out_seg_registered_ = backend_;
+  for (auto& sl : slots) {
+    g_bounce_bytes += chunk_;
+    out_.free_slots.push_back(sl.get());
+    out_.pool.push_back(std::move(sl));
+  }
+  return Status::Ok();
+}
+
+void StagedEndpoint::reap_consumed() {
+  for (size_t i = 0; i < unconsumed_.size();) {
+    Slot* sl = unconsumed_[i];
+    if (out_seg_->consumed(sl->index, sl->seq)) {
+      out_.free_slots.push_back(sl);
+      unconsumed_[i] = unconsumed_.back();
+      unconsumed_.pop_back();
+    } else {
+      ++i;
+    }
+  }
 }
 
 Status StagedEndpoint::ensure_device(const MemoryLoc& loc) {
   if (backend_ == loc.backend && ordinal_ == loc.ordinal && out_.stream && in_.stream) return Status::Ok();
   if (backend_) {
     // Another device: switch only when nothing of the old one is in flight.
+    if (out_seg_) reap_consumed();
     auto idle = [](const Dir& d) { return d.free_slots.size() == d.pool.size() && !d.dedicated_busy; };
     if (!idle(out_) || !idle(in_)) return Status(Code::kTimeout, "busy");  // try again later
     free_slots(out_);
@@ -111,6 +187,18 @@ StagedEndpoint::Slot* StagedEndpoint::acquire(Dir& d, size_t len) {
     }
     d.dedicated_busy = true;
     return d.dedicated.get();
+  }
+  if (shared_ && &d == &out_ && !slots_broken_) {
+    if (!out_seg_) {
+      Status st = map_slots();
+      if (!st.ok()) {
+        // The receiver takes plain chunks as well: send them that way (one more host copy).
+        UCCL_WARN("staged: no shared slots for rank %d (%s); sending chunks as plain messages", peer_rank_,
+                  st.message().c_str());
+        slots_broken_ = true;
+      }
+    }
+    if (out_seg_) reap_consumed();
   }
   if (d.free_slots.empty()) {
     if (d.pool.size() >= slots_per_dir_) return nullptr;
@@ -178,6 +266,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
   auto sub_failed = [&](const Request& q) {
     if (op.error.ok()) op.error = q.error;
   };
+  if (shared_ && !is_send) return advance_shared_recv(d, op, may_post);
   if (!op.loc.is_device()) {
     // Host memory: the chunks go straight from / to the user's buffer.
     if (may_post && op.posted < n && op.error.ok()) {
@@ -187,7 +276,9 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
           c.s.data = static_cast<const char*>(op.s->data) + c.off;
           c.s.bytes = c.len;
           c.s.env = op.s->env;
-          c.s.duplex = op.s->duplex;
+          // Shared slots: the receiver posts a chunk's receive only once its header is there,
+          // so no send may wait for the receive first (shm's push of a duplex send does).
+          c.s.duplex = op.s->duplex && !shared_;
           inner_->post_send(&c.s);
         } else {
           c.r.dst = static_cast<char*>(op.r->dst) + c.off;
@@ -228,7 +319,17 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     while (ready && may_post && op.error.ok() && op.started < n) {
       Chunk& c = op.chunks[op.started];
       Slot* sl = acquire(d, c.len);
-      if (!sl) break;
+      if (!sl) {
+        // Waiting for the peer to consume shared slots, with nothing posted on the inner
+        // endpoint: it checks the peer's liveness only while requests are pending, so ask it.
+        if (!unconsumed_.empty() && !inner_->has_pending()) {
+          Envelope env;
+          size_t bytes = 0;
+          Result<bool> alive = inner_->peek(&env, &bytes);
+          if (!alive.ok()) op.error = alive.status();
+        }
+        break;
+      }
       c.slot = sl;
       Status s = backend_->copy_async(sl->host, static_cast<const char*>(op.s->data) + c.off, c.len,
                                       CopyDir::kDeviceToHost, d.stream.get());
@@ -248,10 +349,19 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         break;
       }
       if (op.error.ok()) {
-        c.s.data = c.slot->host;
-        c.s.bytes = c.len;
         c.s.env = op.s->env;
         c.s.duplex = op.s->duplex;
+        if (c.slot->in_segment) {  // the peer reads the slot: send the note
+          c.slot->seq = ++next_seq_;
+          c.note = out_seg_->note(c.slot->index, c.slot->seq, c.len);
+          c.via_slot = true;
+          c.s.data = &c.note;
+          c.s.bytes = sizeof(SlotNote);
+          c.s.env.pad[0] = kSlotNoteMark;
+        } else {
+          c.s.data = c.slot->host;
+          c.s.bytes = c.len;
+        }
         inner_->post_send(&c.s);
         c.stage = Stage::kPosted;
       } else {
@@ -266,7 +376,8 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       Chunk& c = op.chunks[op.finished];
       if (c.s.pending()) break;
       if (c.s.state == ReqState::kFailed) sub_failed(c.s);
-      release(d, c.slot);
+      if (c.via_slot) unconsumed_.push_back(c.slot);  // free again once the peer consumed it
+      else release(d, c.slot);
       c.stage = Stage::kDone;
       ++op.finished;
       moved = true;
@@ -301,26 +412,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         c.stage = Stage::kLanding;  // nothing queued: its (old) event is complete
         continue;
       }
-      char* dst = static_cast<char*>(op.r->dst) + c.off;
-      Status s;
-      if (!op.r->reduce) {
-        s = backend_->copy_async(dst, c.slot->host, c.len, CopyDir::kHostToDevice, d.stream.get());
-      } else {
-        if (!c.slot->dev) {
-          auto dv = backend_->alloc(ordinal_, c.slot->bytes);
-          if (dv.ok()) {
-            c.slot->dev = dv.value();
-            g_bounce_bytes += c.slot->bytes;
-          }
-          s = dv.status();
-        }
-        const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
-        if (s.ok()) s = backend_->copy_async(c.slot->dev, c.slot->host, c.len, CopyDir::kHostToDevice, d.stream.get());
-        if (s.ok())
-          s = backend_->reduce_async(dst, acc, c.slot->dev, c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op,
-                                     d.stream.get());
-      }
-      if (s.ok()) s = backend_->record(c.slot->ev.get(), d.stream.get());
+      Status s = land_on_device(d, op, c, c.slot->host);
       if (!s.ok() && op.error.ok()) op.error = s.with_context("staging a receive to the device");
       c.stage = Stage::kLanding;
     }
@@ -337,6 +429,145 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     }
   }
   finish(op, is_send);
+  return moved;
+}
+
+Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
+  char* dst = static_cast<char*>(op.r->dst) + c.off;
+  Status s;
+  if (!op.r->reduce) {
+    s = backend_->copy_async(dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
+  } else {
+    if (!c.slot->dev) {
+      auto dv = backend_->alloc(ordinal_, c.slot->bytes);
+      if (dv.ok()) {
+        c.slot->dev = dv.value();
+        g_bounce_bytes += c.slot->bytes;
+      }
+      s = dv.status();
+    }
+    const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
+    if (s.ok()) s = backend_->copy_async(c.slot->dev, from, c.len, CopyDir::kHostToDevice, d.stream.get());
+    if (s.ok())
+      s = backend_->reduce_async(dst, acc, c.slot->dev, c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op,
+                                 d.stream.get());
+  }
+  if (s.ok()) s = backend_->record(c.slot->ev.get(), d.stream.get());
+  return s;
+}
+
+bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
+  bool moved = false;
+  const size_t n = op.chunks.size();
+  const bool device = op.loc.is_device();
+  auto sub_failed = [&](const Request& q) {
+    if (op.error.ok()) op.error = q.error;
+  };
+  if (device && may_post && op.error.ok() && op.started < n) {
+    Status s = ensure_device(op.loc);
+    if (!s.ok() && s.code() != Code::kTimeout) op.error = s;
+  }
+  const bool ready = !device || (backend_ == op.loc.backend && ordinal_ == op.loc.ordinal && in_.stream);
+  // 1. One receive on the inner endpoint at a time, shaped by the next message's header: a
+  //    note (into the chunk's note) or the chunk's bytes (into the user's buffer or a slot).
+  if (inner_recv_ && !inner_recv_->pending()) inner_recv_ = nullptr;
+  while (ready && may_post && op.error.ok() && op.started < n && !inner_recv_) {
+    Envelope env;
+    size_t bytes = 0;
+    Result<bool> next = inner_->peek(&env, &bytes);
+    if (!next.ok()) {
+      op.error = next.status();
+      moved = true;
+      break;
+    }
+    if (!next.value()) break;
+    Chunk& c = op.chunks[op.started];
+    if (device && !(c.slot = acquire(d, c.len))) break;
+    c.via_slot = env.pad[0] == kSlotNoteMark;
+    c.r.expect = op.r->expect;
+    c.r.dtype = op.r->dtype;
+    c.r.op = op.r->op;
+    if (c.via_slot) {
+      c.r.dst = &c.note;
+      c.r.bytes = sizeof(SlotNote);
+    } else if (device) {
+      c.r.dst = c.slot->host;
+      c.r.bytes = c.len;
+    } else {  // straight into the user's buffer, reduced on the way as on a plain pair
+      c.r.dst = static_cast<char*>(op.r->dst) + c.off;
+      c.r.bytes = c.len;
+      c.r.reduce = op.r->reduce;
+      c.r.acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : nullptr;
+      c.r.final = op.r->final;
+    }
+    inner_->post_recv(&c.r);
+    if (c.r.pending()) inner_recv_ = &c.r;
+    c.stage = Stage::kPosted;
+    ++op.started;
+    ++op.posted;
+    moved = true;
+  }
+  // 2. A landed chunk is read out of the peer's slot or the local one, in order.
+  for (size_t i = op.finished; i < op.posted; ++i) {
+    Chunk& c = op.chunks[i];
+    if (c.stage != Stage::kPosted) continue;
+    if (c.r.pending()) break;
+    if (inner_recv_ == &c.r) inner_recv_ = nullptr;  // (the op may go before the next pass)
+    moved = true;
+    c.stage = Stage::kLanding;
+    if (c.r.state == ReqState::kFailed) {
+      sub_failed(c.r);
+      continue;
+    }
+    const char* from = device ? c.slot->host : nullptr;
+    if (c.via_slot) {
+      // A note that arrived is consumed in step 3 whatever becomes of the op, or the sender
+      // would wait for its slot forever.
+      Result<const char*> src = peer_slots_.open(c.note);
+      if (src.ok()) c.src = src.value();
+      if (!op.error.ok()) continue;
+      if (!src.ok()) {
+        op.error = Status(src.status().code(), src.status().message(), peer_rank_);
+        continue;
+      }
+      if (c.note.bytes != c.len) {
+        op.error = Status(Code::kMismatch,
+                          "rank " + std::to_string(peer_rank_) + " sent a staged chunk of " +
+                              std::to_string(c.note.bytes) + " bytes where " + std::to_string(c.len) +
+                              " were expected (the two ranks passed messages of different sizes)",
+                          peer_rank_);
+        continue;
+      }
+      from = c.src;
+      if (!device) {  // a host receive reads the slot itself: one copy (or reduce) on this CPU
+        char* dst = static_cast<char*>(op.r->dst) + c.off;
+        if (!op.r->reduce) std::memcpy(dst, from, c.len);
+        else reduce(dst, op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst, from,
+                    c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op);
+        continue;
+      }
+      if (!peer_slots_registered_ && backend_->register_host(peer_slots_.base(), peer_slots_.bytes()))
+        peer_slots_registered_ = backend_;
+    }
+    if (!device || !op.error.ok()) continue;  // a plain chunk landed in the user's buffer
+    Status s = land_on_device(d, op, c, from);
+    if (!s.ok() && op.error.ok()) op.error = s.with_context("staging a receive to the device");
+  }
+  // 3. Chunks whose copies are done give back their slot, and the peer's.
+  while (op.finished < op.posted && op.chunks[op.finished].stage == Stage::kLanding) {
+    Chunk& c = op.chunks[op.finished];
+    if (c.slot) {
+      Result<bool> q = backend_->query(c.slot->ev.get());
+      if (!q.ok() && op.error.ok()) op.error = q.status().with_context("staging a receive to the device");
+      if (q.ok() && !q.value()) break;
+      release(d, c.slot);
+    }
+    if (c.src) peer_slots_.consume(c.note);
+    c.stage = Stage::kDone;
+    ++op.finished;
+    moved = true;
+  }
+  finish(op, false);
   return moved;
 }
 
@@ -392,6 +623,7 @@ void StagedEndpoint::fail_all(const Status& why) {
   // The copies already queued finish (they are finite), then every bounce buffer goes.
   free_slots(out_);
   free_slots(in_);
+  release_peer_slots();
 }
 
 }  // namespace uccl

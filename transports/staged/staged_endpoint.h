@@ -18,6 +18,13 @@
 //    it when a device backend may own memory in this process when the communicator is created;
 //    on always, off never); the chunk is the smaller of the two offers. Host-only pairs of
 //    host-only processes are never wrapped: their code path is exactly the plain one.
+//  * Shared slots (a split pair on shm whose ranks both offered them, UCCL_STAGED_SHARED): a
+//    device chunk is not sent as bytes: the sender copies it into a slot of shared memory and
+//    sends a note naming the slot; the receiver copies (or reduces) straight out of the slot.
+//    No host-to-host copy is left (staged_slots.h has the protocol). The receiver then posts
+//    one chunk's receive at a time, shaped by the next message's header, so no chunk's send
+//    may wait for its receive to be posted: host chunks drop the duplex hint (shm pulls them
+//    instead of pushing).
 //  * Whole mode (no negotiation, chunk 0): a rank that passes device memory on a pair that was
 //    not negotiated stages whole messages (one bounce buffer per message, then one send), the
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
@@ -41,6 +48,7 @@
 
 #include "base/config.h"
 #include "base/device.h"
+#include "transports/staged/staged_slots.h"
 #include "transports/transport.h"
 
 namespace uccl {
@@ -48,16 +56,21 @@ namespace uccl {
 extern const TextSetting kStaged;           // UCCL_STAGED: auto | on | off
 extern const BytesSetting kStagedChunk;     // UCCL_STAGED_CHUNK_BYTES
 extern const BytesSetting kStagedBounce;    // UCCL_STAGED_BOUNCE_BYTES
+extern const TextSetting kStagedShared;     // UCCL_STAGED_SHARED: on | off
 
 // The chunk this process offers for split mode in its PeerInfo, or 0 for none (UCCL_STAGED).
 size_t staged_offer();
+// Whether this process offers shared staging slots in its PeerInfo (UCCL_STAGED_SHARED).
+bool staged_shared_offer();
 // Bytes of bounce buffers (pinned host and device slots) held by all staged endpoints now.
 size_t staged_bounce_bytes();
 
 class StagedEndpoint final : public Endpoint {
  public:
-  // chunk > 0: split mode with that chunk; 0: whole mode.
-  StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes);
+  // chunk > 0: split mode with that chunk; 0: whole mode. shared: device chunks through shared
+  // slots (split mode on one host only). peer_rank names the peer in errors.
+  StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes, bool shared = false,
+                 int peer_rank = -1);
   ~StagedEndpoint() override;
 
   void post_send(SendRequest* r) override;
@@ -78,6 +91,7 @@ class StagedEndpoint final : public Endpoint {
   std::string describe() const override;
 
   size_t chunk() const { return chunk_; }
+  bool shared() const { return shared_; }
   Endpoint* inner() const { return inner_.get(); }
 
  private:
@@ -87,6 +101,11 @@ class StagedEndpoint final : public Endpoint {
     size_t bytes = 0;
     bool pooled = true;
     std::unique_ptr<DeviceEvent> ev;
+    // Shared slots (sending side): host is slot `index` of out_seg_; `seq` is the number of the
+    // note last sent from it (the peer's consumed word must reach it before reuse).
+    bool in_segment = false;
+    size_t index = 0;
+    uint64_t seq = 0;
   };
   enum class Stage : uint8_t { kIdle, kCopying, kPosted, kLanding, kDone };
   struct Chunk {
@@ -95,6 +114,9 @@ class StagedEndpoint final : public Endpoint {
     Slot* slot = nullptr;
     SendRequest s;
     RecvRequest r;
+    bool via_slot = false;         // shared slots: this chunk travels as `note`
+    const char* src = nullptr;     // receiving: the peer's slot it is read from
+    SlotNote note;
   };
   struct Op {
     SendRequest* s = nullptr;  // exactly one of s / r
@@ -117,6 +139,12 @@ class StagedEndpoint final : public Endpoint {
   // Moves one direction's ops along; returns true if anything moved.
   bool advance(Dir& d, bool is_send);
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
+  bool advance_shared_recv(Dir& d, Op& op, bool may_post);
+  // Copies (or reduces) a landed chunk to the device; records its slot's event.
+  Status land_on_device(Dir& d, Op& op, Chunk& c, const char* from);
+  Status map_slots();     // shared slots, sending side: the segment, made on first use
+  void reap_consumed();  // slots whose note the peer consumed become free
+  void release_peer_slots();
   Slot* acquire(Dir& d, size_t len);
   void release(Dir& d, Slot* s);
   Status ensure_device(const MemoryLoc& loc);
@@ -128,6 +156,18 @@ class StagedEndpoint final : public Endpoint {
   DeviceBackend* backend_ = nullptr;
   int ordinal_ = -1;
   Dir out_, in_;
+  bool shared_;
+  int peer_rank_;
+  // Shared slots. Sending: the segment, the next note's number, the slots sent whose consumed
+  // word has not come back. Receiving: the peer's segment, and the one inner receive posted.
+  std::unique_ptr<SlotSegment> out_seg_;
+  DeviceBackend* out_seg_registered_ = nullptr;
+  bool slots_broken_ = false;  // no segment could be made: device chunks go as plain messages
+  uint64_t next_seq_ = 0;
+  std::vector<Slot*> unconsumed_;
+  PeerSlots peer_slots_;
+  DeviceBackend* peer_slots_registered_ = nullptr;
+  RecvRequest* inner_recv_ = nullptr;
   bool failed_ = false;
   Status why_failed_;
 };

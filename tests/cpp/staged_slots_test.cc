@@ -1,0 +1,91 @@
+// Shared staging slots (transports/staged/staged_slots.h): the sender's segment and the
+// receiver's mapping of it, the consumed words that give slots back, and the checks on notes.
+#include <sys/stat.h>
+
+#include <cstring>
+#include <string>
+
+#include "test_util.h"
+#include "transports/staged/staged_slots.h"
+
+using namespace uccl;
+
+namespace {
+bool name_exists(const std::string& name) {
+  struct stat st;
+  return stat(("/dev/shm" + name).c_str(), &st) == 0;
+}
+}  // namespace
+
+TEST_CASE("a note names a slot the peer reads, and its consumed word gives the slot back") {
+  auto seg = SlotSegment::create(3, 100000);  // slots rounded up to pages
+  REQUIRE(seg.ok());
+  SlotSegment& s = seg.value();
+  CHECK(s.slots() == 3);
+  std::memset(s.slot(2), 0x5a, 100000);
+  SlotNote n = s.note(2, 7, 100000);
+  CHECK(name_exists(n.segment));
+
+  PeerSlots peer;
+  auto p = peer.open(n);
+  REQUIRE(p.ok());
+  CHECK(!name_exists(n.segment));  // the reader unlinks once mapped
+  CHECK(static_cast<unsigned char>(p.value()[99999]) == 0x5a);
+  CHECK(!s.consumed(2, 7));
+  peer.consume(n);
+  CHECK(s.consumed(2, 7));
+  CHECK(!s.consumed(1, 7));
+
+  // A later note from the same segment reuses the mapping.
+  SlotNote m = s.note(0, 8, 10);
+  auto q = peer.open(m);
+  REQUIRE(q.ok());
+  CHECK(q.value() == s.slot(0) - s.base() + peer.base());
+}
+
+TEST_CASE("bad notes are refused with what was wrong") {
+  auto seg = SlotSegment::create(2, 4096);
+  REQUIRE(seg.ok());
+  PeerSlots peer;
+  SlotNote n = seg.value().note(1, 1, 4096);
+
+  SlotNote bad = n;
+  bad.magic = 1;
+  auto r = peer.open(bad);
+  CHECK(r.status().code() == Code::kRemoteError);
+
+  bad = n;
+  bad.slot = 2;
+  r = peer.open(bad);
+  CHECK(r.status().code() == Code::kRemoteError);
+  CHECK(r.status().message().find("slot 2") != std::string::npos);
+
+  bad = n;
+  bad.bytes = 4097;
+  CHECK(!peer.open(bad).ok());
+
+  bad = n;
+  std::snprintf(bad.segment, sizeof bad.segment, "/not-ours");
+  CHECK(peer.open(bad).status().code() == Code::kInvalidArgument);
+
+  bad = n;
+  std::snprintf(bad.segment, sizeof bad.segment, "/uccl-1-00000000deadbeef");  // gone
+  CHECK(peer.open(bad).status().code() == Code::kNotSupported);
+
+  bad = n;
+  bad.segment_bytes += 4096;  // not the size the file has
+  CHECK(!peer.open(bad).ok());
+
+  CHECK(peer.open(n).ok());  // the good one still works after all that
+}
+
+TEST_CASE("the sender's segment is unlinked at teardown when no peer mapped it") {
+  std::string name;
+  {
+    auto seg = SlotSegment::create(1, 4096);
+    REQUIRE(seg.ok());
+    name = seg.value().note(0, 1, 1).segment;
+    CHECK(name_exists(name));
+  }
+  CHECK(!name_exists(name));
+}
