@@ -89,3 +89,21 @@ TEST_CASE("the sender's segment is unlinked at teardown when no peer mapped it")
   }
   CHECK(!name_exists(name));
 }
+
+TEST_CASE("a note from a new segment replaces the mapping and hands the old one over, still mapped") {
+  auto a = SlotSegment::create(1, 4096);
+  auto b = SlotSegment::create(1, 4096);
+  REQUIRE((a.ok() && b.ok()));
+  std::memset(a.value().slot(0), 1, 4096);
+  std::memset(b.value().slot(0), 2, 4096);
+  PeerSlots peer;
+  REQUIRE(peer.open(a.value().note(0, 1, 4096)).ok());
+  CHECK(peer.take_retired().base() == nullptr);
+  char* first = peer.base();
+  auto q = peer.open(b.value().note(0, 1, 4096));
+  REQUIRE(q.ok());
+  CHECK(q.value()[0] == 2);
+  SharedMapping old = peer.take_retired();
+  REQUIRE(old.base() == first);  // not unmapped yet: it may still be registered for DMA
+  CHECK(old.base()[4096] == 1);  // slot 0 of segment a, after its header page: still readable
+}

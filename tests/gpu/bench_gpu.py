@@ -1,7 +1,8 @@
 """GPU benchmarks for issue 14 (run by tests/gpu/run.sh; needs torch with CUDA and uccl's cuda backend).
 
 In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
-  * uccl all_reduce busbw on CUDA tensors, staged through the host (UCCL_CUDA_IPC=off) and over
+  * uccl all_reduce busbw on CUDA tensors, staged through the host (UCCL_CUDA_IPC=off; through
+    shared slots, and without them: UCCL_STAGED_SHARED=off) and over
     CUDA IPC (UCCL_CUDA_IPC=on), 1 MiB .. 256 MiB float32;
   * torch.distributed with backend "uccl" on the same CUDA tensors (issue 15: in place, ordered
     on the current stream), and PyTorch Gloo's all_reduce (it copies to the host, reduces
@@ -46,9 +47,13 @@ def timed(fn, iters, sync):
 
 
 def rank_main(rank, world, port, upath, mode, q):
-    os.environ["UCCL_CUDA_IPC"] = "off" if mode == "staged" else "on"
-    if mode == "staged":
+    staged = mode in ("staged", "staged-noslots")
+    os.environ["UCCL_CUDA_IPC"] = "off" if staged else "on"
+    if staged:
         os.environ["UCCL_STAGED"] = "on"  # the pipelined chunks, whatever the context's timing
+        # staged-noslots: the chunks cross as bytes (D2H, a host copy between the processes, H2D)
+        # instead of through shared slots (D2H into the slot the peer reads with its H2D).
+        os.environ["UCCL_STAGED_SHARED"] = "off" if mode == "staged-noslots" else "on"
     ngpu = torch.cuda.device_count()
     dev = torch.device("cuda", rank % ngpu)
     torch.cuda.set_device(dev)
@@ -156,7 +161,7 @@ def main():
     world = 2
     factor = 2 * (world - 1) / world
     pcie = pcie_bw()
-    modes = ("staged", "ipc", "torch-uccl", "gloo", "host")
+    modes = ("staged", "staged-noslots", "ipc", "torch-uccl", "gloo", "host")
     results = {}
     for m in modes:
         results[m] = run(m, world)
@@ -169,11 +174,12 @@ def main():
     lines = [f"## all_reduce float32 on CUDA tensors, {world} ranks, {torch.cuda.device_count()} GPU(s) "
              f"({torch.cuda.get_device_name(0)})", "",
              f"pinned PCIe host->device copy: {pcie:.1f} GB/s (torch, same run)", "",
-             "| size | uccl staged busbw (GB/s) | uccl IPC busbw | torch 'uccl' busbw | Gloo busbw | staged / Gloo | "
-             "torch 'uccl' / Gloo | staged / PCIe | uccl on host tensors |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| size | uccl staged busbw (GB/s) | staged without shared slots | uccl IPC busbw | torch 'uccl' busbw | "
+             "Gloo busbw | staged / Gloo | torch 'uccl' / Gloo | staged / PCIe | uccl on host tensors |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for size, bw in rows:
-        lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['ipc']:.2f} | {bw['torch-uccl']:.2f} | "
+        lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['staged-noslots']:.2f} | {bw['ipc']:.2f} | "
+                     f"{bw['torch-uccl']:.2f} | "
                      f"{bw['gloo']:.2f} | {bw['staged'] / bw['gloo']:.1f}x | {bw['torch-uccl'] / bw['gloo']:.1f}x | "
                      f"{100 * bw['staged'] / pcie:.0f}% | {bw['host']:.2f} |")
     lines += [""] + [f"{m}: " + (f"`{results[m]['describe']}`" if isinstance(results[m], dict) else f"FAILED: {results[m]}")

@@ -314,6 +314,11 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     if (!s.ok() && s.code() != Code::kTimeout) op.error = s;
   }
   const bool ready = backend_ == op.loc.backend && ordinal_ == op.loc.ordinal && out_.stream;
+  if (is_send && ready && out_seg_ && !out_seg_registered_ && !op.register_tried) {
+    // The slots were made while a stream waited on a signal (not registered then): again, once per op.
+    op.register_tried = true;
+    if (backend_->register_host(out_seg_->base(), out_seg_->bytes())) out_seg_registered_ = backend_;
+  }
   if (is_send) {
     // 1. device -> host copies into free slots, in order.
     while (ready && may_post && op.error.ok() && op.started < n) {
@@ -525,6 +530,12 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
       // would wait for its slot forever.
       Result<const char*> src = peer_slots_.open(c.note);
       if (src.ok()) c.src = src.value();
+      SharedMapping retired = peer_slots_.take_retired();  // the sender made a new segment
+      if (retired.base()) {
+        char* base = retired.base();
+        release_mapping(peer_slots_registered_, base, std::move(retired));
+        peer_slots_registered_ = nullptr;
+      }
       if (!op.error.ok()) continue;
       if (!src.ok()) {
         op.error = Status(src.status().code(), src.status().message(), peer_rank_);
@@ -546,8 +557,12 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
                     c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op);
         continue;
       }
-      if (!peer_slots_registered_ && backend_->register_host(peer_slots_.base(), peer_slots_.bytes()))
-        peer_slots_registered_ = backend_;
+      // Registered for DMA once per op at most (cuda registers only while no stream waits on a
+      // signal; until then the copies read it as pageable memory).
+      if (!peer_slots_registered_ && !op.register_tried) {
+        op.register_tried = true;
+        if (backend_->register_host(peer_slots_.base(), peer_slots_.bytes())) peer_slots_registered_ = backend_;
+      }
     }
     if (!device || !op.error.ok()) continue;  // a plain chunk landed in the user's buffer
     Status s = land_on_device(d, op, c, from);

@@ -125,6 +125,7 @@ class StagedEndpoint final : public Endpoint {
     std::vector<Chunk> chunks;
     size_t started = 0, posted = 0, finished = 0;
     Status error;
+    bool register_tried = false;  // shared slots: one try per op to register them for DMA
   };
   struct Dir {
     std::deque<Op> ops;

@@ -74,6 +74,7 @@ Result<const char*> PeerSlots::open(const SlotNote& note) {
     const auto* h = reinterpret_cast<const SlotHeader*>(m.base());
     if (h->magic != kHeaderMagic || h->slots == 0 || h->data_offset + h->slots * h->stride != note.segment_bytes)
       return Status(Code::kRemoteError, "staged: the peer's slot segment " + name + " has an unexpected header");
+    if (seg_.base()) retired_ = std::move(seg_);
     seg_ = std::move(m);
     name_ = name;
     slots_ = h->slots;
@@ -98,6 +99,7 @@ void PeerSlots::consume(const SlotNote& note) {
 
 void PeerSlots::unmap() {
   seg_ = SharedMapping();
+  retired_ = SharedMapping();
   name_.clear();
   slots_ = stride_ = data_offset_ = 0;
 }

@@ -96,9 +96,12 @@ class PeerSlots {
   // Hands the mapping over (to be unmapped once unregistered: DeviceBackend::unregister_host),
   // leaving this empty.
   SharedMapping take();
+  // The mapping a note naming a new segment replaced, still mapped (it may be registered with a
+  // device backend: the caller unregisters it before it goes); empty if none.
+  SharedMapping take_retired() { return std::move(retired_); }
 
  private:
-  SharedMapping seg_;
+  SharedMapping seg_, retired_;
   std::string name_;
   size_t slots_ = 0, stride_ = 0, data_offset_ = 0;
 };
