@@ -69,6 +69,10 @@ def body_shared_slots(ctx):
         comm.send(base * 2, 1)
         comm.send(SimArray.from_numpy(base * 3), 1)
         comm.send(SimArray.from_numpy(base * 4), 1, tag=7)
+        # Another device, then the first again: the sender makes a new segment each time (its
+        # slots are tied to the device's copies), the receiver maps it and lets the old one go.
+        for dev, k in ((1, 5), (0, 6)):
+            comm.send(SimArray.from_numpy(base * k, device=dev), 1)
     else:
         h = np.zeros(n, np.float32)
         comm.recv(h, 0)
@@ -80,6 +84,10 @@ def body_shared_slots(ctx):
         comm._c.p2p([(False, b.addr, b.count, b.dtype, -1, 7)], 0).wait(30)  # any source
         out["p2p"] = [bool(np.array_equal(h, base)), bool(np.array_equal(d1.numpy(), base * 2)),
                       bool(np.array_equal(d2.numpy(), base * 3)), bool(np.array_equal(a.numpy(), base * 4))]
+        for dev, k in ((1, 5), (0, 6)):
+            y = SimArray(n, np.float32, device=dev)
+            comm.recv(y, 0)
+            out["p2p"].append(bool(np.array_equal(y.numpy(), base * k)))
     out["describe"] = comm.describe()
     x = base + me
     buf = SimArray.from_numpy(x) if me == 0 else x.copy()
@@ -104,7 +112,7 @@ def test_shared_slots_carry_every_form_of_chunk():
     results = run_world(2, "test_device:body_shared_slots", env={"UCCL_STAGED": "on"}, transport="shm",
                         timeout=120, grace=20)
     assert "shared slots" in results[0]["describe"], results[0]["describe"]
-    assert results[1]["p2p"] == [True] * 4, results[1]
+    assert results[1]["p2p"] == [True] * 6, results[1]
     assert all(r["all_reduce"] for r in results), results
     assert all(r["bounce_bytes"] > 0 for r in results), results  # the slots exist while the pair does
     # The receiver names the sender and the sizes (the sender's sends completed: its data left).
