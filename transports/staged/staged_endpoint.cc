@@ -276,9 +276,9 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
           c.s.data = static_cast<const char*>(op.s->data) + c.off;
           c.s.bytes = c.len;
           c.s.env = op.s->env;
-          // Shared slots: the receiver posts a chunk's receive only once its header is there,
-          // so no send may wait for the receive first (shm's push of a duplex send does).
-          c.s.duplex = op.s->duplex && !shared_;
+          // Shared slots: the receiver posts a message's first receive only once its header is
+          // there, so that send may not wait for the receive (shm's push of a duplex send does).
+          c.s.duplex = op.s->duplex && !(shared_ && op.posted == 0);
           inner_->post_send(&c.s);
         } else {
           c.r.dst = static_cast<char*>(op.r->dst) + c.off;
@@ -400,10 +400,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       c.r.reduce = false;
       c.r.dtype = op.r->dtype;
       c.r.op = op.r->op;
-      inner_->post_recv(&c.r);
-      c.stage = Stage::kPosted;
-      ++op.started;
-      ++op.posted;
+      post_chunk_recv(op, c);
       moved = true;
     }
     // 2. a landed chunk goes to the device (and is reduced there), in order.
@@ -435,6 +432,13 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
   }
   finish(op, is_send);
   return moved;
+}
+
+void StagedEndpoint::post_chunk_recv(Op& op, Chunk& c) {
+  inner_->post_recv(&c.r);
+  c.stage = Stage::kPosted;
+  ++op.started;
+  ++op.posted;
 }
 
 Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
@@ -473,22 +477,26 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
     if (!s.ok() && s.code() != Code::kTimeout) op.error = s;
   }
   const bool ready = !device || (backend_ == op.loc.backend && ordinal_ == op.loc.ordinal && in_.stream);
-  // 1. One receive on the inner endpoint at a time, shaped by the next message's header: a
-  //    note (into the chunk's note) or the chunk's bytes (into the user's buffer or a slot).
-  if (inner_recv_ && !inner_recv_->pending()) inner_recv_ = nullptr;
-  while (ready && may_post && op.error.ok() && op.started < n && !inner_recv_) {
-    Envelope env;
-    size_t bytes = 0;
-    Result<bool> next = inner_->peek(&env, &bytes);
-    if (!next.ok()) {
-      op.error = next.status();
-      moved = true;
-      break;
+  // 1. Receives on the inner endpoint. Every chunk of one message has the same form (notes for
+  //    a device sender with slots, plain bytes otherwise): the first chunk's header says which
+  //    (peek, once no earlier receive is pending), the others are posted ahead as usual.
+  while (ready && may_post && op.error.ok() && op.started < n) {
+    if (op.via_slots < 0) {
+      if (inner_recvs_ > 0) break;
+      Envelope env;
+      size_t bytes = 0;
+      Result<bool> next = inner_->peek(&env, &bytes);
+      if (!next.ok()) {
+        op.error = next.status();
+        moved = true;
+        break;
+      }
+      if (!next.value()) break;
+      op.via_slots = env.pad[0] == kSlotNoteMark;
     }
-    if (!next.value()) break;
     Chunk& c = op.chunks[op.started];
     if (device && !(c.slot = acquire(d, c.len))) break;
-    c.via_slot = env.pad[0] == kSlotNoteMark;
+    c.via_slot = op.via_slots > 0;
     c.r.expect = op.r->expect;
     c.r.dtype = op.r->dtype;
     c.r.op = op.r->op;
@@ -503,13 +511,9 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
       c.r.bytes = c.len;
       c.r.reduce = op.r->reduce;
       c.r.acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : nullptr;
-      c.r.final = op.r->final;
     }
-    inner_->post_recv(&c.r);
-    if (c.r.pending()) inner_recv_ = &c.r;
-    c.stage = Stage::kPosted;
-    ++op.started;
-    ++op.posted;
+    post_chunk_recv(op, c);
+    ++inner_recvs_;
     moved = true;
   }
   // 2. A landed chunk is read out of the peer's slot or the local one, in order.
@@ -517,7 +521,7 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
     Chunk& c = op.chunks[i];
     if (c.stage != Stage::kPosted) continue;
     if (c.r.pending()) break;
-    if (inner_recv_ == &c.r) inner_recv_ = nullptr;  // (the op may go before the next pass)
+    --inner_recvs_;
     moved = true;
     c.stage = Stage::kLanding;
     if (c.r.state == ReqState::kFailed) {
@@ -626,6 +630,7 @@ bool StagedEndpoint::has_pending() const {
 
 void StagedEndpoint::fail_all(const Status& why) {
   failed_ = true;
+  inner_recvs_ = 0;  // the inner endpoint fails them all
   why_failed_ = why;
   inner_->fail_all(why);
   for (Dir* d : {&out_, &in_}) {

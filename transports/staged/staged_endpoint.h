@@ -21,10 +21,10 @@
 //  * Shared slots (a split pair on shm whose ranks both offered them, UCCL_STAGED_SHARED): a
 //    device chunk is not sent as bytes: the sender copies it into a slot of shared memory and
 //    sends a note naming the slot; the receiver copies (or reduces) straight out of the slot.
-//    No host-to-host copy is left (staged_slots.h has the protocol). The receiver then posts
-//    one chunk's receive at a time, shaped by the next message's header, so no chunk's send
-//    may wait for its receive to be posted: host chunks drop the duplex hint (shm pulls them
-//    instead of pushing).
+//    No host-to-host copy is left (staged_slots.h has the protocol). All chunks of a message
+//    have one form (notes or bytes); the receiver learns it from the first chunk's header
+//    before it posts that receive, so a message's first send may not wait for its receive to be
+//    posted: a host message's first chunk drops the duplex hint (shm pulls it, not pushes).
 //  * Whole mode (no negotiation, chunk 0): a rank that passes device memory on a pair that was
 //    not negotiated stages whole messages (one bounce buffer per message, then one send), the
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
@@ -126,6 +126,7 @@ class StagedEndpoint final : public Endpoint {
     size_t started = 0, posted = 0, finished = 0;
     Status error;
     bool register_tried = false;  // shared slots: one try per op to register them for DMA
+    int via_slots = -1;           // shared slots, receiving: 1 notes, 0 plain chunks, -1 not known yet
   };
   struct Dir {
     std::deque<Op> ops;
@@ -141,6 +142,7 @@ class StagedEndpoint final : public Endpoint {
   bool advance(Dir& d, bool is_send);
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
   bool advance_shared_recv(Dir& d, Op& op, bool may_post);
+  void post_chunk_recv(Op& op, Chunk& c);  // the next chunk's receive, on the inner endpoint
   // Copies (or reduces) a landed chunk to the device; records its slot's event.
   Status land_on_device(Dir& d, Op& op, Chunk& c, const char* from);
   Status map_slots();     // shared slots, sending side: the segment, made on first use
@@ -160,7 +162,8 @@ class StagedEndpoint final : public Endpoint {
   bool shared_;
   int peer_rank_;
   // Shared slots. Sending: the segment, the next note's number, the slots sent whose consumed
-  // word has not come back. Receiving: the peer's segment, and the one inner receive posted.
+  // word has not come back. Receiving: the peer's segment, and the receives posted on the inner
+  // endpoint and not yet seen complete (a message's form is peeked only when there are none).
   std::unique_ptr<SlotSegment> out_seg_;
   DeviceBackend* out_seg_registered_ = nullptr;
   bool slots_broken_ = false;  // no segment could be made: device chunks go as plain messages
@@ -168,7 +171,7 @@ class StagedEndpoint final : public Endpoint {
   std::vector<Slot*> unconsumed_;
   PeerSlots peer_slots_;
   DeviceBackend* peer_slots_registered_ = nullptr;
-  RecvRequest* inner_recv_ = nullptr;
+  size_t inner_recvs_ = 0;
   bool failed_ = false;
   Status why_failed_;
 };

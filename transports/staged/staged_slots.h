@@ -17,10 +17,11 @@
 //    of the chunk's bytes, as an ordinary message of the inner endpoint whose envelope carries
 //    kSlotNoteMark in pad[0]. Envelope checks, ordering, any-source look-ahead and the failure
 //    detection stay the inner endpoint's. Host chunks travel as plain messages (one CMA copy).
-//  * The receiver reads each chunk's form from the next message's header (peek) before it posts
-//    the receive. On a note it maps the segment (PeerSlots, once), copies or reduces out of the
-//    slot, and when that is done stores the note's sequence number in the slot's `consumed`
-//    word. The sender reuses a slot once its word holds the number it sent there.
+//  * Every chunk of one message has the same form. The receiver reads it from the first chunk's
+//    header (peek) before it posts that receive, then posts the others ahead. On a note it maps
+//    the segment (PeerSlots, once), copies or reduces out of the slot, and when that is done
+//    stores the note's sequence number in the slot's `consumed` word. The sender reuses a slot
+//    once its word holds the number it sent there.
 //  * Failures: a dead receiver consumes nothing more: the sender's inner endpoint fails as
 //    usual and its segment is unmapped. A dead sender's pages live on while the receiver maps
 //    them, so a copy in flight finishes. The receiver unlinks the name once mapped, the sender
