@@ -51,6 +51,33 @@ def test_device_collectives(sid, world, transport, groups, modes, env, big):
             assert ("shared slots" in results[0]["describe"]) == slots, results[0]["describe"]
 
 
+# ---- small host messages on staged pairs ---------------------------------------------------------
+
+def body_tiny_on_staged(ctx):
+    """Blocking all_reduce of 8 bytes and of 4 KiB, different values every call, on staged pairs:
+    from its second run an express operation runs from its tiny plan, which re-posts the same
+    request objects. A staged endpoint that left them as the last run had them ("done") let the
+    call return before its data came (seen as a MismatchError at the next barrier, or a wrong sum)."""
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    for count in (2, 1024):
+        x = np.empty(count, np.float32)  # one buffer: the express key is the same every call
+        for i in range(200):
+            x[:] = (i + 1) * (me + 1)
+            comm.all_reduce(x)
+            want = float((i + 1) * n * (n + 1) // 2)
+            ctx.check.equal(float(x[0]), want, f"all_reduce of {count} call {i}")
+            ctx.check.equal(float(x[-1]), want, f"all_reduce of {count} call {i}, last")
+    comm.barrier()
+    return comm.describe()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_small_host_messages_on_staged_pairs(transport):
+    results = run_world(3, "test_device:body_tiny_on_staged", env={"UCCL_STAGED": "on"}, transport=transport,
+                        timeout=120)
+    assert "staged (chunks of" in results[0], results[0]
+
+
 # ---- shared staging slots on one host (transports/staged/staged_slots.h) ----------------------------
 
 def body_shared_slots(ctx):

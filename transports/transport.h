@@ -147,6 +147,8 @@ struct WaitSet {
 class Endpoint {
  public:
   virtual ~Endpoint() = default;
+  // Posting makes the request pending (state = kPending) before anything else: callers re-post
+  // the same request objects run after run (the tiny plan, core/schedule_tiny.cc).
   virtual void post_send(SendRequest* r) = 0;
   virtual void post_recv(RecvRequest* r) = 0;
   // Returns true if anything moved (used by the engine to decide when to back off).

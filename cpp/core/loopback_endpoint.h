@@ -11,8 +11,14 @@ namespace uccl {
 
 class LoopbackEndpoint : public Endpoint {
  public:
-  void post_send(SendRequest* r) override { sends_.push_back(r); }
-  void post_recv(RecvRequest* r) override { recvs_.push_back(r); }
+  void post_send(SendRequest* r) override {
+    r->state = ReqState::kPending;
+    sends_.push_back(r);
+  }
+  void post_recv(RecvRequest* r) override {
+    r->state = ReqState::kPending;
+    recvs_.push_back(r);
+  }
   bool progress() override {
     bool moved = false;
     while (!sends_.empty() && !recvs_.empty()) {

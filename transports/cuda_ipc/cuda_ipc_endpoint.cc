@@ -99,6 +99,7 @@ Result<void*> CudaIpcEndpoint::map_peer(const Ctrl& c, int ordinal) {
 // ---- sending -------------------------------------------------------------------------------
 
 void CudaIpcEndpoint::post_send(SendRequest* r) {
+  r->state = ReqState::kPending;  // re-posted requests (the tiny plan) must not look done
   if (failed_) return fail(r, error_);
   auto op = std::make_unique<SendOp>();
   op->r = r;
@@ -273,6 +274,7 @@ void CudaIpcEndpoint::send_ack() {
 // ---- receiving -------------------------------------------------------------------------------
 
 void CudaIpcEndpoint::post_recv(RecvRequest* r) {
+  r->state = ReqState::kPending;
   if (failed_) return fail(r, error_);
   auto op = std::make_unique<RecvOp>();
   op->r = r;

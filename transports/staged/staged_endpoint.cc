@@ -250,8 +250,16 @@ void StagedEndpoint::queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes,
   advance(d, s != nullptr);
 }
 
-void StagedEndpoint::post_send(SendRequest* r) { queue(out_, r, nullptr, r->bytes, r->data); }
-void StagedEndpoint::post_recv(RecvRequest* r) { queue(in_, nullptr, r, r->bytes, r->dst); }
+// Pending from here on, as every endpoint does: callers re-post the same request (the tiny plan,
+// core/schedule_tiny.cc) and would otherwise see the last run's state (its receive "done" at once).
+void StagedEndpoint::post_send(SendRequest* r) {
+  r->state = ReqState::kPending;
+  queue(out_, r, nullptr, r->bytes, r->data);
+}
+void StagedEndpoint::post_recv(RecvRequest* r) {
+  r->state = ReqState::kPending;
+  queue(in_, nullptr, r, r->bytes, r->dst);
+}
 
 void StagedEndpoint::finish(Op& op, bool is_send) {
   Request* user = is_send ? static_cast<Request*>(op.s) : op.r;
