@@ -7,7 +7,8 @@ Values are small integers (exact in every dtype and in any summation order), so 
 compared bit for bit with numpy. Scenarios:
   * every collective x dtype x op, counts 0, 1, 7, 1023, 2^20+3, in place and out of place,
     worlds 2 and 3, through CUDA IPC (one host: the default) and staged through the host
-    (UCCL_CUDA_IPC=off: the staged path over shm, pipelined in chunks and whole messages);
+    (UCCL_CUDA_IPC=off: the staged path over shm, pipelined in chunks through shared slots and
+    whole messages);
   * several ranks on one GPU (world 4, all on cuda:0; NCCL refuses this);
   * mixed ranks: even ranks pass CUDA tensors, odd ranks numpy arrays;
   * a kernel writes the buffer on the current stream right before the collective (no host
@@ -139,7 +140,9 @@ def test_every_collective_on_cuda(world, path):
     if path == "ipc":
         assert all("cuda_ipc" in ln for ln in peers), desc[0]
     else:
-        mode = "chunks of" if path == "staged" else "whole messages"
+        # The pipelined chunks on one host go through shared slots (staged_slots.h): registered
+        # with cudaHostRegister, the device copies read and write them directly.
+        mode = "chunks of 524288 bytes, shared slots" if path == "staged" else "whole messages"
         assert all(mode in ln and "cuda_ipc" not in ln for ln in peers), desc[0]
 
 
