@@ -30,9 +30,11 @@
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
 //
 // Bounded and released: each direction holds at most UCCL_STAGED_BOUNCE_BYTES / 2 of pooled
-// slots (whole mode: one message-sized slot per direction at a time). fail_all() waits for the
-// copies already queued on the device (they are finite), then frees every slot; the process-wide
-// total is staged_bounce_bytes() (tests check it returns to 0 after a peer died).
+// slots (whole mode: one message-sized slot per direction at a time; shared slots: the sending
+// direction's pool is the segment's slots). fail_all() waits for the copies already queued on
+// the device (they are finite), then frees every slot, unregisters and unmaps the segment and
+// the peer's mapping; the process-wide total is staged_bounce_bytes() (tests check it returns
+// to 0 after a peer died, and that no name of ours is left in /dev/shm).
 //
 // Ordering: requests of one direction are posted to the inner endpoint in the caller's order
 // (a later request waits until the earlier one has posted all its chunks), so the FIFO contract
