@@ -55,14 +55,15 @@ bool process_gone(int pid) {
   return paren && paren[1] == ' ' && paren[2] == 'Z';
 }
 
-}  // namespace
-
+// The creator's lock that says "alive" (an OFD lock on the whole file: it dies with its last holder).
 bool lock_shared_file(int fd) {
   struct flock l {};
   l.l_type = F_WRLCK;
   l.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
   return fcntl(fd, F_OFD_SETLK, &l) == 0;
 }
+
+}  // namespace
 
 int remove_stale_shared_files(double min_age_s) {
   DIR* dir = opendir("/dev/shm");

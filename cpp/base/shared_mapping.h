@@ -52,7 +52,5 @@ class SharedMapping {
 };
 
 int remove_stale_shared_files(double min_age_s = 60);
-// The creator's side of that: the lock that says "alive" (taken on an open file).
-bool lock_shared_file(int fd);
 
 }  // namespace uccl

@@ -322,11 +322,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     if (!s.ok() && s.code() != Code::kTimeout) op.error = s;
   }
   const bool ready = backend_ == op.loc.backend && ordinal_ == op.loc.ordinal && out_.stream;
-  if (is_send && ready && out_seg_ && !out_seg_registered_ && !op.register_tried) {
-    // The slots were made while a stream waited on a signal (not registered then): again, once per op.
-    op.register_tried = true;
-    if (backend_->register_host(out_seg_->base(), out_seg_->bytes())) out_seg_registered_ = backend_;
-  }
+  if (is_send && ready && out_seg_) register_once(op, out_seg_->base(), out_seg_->bytes(), &out_seg_registered_);
   if (is_send) {
     // 1. device -> host copies into free slots, in order.
     while (ready && may_post && op.error.ok() && op.started < n) {
@@ -440,6 +436,14 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
   }
   finish(op, is_send);
   return moved;
+}
+
+void StagedEndpoint::register_once(Op& op, char* base, size_t bytes, DeviceBackend** registered) {
+  // At most one try per op: cuda registers only while no stream waits on a signal (the slots
+  // may have been made during such a wait), and until then copies read them as pageable memory.
+  if (*registered || op.register_tried) return;
+  op.register_tried = true;
+  if (backend_->register_host(base, bytes)) *registered = backend_;
 }
 
 void StagedEndpoint::post_chunk_recv(Op& op, Chunk& c) {
@@ -569,12 +573,7 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
                     c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op);
         continue;
       }
-      // Registered for DMA once per op at most (cuda registers only while no stream waits on a
-      // signal; until then the copies read it as pageable memory).
-      if (!peer_slots_registered_ && !op.register_tried) {
-        op.register_tried = true;
-        if (backend_->register_host(peer_slots_.base(), peer_slots_.bytes())) peer_slots_registered_ = backend_;
-      }
+      register_once(op, peer_slots_.base(), peer_slots_.bytes(), &peer_slots_registered_);
     }
     if (!device || !op.error.ok()) continue;  // a plain chunk landed in the user's buffer
     Status s = land_on_device(d, op, c, from);

@@ -145,6 +145,8 @@ class StagedEndpoint final : public Endpoint {
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
   bool advance_shared_recv(Dir& d, Op& op, bool may_post);
   void post_chunk_recv(Op& op, Chunk& c);  // the next chunk's receive, on the inner endpoint
+  // Shared slots: registers a mapping for DMA with the op's backend, one try per op.
+  void register_once(Op& op, char* base, size_t bytes, DeviceBackend** registered);
   // Copies (or reduces) a landed chunk to the device; records its slot's event.
   Status land_on_device(Dir& d, Op& op, Chunk& c, const char* from);
   Status map_slots();     // shared slots, sending side: the segment, made on first use

@@ -9,7 +9,7 @@
 namespace uccl {
 namespace {
 
-constexpr uint64_t kHeaderMagic = 0x31746f6c736c6363ull;  // "ccslslot1"
+constexpr uint64_t kHeaderMagic = 0x31746f6c736c6363ull;  // "cclslot1" in memory order
 constexpr size_t kLine = 64;
 
 // The segment's first line, then one line per slot holding its `consumed` word.
