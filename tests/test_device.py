@@ -147,6 +147,53 @@ def test_shared_slots_carry_every_form_of_chunk():
         "count 262144" in results[1]["mismatch"], results[1]
 
 
+def body_form_notes(ctx, send_n=0, recv_n=0):
+    """Messages on either side of kFormNoteMinBytes (16 KiB; smaller ones have no form note: the
+    receiver peeks) between host and simulated-device buffers in every direction, one received
+    from any source; then, if send_n, a message of send_n floats to a receive of recv_n, one that crosses the threshold on one side
+    only (a typed error naming the sender, not a hang)."""
+    from uccl._buffers import as_buffer
+    from uccl.sim import SimArray
+    comm, me = ctx.comm, ctx.rank
+    kinds = [("host", "host"), ("host", "sim"), ("sim", "host"), ("sim", "sim")]
+    ok = []
+    for n in (4095, 4096, 4097, (1 << 17) + 3):
+        base = (np.arange(n) % 613).astype(np.float32) + n
+        for i, (src, dst) in enumerate(kinds):
+            if me == 0:
+                comm.send(SimArray.from_numpy(base + i) if src == "sim" else base + i, 1, tag=i)
+            else:
+                y = SimArray(n, np.float32) if dst == "sim" else np.zeros(n, np.float32)
+                if i == 1:  # from any source
+                    b = as_buffer(y, "recv buffer", writable=True)
+                    comm._c.p2p([(False, b.addr, b.count, b.dtype, -1, i)], 0).wait(30)
+                else:
+                    comm.recv(y, 0, tag=i)
+                ok.append(bool(np.array_equal(y.numpy() if dst == "sim" else y, base + i)))
+    out = {"ok": ok, "describe": comm.describe()}
+    if send_n:
+        ctx.linger = False
+        try:
+            if me == 0:
+                comm.send(np.ones(send_n, np.float32), 1)
+            else:
+                comm.recv(SimArray(recv_n, np.float32), 0)
+            out["mismatch"] = "no error"
+        except uccl.UcclError as e:
+            out["mismatch"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+@pytest.mark.parametrize("sizes", [None, (4095, 4096), (4096, 4095)], ids=["exact", "small-to-large", "large-to-small"])
+def test_form_notes_on_shared_slots(sizes):
+    results = run_world(2, "test_device:body_form_notes", env={"UCCL_STAGED": "on"}, transport="shm",
+                        args=sizes or (), timeout=120, grace=20)
+    assert "shared slots" in results[0]["describe"], results[0]["describe"]
+    assert results[1]["ok"] == [True] * 16, results[1]
+    if sizes:
+        assert results[1]["mismatch"].startswith("MismatchError") and "rank 0" in results[1]["mismatch"], results[1]
+
+
 # ---- the stream argument, errors, memory ---------------------------------------------------------
 
 def body_stream(ctx):

@@ -22,9 +22,11 @@
 //    device chunk is not sent as bytes: the sender copies it into a slot of shared memory and
 //    sends a note naming the slot; the receiver copies (or reduces) straight out of the slot.
 //    No host-to-host copy is left (staged_slots.h has the protocol). All chunks of a message
-//    have one form (notes or bytes); the receiver learns it from the first chunk's header
-//    before it posts that receive, so a message's first send may not wait for its receive to be
-//    posted: a host message's first chunk drops the duplex hint (shm pulls it, not pushes).
+//    have one form (notes or bytes), which the receiver must know before it posts a receive: a
+//    message of 16 KiB or more opens with a note (its first slot note, or a plain-form note
+//    ahead of plain chunks), so its first receive is posted at once and large host chunks are
+//    still pushed; a smaller one's form is read from its first chunk's header (peek), so that
+//    send may not wait for its receive (its first chunk drops the duplex hint).
 //  * Whole mode (no negotiation, chunk 0): a rank that passes device memory on a pair that was
 //    not negotiated stages whole messages (one bounce buffer per message, then one send), the
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
@@ -129,6 +131,10 @@ class StagedEndpoint final : public Endpoint {
     Status error;
     bool register_tried = false;  // shared slots: one try per op to register them for DMA
     int via_slots = -1;           // shared slots, receiving: 1 notes, 0 plain chunks, -1 not known yet
+    // Shared slots, sending plain chunks of a message that opens with a note: that note.
+    SendRequest form;
+    SlotNote form_note;
+    bool form_posted = false;
   };
   struct Dir {
     std::deque<Op> ops;
@@ -144,6 +150,10 @@ class StagedEndpoint final : public Endpoint {
   bool advance(Dir& d, bool is_send);
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
   bool advance_shared_recv(Dir& d, Op& op, bool may_post);
+  // Shared slots: whether a message opens with a note (staged_slots.h, kFormNoteMinBytes).
+  bool opens_with_note(const Op& op) const;
+  // Sends the plain-form note of a message whose chunks go as plain bytes, if it needs one.
+  void post_form_note(Op& op);
   void post_chunk_recv(Op& op, Chunk& c);  // the next chunk's receive, on the inner endpoint
   // Shared slots: registers a mapping for DMA with the op's backend, one try per op.
   void register_once(Op& op, char* base, size_t bytes, DeviceBackend** registered);
