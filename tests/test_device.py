@@ -147,11 +147,12 @@ def test_shared_slots_carry_every_form_of_chunk():
         "count 262144" in results[1]["mismatch"], results[1]
 
 
-def body_form_notes(ctx, send_n=0, recv_n=0):
-    """Messages on either side of kFormNoteMinBytes (16 KiB; smaller ones have no form note: the
-    receiver peeks) between host and simulated-device buffers in every direction, one received
-    from any source; then, if send_n, a message of send_n floats to a receive of recv_n, one that crosses the threshold on one side
-    only (a typed error naming the sender, not a hang)."""
+def body_either_form(ctx, send_n=0, recv_n=0):
+    """Messages of 4095, 4096, 4097 floats and of 2 chunks and more, between host and simulated-
+    device buffers in every direction, one received from any source: each chunk comes as its
+    bytes (a host sender) or a note (a device sender), and every receive, posted ahead, takes
+    either (RecvRequest::alt_dst). Then, if send_n, a message of send_n floats to a receive of
+    recv_n: a typed error naming the sender, not a hang."""
     from uccl._buffers import as_buffer
     from uccl.sim import SimArray
     comm, me = ctx.comm, ctx.rank
@@ -184,9 +185,9 @@ def body_form_notes(ctx, send_n=0, recv_n=0):
     return out
 
 
-@pytest.mark.parametrize("sizes", [None, (4095, 4096), (4096, 4095)], ids=["exact", "small-to-large", "large-to-small"])
-def test_form_notes_on_shared_slots(sizes):
-    results = run_world(2, "test_device:body_form_notes", env={"UCCL_STAGED": "on"}, transport="shm",
+@pytest.mark.parametrize("sizes", [None, (4095, 4096), (4096, 4095)], ids=["exact", "smaller", "larger"])
+def test_receives_take_either_form_on_shared_slots(sizes):
+    results = run_world(2, "test_device:body_either_form", env={"UCCL_STAGED": "on"}, transport="shm",
                         args=sizes or (), timeout=120, grace=20)
     assert "shared slots" in results[0]["describe"], results[0]["describe"]
     assert results[1]["ok"] == [True] * 16, results[1]

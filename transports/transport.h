@@ -108,6 +108,15 @@ struct RecvRequest : Request {
   const RecvRequest* after = nullptr;
   size_t lead = 0;
   size_t delivered = 0;  // bytes combined so far: kept current by endpoints that take turns
+  // An alternate form (only for endpoints whose takes_alternates() is true): a message of
+  // exactly alt_bytes whose envelope carries alt_mark in pad[0] lands in alt_dst instead, as it
+  // is (not reduced), and the endpoint sets took_alt (it clears it at post). The staged
+  // endpoint's shared slots send a chunk either as its bytes or as a note naming a slot, and
+  // its receiver cannot know which before the message is there.
+  void* alt_dst = nullptr;
+  size_t alt_bytes = 0;
+  uint8_t alt_mark = 0;
+  bool took_alt = false;
 };
 
 // How far a receive that takes turns may combine now: to where its `after` got, plus its lead;
@@ -173,6 +182,8 @@ class Endpoint {
   // Whether receives honour RecvRequest::after / lead and keep `delivered` current. Otherwise
   // the executor posts each ordered receive only once the one before it has completed.
   virtual bool takes_turns() const { return false; }
+  // Whether receives honour RecvRequest::alt_dst (an alternate form of the message).
+  virtual bool takes_alternates() const { return false; }
   virtual bool has_pending() const = 0;
   // Any-source receives (P2POp::peer == kAnySource) choose their peer by the header of each
   // peer's next message. peek() makes progress and returns true with that message's envelope

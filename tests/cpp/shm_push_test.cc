@@ -188,6 +188,105 @@ TEST_CASE("final receives are pushed from push_min_bytes") {
   test_final(true, true, false, 32u << 10, false);        // one-way: ring
 }
 
+// Alternate forms (RecvRequest::alt_dst, the staged endpoint's notes): every receive is a large
+// plain one (offered for a push) that also takes a 48-byte "note" with mark 0xA5. The sender
+// sends, per message, the bytes (duplex: pushed into the offer) or the note. A note lands in
+// alt_dst and leaves the buffer untouched, a reducing receive does not reduce it, the offer it
+// left open does not confuse the later pushes (the slots cycle twice), an unmarked message of
+// the note's size is taken as bytes, and a marked one of neither size is a mismatch.
+TEST_CASE("receives that take an alternate form") {
+  constexpr uint8_t kMark = 0xA5;
+  constexpr size_t kNote = 48, kMessages = 2 * shm::kPushOfferSlots + 3;
+  const size_t big = (1u << 20) + 64;
+  auto is_note = [](size_t i) { return i % 3 == 1; };
+  auto body = [&](Endpoint* ep) -> int {
+    REQUIRE(ep->takes_alternates());
+    std::vector<std::vector<uint8_t>> in(kMessages, std::vector<uint8_t>(big, kUntouched));
+    std::vector<std::vector<uint8_t>> notes(kMessages, std::vector<uint8_t>(kNote, 0));
+    std::vector<RecvRequest> r(kMessages);
+    std::vector<Request*> batch;
+    for (size_t i = 0; i < kMessages; ++i) {
+      make_recv(&r[i], in[i].data(), big, env_for(i + 1));
+      if (i % 2 == 0) {  // reducing receives (uint8 sum onto 0xee bytes) for every other one
+        r[i].reduce = true;
+        r[i].dtype = DataType::kUint8;
+      }
+      r[i].alt_dst = notes[i].data();
+      r[i].alt_bytes = kNote;
+      r[i].alt_mark = kMark;
+      ep->post_recv(&r[i]);
+      batch.push_back(&r[i]);
+      if (batch.size() == 4 || i + 1 == kMessages) {  // fewer ahead than offer slots: none is replaced
+        REQUIRE_OK(drive(ep, batch));
+        batch.clear();
+      }
+    }
+    for (size_t i = 0; i < kMessages; ++i) {
+      REQUIRE(r[i].took_alt == is_note(i));
+      if (is_note(i)) {
+        REQUIRE(check_payload(notes[i].data(), kNote, 100 + i));
+        REQUIRE(all_bytes(in[i], 0, kUntouched));
+      } else {
+        std::vector<uint8_t> want = make_payload(big, i);
+        if (r[i].reduce)
+          for (auto& b : want) b = static_cast<uint8_t>(b + kUntouched);
+        REQUIRE(in[i] == want);
+      }
+    }
+    // An unmarked message of the note's size is the bytes; a marked one of another size fails.
+    std::vector<uint8_t> small(kNote, kUntouched), note(kNote);
+    RecvRequest plain, wrong;
+    make_recv(&plain, small.data(), kNote, env_for(100));
+    plain.alt_dst = note.data();
+    plain.alt_bytes = kNote;
+    plain.alt_mark = kMark;
+    wrong = plain;
+    wrong.expect = env_for(101);
+    wrong.dst = in[0].data();
+    wrong.bytes = 2 * kNote;
+    ep->post_recv(&plain);
+    REQUIRE_OK(drive(ep, {&plain}));
+    REQUIRE(!plain.took_alt);
+    REQUIRE(check_payload(small.data(), kNote, 7));
+    ep->post_recv(&wrong);
+    REQUIRE(drive(ep, {&wrong}, 10).code() == Code::kMismatch);
+    return 0;
+  };
+  std::unique_ptr<Endpoint> ep;
+  ShmOptions o = options(true);
+  o.cma_min_bytes = 128 << 10;
+  pid_t child = fork_pair(o, o, &ep, body);
+  std::vector<std::vector<uint8_t>> payload(kMessages);
+  std::vector<SendRequest> s(kMessages);
+  std::vector<Request*> all;
+  for (size_t i = 0; i < kMessages; ++i) {
+    payload[i] = is_note(i) ? make_payload(kNote, 100 + i) : make_payload(big, i);
+    Envelope e = env_for(i + 1);
+    if (is_note(i)) e.pad[0] = kMark;
+    make_send(&s[i], payload[i].data(), payload[i].size(), e, true);
+    ep->post_send(&s[i]);
+    all.push_back(&s[i]);
+  }
+  REQUIRE_OK(drive(ep.get(), all));
+  std::vector<uint8_t> small = make_payload(kNote, 7), marked = make_payload(kNote + 16, 8);
+  SendRequest plain, wrong;
+  make_send(&plain, small.data(), kNote, env_for(100));
+  Envelope e = env_for(101);
+  e.pad[0] = kMark;
+  make_send(&wrong, marked.data(), marked.size(), e);
+  ep->post_send(&plain);
+  ep->post_send(&wrong);
+  drive(ep.get(), {&plain, &wrong}, 10);  // the second may fail once the receiver reported it
+  const shm::ShmStats& st = as_shm(ep.get())->stats();
+  std::printf("  alternate forms: ring %llu, cma %llu, push %llu\n", (unsigned long long)st.ring_sends,
+              (unsigned long long)st.cma_sends, (unsigned long long)st.push_sends);
+  // Pushed: the plain receives that do not reduce (reducing ones make no offer: pulled).
+  size_t plain_copies = 0;
+  for (size_t i = 0; i < kMessages; ++i) plain_copies += !is_note(i) && i % 2 == 1;
+  if (as_shm(ep.get())->cma_send_enabled()) CHECK(st.push_sends == plain_copies);
+  CHECK(join(child) == 0);
+}
+
 TEST_CASE("receiver fails before the push") { test_fail_during_push(false); }
 TEST_CASE("receiver fails in the middle of a push") { test_fail_during_push(true); }
 

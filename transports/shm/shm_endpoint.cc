@@ -82,6 +82,7 @@ void ShmEndpoint::post_send(SendRequest* r) {
 
 void ShmEndpoint::post_recv(RecvRequest* r) {
   r->state = ReqState::kPending;
+  r->took_alt = false;
   if (dead_) return fail(r, dead_status_);
   if (r->bytes > 0 && r->dst == nullptr)
     return fail(r, InvalidArgument("shm receive of " + std::to_string(r->bytes) + " bytes into a null buffer"));

@@ -144,6 +144,7 @@ class ShmEndpoint final : public Endpoint {
   TransportKind kind() const override { return TransportKind::kShm; }
   bool takes_tee() const override { return true; }
   bool takes_turns() const override { return true; }  // by ring pieces and CMA chunks
+  bool takes_alternates() const override { return true; }
   void arm_wait(WaitSet* ws) override;
   void disarm_wait() override;
   void note_waiting_on_cpu(int cpu) override {

@@ -234,6 +234,16 @@ bool ShmEndpoint::recv_start(RecvRequest* r) {
           "found a corrupt message header in the shared memory ring");
     return true;
   }
+  if (r->alt_dst && rx_hdr_.env.pad[0] == r->alt_mark && bytes == r->alt_bytes && rx_hdr_.env.same_call(r->expect)) {
+    // The alternate form (RecvRequest::alt_dst): the receive now describes it. It is small
+    // (never pulled or pushed), so an offer of the plain form for this message stays unclaimed
+    // until the next offer in its slot replaces it.
+    r->took_alt = true;
+    r->dst = r->alt_dst;
+    r->bytes = bytes;
+    r->reduce = false;
+    r->after = nullptr;
+  }
   if (!rx_hdr_.env.same_call(r->expect) || bytes != r->bytes) {
     Status s = mismatch_error(peer_, r->expect, r->bytes, rx_hdr_.env, bytes);
     fatal(s, "detected a mismatch: " + s.message());

@@ -54,7 +54,7 @@ size_t staged_bounce_bytes() { return g_bounce_bytes.load(); }
 StagedEndpoint::StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes, bool shared,
                                int peer_rank)
     : inner_(std::move(inner)), chunk_(chunk),
-      slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1), shared_(shared && chunk > 0),
+      slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1), shared_(shared && chunk > 0 && inner_->takes_alternates()),
       peer_rank_(peer_rank) {}
 
 StagedEndpoint::~StagedEndpoint() {
@@ -264,9 +264,8 @@ void StagedEndpoint::post_recv(RecvRequest* r) {
 void StagedEndpoint::finish(Op& op, bool is_send) {
   Request* user = is_send ? static_cast<Request*>(op.s) : op.r;
   if (!user->pending()) return;
-  if (op.form_posted && op.form.state == ReqState::kFailed && op.error.ok()) op.error = op.form.error;
   if (!op.error.ok()) fail(user, op.error);
-  else if (op.finished == op.chunks.size() && !(op.form_posted && op.form.pending())) complete(user);
+  else if (op.finished == op.chunks.size()) complete(user);
 }
 
 bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
@@ -279,17 +278,13 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
   if (!op.loc.is_device()) {
     // Host memory: the chunks go straight from / to the user's buffer.
     if (may_post && op.posted < n && op.error.ok()) {
-      if (is_send) post_form_note(op);
       for (; op.posted < n; ++op.posted) {
         Chunk& c = op.chunks[op.posted];
         if (is_send) {
           c.s.data = static_cast<const char*>(op.s->data) + c.off;
           c.s.bytes = c.len;
           c.s.env = op.s->env;
-          // Shared slots: the receiver posts the first receive of a message without a form note
-          // only once its header is there, so that send may not wait for the receive (shm's push
-          // of a duplex send does).
-          c.s.duplex = op.s->duplex && !(shared_ && op.posted == 0 && !opens_with_note(op));
+          c.s.duplex = op.s->duplex;
           inner_->post_send(&c.s);
         } else {
           c.r.dst = static_cast<char*>(op.r->dst) + c.off;
@@ -363,7 +358,6 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       if (op.error.ok()) {
         c.s.env = op.s->env;
         c.s.duplex = op.s->duplex;
-        if (!c.slot->in_segment) post_form_note(op);  // no shared slots after all: plain chunks
         if (c.slot->in_segment) {  // the peer reads the slot: send the note
           c.slot->seq = ++next_seq_;
           c.note = out_seg_->note(c.slot->index, c.slot->seq, c.len);
@@ -450,21 +444,6 @@ void StagedEndpoint::register_once(Op& op, char* base, size_t bytes, DeviceBacke
   if (backend_->register_host(base, bytes)) *registered = backend_;
 }
 
-bool StagedEndpoint::opens_with_note(const Op& op) const {
-  return shared_ && (op.s ? op.s->bytes : op.r->bytes) >= kFormNoteMinBytes;
-}
-
-void StagedEndpoint::post_form_note(Op& op) {
-  if (op.form_posted || op.posted > 0 || !opens_with_note(op)) return;
-  op.form_posted = true;
-  op.form_note = plain_form_note(op.s->bytes);
-  op.form.data = &op.form_note;
-  op.form.bytes = sizeof(SlotNote);
-  op.form.env = op.s->env;
-  op.form.env.pad[0] = kSlotNoteMark;
-  inner_->post_send(&op.form);
-}
-
 void StagedEndpoint::post_chunk_recv(Op& op, Chunk& c) {
   inner_->post_recv(&c.r);
   c.stage = Stage::kPosted;
@@ -508,48 +487,27 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
     if (!s.ok() && s.code() != Code::kTimeout) op.error = s;
   }
   const bool ready = !device || (backend_ == op.loc.backend && ordinal_ == op.loc.ordinal && in_.stream);
-  // 1. Receives on the inner endpoint. Every chunk of one message has the same form (notes for
-  //    a device sender with slots, plain bytes otherwise): the first chunk's header says which
-  //    (peek, once no earlier receive is pending), the others are posted ahead as usual.
+  // 1. Receives on the inner endpoint, posted ahead. Each takes whichever form its chunk comes
+  //    in: the bytes (straight into the user's buffer, reduced on the way as on a plain pair; a
+  //    device's into a bounce slot) or a note (RecvRequest::alt_dst).
   while (ready && may_post && op.error.ok() && op.started < n) {
-    bool note = op.via_slots > 0;
-    if (op.via_slots < 0 && opens_with_note(op)) {
-      if (op.started > 0) break;  // its opening note is posted: the form comes with it
-      note = true;
-    } else if (op.via_slots < 0) {
-      if (inner_recvs_ > 0) break;
-      Envelope env;
-      size_t bytes = 0;
-      Result<bool> next = inner_->peek(&env, &bytes);
-      if (!next.ok()) {
-        op.error = next.status();
-        moved = true;
-        break;
-      }
-      if (!next.value()) break;
-      op.via_slots = env.pad[0] == kSlotNoteMark;
-      note = op.via_slots > 0;
-    }
     Chunk& c = op.chunks[op.started];
     if (device && !(c.slot = acquire(d, c.len))) break;
-    c.via_slot = note;
     c.r.expect = op.r->expect;
     c.r.dtype = op.r->dtype;
     c.r.op = op.r->op;
-    if (c.via_slot) {
-      c.r.dst = &c.note;
-      c.r.bytes = sizeof(SlotNote);
-    } else if (device) {
+    c.r.bytes = c.len;
+    if (device) {
       c.r.dst = c.slot->host;
-      c.r.bytes = c.len;
-    } else {  // straight into the user's buffer, reduced on the way as on a plain pair
+    } else {
       c.r.dst = static_cast<char*>(op.r->dst) + c.off;
-      c.r.bytes = c.len;
       c.r.reduce = op.r->reduce;
       c.r.acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : nullptr;
     }
+    c.r.alt_dst = &c.note;
+    c.r.alt_bytes = sizeof(SlotNote);
+    c.r.alt_mark = kSlotNoteMark;
     post_chunk_recv(op, c);
-    ++inner_recvs_;
     moved = true;
   }
   // 2. A landed chunk is read out of the peer's slot or the local one, in order.
@@ -557,35 +515,13 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
     Chunk& c = op.chunks[i];
     if (c.stage != Stage::kPosted) continue;
     if (c.r.pending()) break;
-    --inner_recvs_;
     moved = true;
     c.stage = Stage::kLanding;
-    const bool opening = c.via_slot && op.via_slots < 0;  // a message's opening note
     if (c.r.state == ReqState::kFailed) {
       sub_failed(c.r);
       continue;
     }
-    if (opening && c.note.magic == kPlainFormMagic && c.note.bytes == op.r->bytes && op.error.ok()) {
-      // Plain chunks follow, from the first on: post that one again, as plain bytes.
-      op.via_slots = 0;
-      if (c.slot) release(d, c.slot);
-      c.slot = nullptr;
-      c.via_slot = false;
-      c.stage = Stage::kIdle;
-      op.started = op.posted = 0;
-      advance_shared_recv(d, op, may_post);
-      return true;
-    }
-    if (opening) op.via_slots = 1;
-    if (c.via_slot && c.note.magic != kSlotNoteMagic && op.error.ok()) {
-      // A plain-form note of another size, or a small plain message where a note was due.
-      op.error = Status(Code::kMismatch,
-                        "rank " + std::to_string(peer_rank_) + " sent a message of " +
-                            (c.note.magic == kPlainFormMagic ? std::to_string(c.note.bytes) + " bytes"
-                                                             : "another size") +
-                            " where " + std::to_string(op.r->bytes) + " bytes were expected",
-                        peer_rank_);
-    }
+    c.via_slot = c.r.took_alt;
     const char* from = device ? c.slot->host : nullptr;
     if (c.via_slot) {
       // A note that arrived is consumed in step 3 whatever becomes of the op, or the sender
@@ -654,7 +590,6 @@ bool StagedEndpoint::advance(Dir& d, bool is_send) {
     Op& op = d.ops.front();
     const bool user_final = !(op.s ? static_cast<Request*>(op.s) : op.r)->pending();
     if (!user_final || op.finished < op.posted || op.posted < op.started) break;
-    if (op.form_posted && op.form.pending()) break;
     if (op.error.ok() && op.finished < op.chunks.size()) break;
     d.ops.pop_front();
     moved = true;
@@ -684,7 +619,6 @@ bool StagedEndpoint::has_pending() const {
 
 void StagedEndpoint::fail_all(const Status& why) {
   failed_ = true;
-  inner_recvs_ = 0;  // the inner endpoint fails them all
   why_failed_ = why;
   inner_->fail_all(why);
   for (Dir* d : {&out_, &in_}) {

@@ -21,12 +21,9 @@
 //  * Shared slots (a split pair on shm whose ranks both offered them, UCCL_STAGED_SHARED): a
 //    device chunk is not sent as bytes: the sender copies it into a slot of shared memory and
 //    sends a note naming the slot; the receiver copies (or reduces) straight out of the slot.
-//    No host-to-host copy is left (staged_slots.h has the protocol). All chunks of a message
-//    have one form (notes or bytes), which the receiver must know before it posts a receive: a
-//    message of 16 KiB or more opens with a note (its first slot note, or a plain-form note
-//    ahead of plain chunks), so its first receive is posted at once and large host chunks are
-//    still pushed; a smaller one's form is read from its first chunk's header (peek), so that
-//    send may not wait for its receive (its first chunk drops the duplex hint).
+//    No host-to-host copy is left (staged_slots.h has the protocol). A host buffer's chunks go
+//    as bytes; each receive takes either form (RecvRequest::alt_dst, which shm honours), so
+//    the receiver posts ahead and a large host chunk is still pushed as on a plain pair.
 //  * Whole mode (no negotiation, chunk 0): a rank that passes device memory on a pair that was
 //    not negotiated stages whole messages (one bounce buffer per message, then one send), the
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
@@ -118,7 +115,7 @@ class StagedEndpoint final : public Endpoint {
     Slot* slot = nullptr;
     SendRequest s;
     RecvRequest r;
-    bool via_slot = false;         // shared slots: this chunk travels as `note`
+    bool via_slot = false;         // shared slots: this chunk travels (or came) as `note`
     const char* src = nullptr;     // receiving: the peer's slot it is read from
     SlotNote note;
   };
@@ -130,11 +127,6 @@ class StagedEndpoint final : public Endpoint {
     size_t started = 0, posted = 0, finished = 0;
     Status error;
     bool register_tried = false;  // shared slots: one try per op to register them for DMA
-    int via_slots = -1;           // shared slots, receiving: 1 notes, 0 plain chunks, -1 not known yet
-    // Shared slots, sending plain chunks of a message that opens with a note: that note.
-    SendRequest form;
-    SlotNote form_note;
-    bool form_posted = false;
   };
   struct Dir {
     std::deque<Op> ops;
@@ -150,10 +142,6 @@ class StagedEndpoint final : public Endpoint {
   bool advance(Dir& d, bool is_send);
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
   bool advance_shared_recv(Dir& d, Op& op, bool may_post);
-  // Shared slots: whether a message opens with a note (staged_slots.h, kFormNoteMinBytes).
-  bool opens_with_note(const Op& op) const;
-  // Sends the plain-form note of a message whose chunks go as plain bytes, if it needs one.
-  void post_form_note(Op& op);
   void post_chunk_recv(Op& op, Chunk& c);  // the next chunk's receive, on the inner endpoint
   // Shared slots: registers a mapping for DMA with the op's backend, one try per op.
   void register_once(Op& op, char* base, size_t bytes, DeviceBackend** registered);
@@ -176,8 +164,7 @@ class StagedEndpoint final : public Endpoint {
   bool shared_;
   int peer_rank_;
   // Shared slots. Sending: the segment, the next note's number, the slots sent whose consumed
-  // word has not come back. Receiving: the peer's segment, and the receives posted on the inner
-  // endpoint and not yet seen complete (a message's form is peeked only when there are none).
+  // word has not come back. Receiving: the peer's segment.
   std::unique_ptr<SlotSegment> out_seg_;
   DeviceBackend* out_seg_registered_ = nullptr;
   bool slots_broken_ = false;  // no segment could be made: device chunks go as plain messages
@@ -185,7 +172,6 @@ class StagedEndpoint final : public Endpoint {
   std::vector<Slot*> unconsumed_;
   PeerSlots peer_slots_;
   DeviceBackend* peer_slots_registered_ = nullptr;
-  size_t inner_recvs_ = 0;
   bool failed_ = false;
   Status why_failed_;
 };

@@ -17,15 +17,10 @@
 //    of the chunk's bytes, as an ordinary message of the inner endpoint whose envelope carries
 //    kSlotNoteMark in pad[0]. Envelope checks, ordering, any-source look-ahead and the failure
 //    detection stay the inner endpoint's. Host chunks travel as plain messages (one CMA copy).
-//  * Every chunk of one message has the same form, and the receiver must know it before it posts
-//    a chunk's receive. A message of at least kFormNoteMinBytes opens with a note: its first
-//    chunk's slot note, or, when its chunks travel as plain bytes (a host sender), a plain-form
-//    note (kPlainFormMagic, the message's size) sent before them. So the receiver posts a note's
-//    receive at once, and a plain sender's large chunks may wait for their posted receive (shm's
-//    CMA push of an exchange step) as on any pair. A smaller message has no form note: the
-//    receiver reads its form from the first chunk's header (peek) before it posts that receive
-//    (those messages are copied through the ring, never pushed), then posts the others ahead.
-//    On a note it maps
+//  * The receiver does not know a chunk's form in advance (the sender's buffer decides): each
+//    receive it posts takes the chunk's bytes or, as RecvRequest::alt_dst, a note (a message of
+//    sizeof(SlotNote) bytes with the mark). So receives are posted ahead as on any pair, and a
+//    host sender's large chunks may wait for theirs to be pushed (shm's CMA push). On a note it maps
 //    the segment (PeerSlots, once), copies or reduces out of the slot, and when that is done
 //    stores the note's sequence number in the slot's `consumed` word. The sender reuses a slot
 //    once its word holds the number it sent there.
@@ -58,18 +53,6 @@ struct SlotNote {
   char segment[48] = {0};  // "/uccl-<pid>-<16 hex digits>"
 };
 constexpr uint64_t kSlotNoteMagic = 0x65746f6e746f6c73ull;  // "slotnote"
-// A plain-form note: the message's chunks follow as plain bytes; `bytes` is the message's size.
-constexpr uint64_t kPlainFormMagic = 0x67736d6e69616c70ull;  // "plainmsg"
-// Messages from this size open with a note (above). Below it a host sender's first chunk goes
-// without the duplex hint (not pushed, as the receiver waits for its header): little is lost,
-// shm pushes only from 16 KiB by default (UCCL_SHM_PUSH_MIN_BYTES).
-constexpr size_t kFormNoteMinBytes = 16 << 10;
-inline SlotNote plain_form_note(size_t message_bytes) {
-  SlotNote n;
-  n.magic = kPlainFormMagic;
-  n.bytes = message_bytes;
-  return n;
-}
 
 // The sender's side: the segment and its slots.
 class SlotSegment {
