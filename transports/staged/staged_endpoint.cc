@@ -54,8 +54,8 @@ size_t staged_bounce_bytes() { return g_bounce_bytes.load(); }
 StagedEndpoint::StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes, bool shared,
                                int peer_rank)
     : inner_(std::move(inner)), chunk_(chunk),
-      slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1), shared_(shared && chunk > 0 && inner_->takes_alternates()),
-      peer_rank_(peer_rank) {}
+      slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1),
+      shared_(shared && chunk > 0 && inner_->takes_alternates()), peer_rank_(peer_rank) {}
 
 StagedEndpoint::~StagedEndpoint() {
   free_slots(out_);
@@ -362,6 +362,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
           c.slot->seq = ++next_seq_;
           c.note = out_seg_->note(c.slot->index, c.slot->seq, c.len);
           c.via_slot = true;
+          c.s.duplex = false;  // a note is never pushed
           c.s.data = &c.note;
           c.s.bytes = sizeof(SlotNote);
           c.s.env.pad[0] = kSlotNoteMark;
