@@ -10,12 +10,15 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DUCCL_FUZZ=ON -DUCCL
   -DUCCL_WITH_VERBS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$build" -j2 --target fuzz_handshake fuzz_tcp_stream fuzz_peer_info fuzz_auth fuzz_agreement
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-# Seeds: a well-formed hello (wrong secret) so mutations start past the magic and version.
+# Seeds: a well-formed hello (wrong secret) so mutations start past the magic and version, and
+# one with the harness's secret, so every run sets up an admitted connection (which the fuzzer
+# otherwise reaches only sometimes: a 10 s store wait on that path once failed CI).
 mkdir -p "$build/corpus/fuzz_handshake"
-python3 - "$build/corpus/fuzz_handshake/hello" <<'PY'
-import struct, sys
-hello = struct.pack("<IHBB16sQiiIII", 0x4C434355, 1, 0, 0, b"\x11" * 16, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4) + b"tcp1"
-open(sys.argv[1], "wb").write(hello)
+python3 - "$build/corpus/fuzz_handshake" <<'PY'
+import os, struct, sys
+for name, secret in (("hello", b"\x11" * 16), ("hello_secret", b"\x5a" * 16)):
+    hello = struct.pack("<IHBB16sQiiIII", 0x4C434355, 1, 0, 0, secret, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4) + b"tcp1"
+    open(os.path.join(sys.argv[1], name), "wb").write(hello)
 PY
 # fuzz_auth (job key): a store client's AuthHello and a keyed hello, so mutations start past
 # the magics (first byte: even = store port, odd = rank port).

@@ -21,6 +21,7 @@ bool ConnectionManager::accept_new() {
       socklen_t len = sizeof ss;
       int fd = ::accept(lfd, reinterpret_cast<sockaddr*>(&ss), &len);
       if (fd < 0) break;
+      ++sockets_accepted_;
       set_nonblocking(fd, true);
       set_socket_options(fd);
       auto in = std::make_unique<Incoming>();

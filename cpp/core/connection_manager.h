@@ -89,8 +89,11 @@ class ConnectionManager {
   uint64_t comm_id() const { return comm_id_; }
   // The agreement's MAC key: the job key and this communicator's secret (never sent).
   std::string agreement_key() const { return key_ + std::string(reinterpret_cast<const char*>(secret_), kSecretBytes); }
-  // Accepted sockets whose handshake is still being read (the fuzzer watches this drain).
+  // Accepted sockets whose handshake is still being read, and sockets accepted so far (the
+  // fuzzer waits for its connection to be accepted, listeners being polled only now and then,
+  // and then for this to drain).
   size_t pending_handshakes() const { return incoming_.size(); }
+  uint64_t sockets_accepted() const { return sockets_accepted_; }
 
  private:
   struct Outgoing;
@@ -170,6 +173,7 @@ class ConnectionManager {
   // connection waits at most this long, a progress pass saves a failing accept() syscall.
   static constexpr double kAcceptIntervalS = 100e-6;
   double next_accept_s_ = 0;
+  uint64_t sockets_accepted_ = 0;
   static constexpr int kClockEvery = 16;
   int calls_since_clock_ = kClockEvery;  // the first call looks at the clock
 };

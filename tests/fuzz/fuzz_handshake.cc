@@ -35,6 +35,11 @@ World& world() {
     store->set("uccl/secret", std::string(24, '\x5a') + std::string(1, '\0'));
     w->cm = std::make_unique<ConnectionManager>(1, 2, store, CommOptions{}, 10);  // rank 1 accepts from rank 0
     if (!w->cm->init().ok()) std::abort();
+    // And rank 0's PeerInfo, which a real rank 0 publishes before it connects: a fuzz input that
+    // learned the secret gets in, and the connection's set-up reads it (staging offers).
+    PeerInfo zero = w->cm->my_info();
+    zero.rank = 0;
+    store->set("uccl/peer/0", zero.serialize());
     const std::string& l = w->cm->my_info().listen.at(0);
     w->addr = parse_address(l.substr(0, l.rfind(':')), std::atoi(l.c_str() + l.rfind(':') + 1)).take();
     return w;
@@ -45,14 +50,18 @@ World& world() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   World& w = world();
+  const uint64_t accepted = w.cm->sockets_accepted();
   auto fd = connect_to(w.addr, now_s() + 5);
   if (!fd.ok()) std::abort();
   send_all(fd.value(), data, size, now_s() + 5);  // may fail once the server refused: fine
   ::shutdown(fd.value(), SHUT_WR);
+  // The listener is polled only now and then: first until it took this connection (else a
+  // later input's progress would handle it, and an admission would look like that input's).
   const double deadline = now_s() + 5;
   do {
     w.cm->progress();
-  } while (w.cm->pending_handshakes() > 0 && now_s() < deadline);
+  } while ((w.cm->sockets_accepted() == accepted || w.cm->pending_handshakes() > 0) && now_s() < deadline);
+  if (w.cm->sockets_accepted() == accepted) __builtin_trap();  // never accepted
   if (w.cm->pending_handshakes() > 0) __builtin_trap();  // a client that stopped sending must be dropped
   // Nobody may get in without the secret. The fuzzer can learn this harness's fixed secret
   // (comparison tracing) and then legitimately connect: that is allowed, once.
