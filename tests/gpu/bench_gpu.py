@@ -7,7 +7,10 @@ In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
   * torch.distributed with backend "uccl" on the same CUDA tensors (issue 15: in place, ordered
     on the current stream), and PyTorch Gloo's all_reduce (it copies to the host, reduces
     there, copies back);
-  * the pinned PCIe copy bandwidth (host->device) measured by torch in the same run;
+  * the pinned PCIe copy bandwidth (host->device) measured by torch in the same run, and the
+    staged path's bound on this machine: each rank copies every byte once device->host and once
+    host->device, so two ranks on one GPU share its link and can reach half of it (busbw), one
+    rank per GPU all of it;
   * uccl's all_reduce of CPU tensors over the same transport (shm): the bound of any path that
     moves the bytes through host memory with host copies;
   * DDP training steps of one model on CUDA with the process group "uccl" and "gloo" (issue 15).
@@ -161,6 +164,7 @@ def main():
     world = 2
     factor = 2 * (world - 1) / world
     pcie = pcie_bw()
+    link_bound = pcie if torch.cuda.device_count() >= 2 else pcie / 2  # see the docstring
     modes = ("staged", "staged-noslots", "ipc", "torch-uccl", "gloo", "host")
     results = {}
     for m in modes:
@@ -173,15 +177,17 @@ def main():
         rows.append((size, bw))
     lines = [f"## all_reduce float32 on CUDA tensors, {world} ranks, {torch.cuda.device_count()} GPU(s) "
              f"({torch.cuda.get_device_name(0)})", "",
-             f"pinned PCIe host->device copy: {pcie:.1f} GB/s (torch, same run)", "",
+             f"pinned PCIe host->device copy: {pcie:.1f} GB/s (torch, same run); the staged path's bound "
+             f"here: {link_bound:.1f} GB/s busbw ({'one rank per GPU' if link_bound == pcie else 'both ranks share one GPU link'})",
+             "",
              "| size | uccl staged busbw (GB/s) | staged without shared slots | uccl IPC busbw | torch 'uccl' busbw | "
-             "Gloo busbw | staged / Gloo | torch 'uccl' / Gloo | staged / PCIe | uccl on host tensors |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "Gloo busbw | staged / Gloo | torch 'uccl' / Gloo | staged / PCIe | staged / its bound | uccl on host tensors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for size, bw in rows:
         lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['staged-noslots']:.2f} | {bw['ipc']:.2f} | "
                      f"{bw['torch-uccl']:.2f} | "
                      f"{bw['gloo']:.2f} | {bw['staged'] / bw['gloo']:.1f}x | {bw['torch-uccl'] / bw['gloo']:.1f}x | "
-                     f"{100 * bw['staged'] / pcie:.0f}% | {bw['host']:.2f} |")
+                     f"{100 * bw['staged'] / pcie:.0f}% | {100 * bw['staged'] / link_bound:.0f}% | {bw['host']:.2f} |")
     lines += [""] + [f"{m}: " + (f"`{results[m]['describe']}`" if isinstance(results[m], dict) else f"FAILED: {results[m]}")
                      for m in modes]
     # DDP step time, the same model and data with each backend (issue 15's DDP measure).
@@ -198,7 +204,7 @@ def main():
     with open(os.path.join(a.out, "bench_gpu.md"), "w") as f:
         f.write(text)
     with open(os.path.join(a.out, "bench_gpu.json"), "w") as f:
-        json.dump({"pcie_h2d_gbps": pcie, "busbw_gbps": {str(s): bw for s, bw in rows}, "ddp_step_ms": step,
+        json.dump({"pcie_h2d_gbps": pcie, "staged_bound_gbps": link_bound, "busbw_gbps": {str(s): bw for s, bw in rows}, "ddp_step_ms": step,
                    "failed": {m: r for m, r in list(results.items()) + list(ddp.items()) if not isinstance(r, dict)}},
                   f, indent=1)
 
