@@ -357,12 +357,11 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       }
       if (op.error.ok()) {
         c.s.env = op.s->env;
-        c.s.duplex = op.s->duplex;
+        c.s.duplex = op.s->duplex && !c.slot->in_segment;  // a note is never pushed
         if (c.slot->in_segment) {  // the peer reads the slot: send the note
           c.slot->seq = ++next_seq_;
           c.note = out_seg_->note(c.slot->index, c.slot->seq, c.len);
           c.via_slot = true;
-          c.s.duplex = false;  // a note is never pushed
           c.s.data = &c.note;
           c.s.bytes = sizeof(SlotNote);
           c.s.env.pad[0] = kSlotNoteMark;
