@@ -198,6 +198,12 @@ class Testbed:
                 pass
         self._old_handlers = {}
 
+    def blackhole(self, src, dst, rail):
+        """Packets from host src=(c, h) to host dst's address on `rail` go nowhere (a permanent
+        neighbour entry with a MAC nobody has): a connect there times out, as to a dead link."""
+        sh("ip", "-n", self.host_ns(*src), "neigh", "replace", self.host_addr(*dst, rail), "lladdr",
+           "02:00:00:00:00:99", "dev", f"eth{rail}", "nud", "permanent")
+
     # -- running things ----------------------------------------------------------------------
     def popen(self, c, h, argv, env, **kw):
         """Starts argv in host (c, h)'s namespace, in its own process group."""

@@ -117,33 +117,65 @@ bool ConnectionManager::progress_incoming() {
       continue;
     }
     if (complete) {
-      const int from = in.hello.from_rank;
-      auto& asmb = assembling_[from];
-      if (!asmb) {
-        asmb = std::make_unique<Assembling>();
-        asmb->kind = static_cast<TransportKind>(in.hello.transport);
-        asmb->fds.assign(in.hello.nchannels, -1);
-      }
-      if (in.hello.channel < asmb->fds.size() && asmb->fds[in.hello.channel] < 0 && !endpoints_[from]) {
-        if (asmb->hellos.empty()) {
-          asmb->hellos.resize(asmb->fds.size());
-          asmb->nonces.resize(asmb->fds.size());
-        }
-        asmb->hellos[in.hello.channel] = in.hello;
-        std::memcpy(asmb->nonces[in.hello.channel].data(), in.nonce, kNonceBytes);
-        asmb->fds[in.hello.channel] = in.fd;
-        asmb->have++;
-        if (in.hello.channel == 0) asmb->offer = in.offer;
-      } else {
-        UCCL_WARN("refused a duplicate connection from rank %d (%s)", from, in.peer_addr.c_str());
-        ::close(in.fd);
-      }
+      assemble(in);
       incoming_.erase(incoming_.begin() + i);
-      if (asmb->have == static_cast<int>(asmb->fds.size())) finish_incoming(from);
       moved = true;
       continue;
     }
     ++i;
+  }
+  return moved;
+}
+
+void ConnectionManager::assemble(Incoming& in) {
+  const int from = in.hello.from_rank;
+  const HelloHeader& h = in.hello;
+  if (endpoints_[from]) {
+    UCCL_WARN("refused a duplicate connection from rank %d (%s): connected already", from, in.peer_addr.c_str());
+    ::close(in.fd);
+    return;
+  }
+  auto& asmb = assembling_[from];
+  if (!asmb) {
+    asmb = std::make_unique<Assembling>();
+    asmb->kind = static_cast<TransportKind>(h.transport);
+    asmb->fds.assign(h.nchannels, -1);
+    asmb->hellos.resize(h.nchannels);
+    asmb->nonces.resize(h.nchannels);
+    asmb->striped = (h.flags & kHelloStriped) != 0;
+    asmb->deadline = now_s() + std::min(timeout_s_, 30.0);
+  }
+  const bool fits = static_cast<TransportKind>(h.transport) == asmb->kind && h.nchannels == asmb->fds.size() &&
+                    ((h.flags & kHelloStriped) != 0) == asmb->striped;
+  if (!fits || asmb->fds[h.channel] >= 0) {
+    UCCL_WARN("refused a connection from rank %d (%s): socket %u of %u does not fit the connection it is assembling",
+              from, in.peer_addr.c_str(), h.channel, h.nchannels);
+    ::close(in.fd);
+    return;
+  }
+  asmb->hellos[h.channel] = h;
+  std::memcpy(asmb->nonces[h.channel].data(), in.nonce, kNonceBytes);
+  asmb->fds[h.channel] = in.fd;
+  asmb->have++;
+  if (h.channel == 0) asmb->offer = in.offer;
+  if (asmb->have == static_cast<int>(asmb->fds.size())) finish_incoming(from);
+}
+
+bool ConnectionManager::expire_assemblies(double now) {
+  bool moved = false;
+  for (auto it = assembling_.begin(); it != assembling_.end();) {
+    Assembling& a = *it->second;
+    if (now <= a.deadline) {
+      ++it;
+      continue;
+    }
+    UCCL_WARN("dropped a connection from rank %d: %d of its %zu sockets came, the others not within %.0f s "
+              "(did rank %d fail while connecting?)",
+              it->first, a.have, a.fds.size(), std::min(timeout_s_, 30.0), it->first);
+    for (int fd : a.fds)
+      if (fd >= 0) ::close(fd);
+    it = assembling_.erase(it);
+    moved = true;
   }
   return moved;
 }
@@ -164,7 +196,7 @@ void ConnectionManager::finish_incoming(int from) {
   } else {
     // The ack must be on the wire before the transport's first byte, so send it first for the
     // secondary sockets, and for channel 0 right after accept() produced the answer.
-    auto r = t->accept(transport_context(from, *t), a->offer, &answer, a->fds);
+    auto r = t->accept(transport_context(from, *t, a->striped), a->offer, &answer, a->fds);
     if (r.ok()) ep = r.value();
     else err = r.status();
   }

@@ -39,11 +39,7 @@ Status ConnectionManager::greet_outgoing(Outgoing& o, bool* all_greeted, bool* m
     const std::string bad = validate_greeting(o.greetings[ch]);
     if (!bad.empty())
       return Status(Code::kRemoteError, peer_context(o.peer).describe() + " sent a bad greeting: " + bad, o.peer);
-    HelloHeader h = hello_to(o.peer, 0);  // a fresh nonce in h.secret
-    h.transport = static_cast<uint8_t>(o.kind);
-    h.channel = static_cast<uint32_t>(ch);
-    h.nchannels = static_cast<uint32_t>(o.nchannels);
-    h.offer_bytes = ch == 0 ? static_cast<uint32_t>(o.offer.size()) : 0;
+    const HelloHeader h = connection_hello(o, ch);
     o.hellos[ch] = h;
     std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
     msg += hello_mac(key_, o.greetings[ch].nonce, h);

@@ -213,10 +213,10 @@ PeerContext ConnectionManager::peer_context(int peer) {
   return c;
 }
 
-PeerContext ConnectionManager::transport_context(int peer, const Transport& t) {
+PeerContext ConnectionManager::transport_context(int peer, const Transport& t, bool striped) {
   PeerContext c = peer_context(peer);
   auto it = peer_infos_.find(peer);
-  if (it != peer_infos_.end() && t.stripes_over_networks()) {
+  if (striped && it != peer_infos_.end() && t.stripes_over_networks()) {
     for (const StripeLane& l : pair_lanes(me_, *it->second)) {
       c.lane_gbps.push_back(l.gbps);
       c.lane_names.push_back(l.network);
@@ -272,7 +272,7 @@ Status ConnectionManager::start_connect(int peer) {
       note_fallback(peer, path.name + " is not built here");
       continue;
     }
-    PeerContext ctx = transport_context(peer, *t);
+    PeerContext ctx = transport_context(peer, *t, /*striped=*/true);
     auto pending = t->start_connect(ctx);
     if (!pending.ok() && pending.status().code() == Code::kNotSupported) {
       note_fallback(peer, path.name + " refused here: " + pending.status().message());
@@ -292,24 +292,28 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   out->kind = path.kind;
   out->pending = std::move(pending);
   out->deadline = now_s() + timeout_s_;
-  const std::string offer = out->pending->offer();
   // Each attempt lists the address of every socket's lane (socket c dials entry c % size): first,
   // with several common networks, the peer's address on each (striping); then each of the peer's
   // addresses alone, those on a network we share first (the cluster fabric before a routed
   // path), so a lane that does not connect falls back to one network.
   std::vector<std::vector<std::string>> attempts;
+  bool striping = false;  // attempts[0] is the striped one
   if (t->stripes_over_networks()) {
     std::vector<std::string> lanes;
     for (const StripeLane& l : pair_lanes(me_, *peer_infos_.at(peer))) lanes.push_back(l.peer_address);
-    if (!lanes.empty()) attempts.push_back(lanes);
+    striping = !lanes.empty();
+    if (striping) attempts.push_back(lanes);
   }
   for (const std::string& a : path.peer_addresses) attempts.push_back({a});
   const int n = std::max<int>(t->sockets_per_connection(), attempts.empty() ? 1 : static_cast<int>(attempts[0].size()));
-  out->offer = offer;
   out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
   bool refused_before = false;  // an address of this peer refused for the whole window
-  for (const std::vector<std::string>& attempt : attempts) {
+  // Every socket of an attempt is opened before any hello is sent: the peer assembles a
+  // connection from the hellos, and one half-announced by an attempt that then failed would
+  // hold the place of the next.
+  for (size_t k = 0; k < attempts.size(); ++k) {
+    const std::vector<std::string>& attempt = attempts[k];
     const std::string addr_text = attempt.size() == 1 ? attempt[0] : "its address on each common network";
     std::vector<int> fds;
     Status s;
@@ -331,24 +335,40 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
         break;
       }
       fds.push_back(fd.value());
-      if (keyed()) continue;  // the hello follows the peer's greeting (greet_outgoing)
-      HelloHeader h = hello_to(peer, 0);
-      h.transport = static_cast<uint8_t>(path.kind);
-      h.channel = ch;
-      h.nchannels = n;
-      h.offer_bytes = ch == 0 ? offer.size() : 0;
-      std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
-      if (ch == 0) msg += offer;
-      s = send_all(fd.value(), msg.data(), msg.size(), now_s() + 10);
     }
     if (s.ok()) {
       out->fds = fds;
+      out->striped = striping && k == 0;
       break;
     }
     for (int fd : fds) ::close(fd);
     last = s.with_context("connecting to " + ctx.describe() + " at " + addr_text);
+    if (striping && k == 0) UCCL_INFO("rank %d -> rank %d: striping over %s failed (%s); trying one network", rank_,
+                                      peer, addr_text.c_str(), s.message().c_str());
   }
   if (out->fds.empty()) return last;
+  if (striping && !out->striped) {  // fell back to one network: the transport must not weigh lanes
+    auto plain = t->start_connect(transport_context(peer, *t, /*striped=*/false));
+    if (!plain.ok()) {
+      for (int fd : out->fds) ::close(fd);
+      return plain.status().with_context("connecting to " + ctx.describe());
+    }
+    out->pending.reset(plain.value());
+  }
+  out->offer = out->pending->offer();
+  if (!keyed()) {  // keyed: each hello follows the peer's greeting (greet_outgoing)
+    for (int ch = 0; ch < n; ++ch) {
+      std::string msg;
+      const HelloHeader h = connection_hello(*out, ch);
+      msg.assign(reinterpret_cast<const char*>(&h), sizeof h);
+      if (ch == 0) msg += out->offer;
+      Status s = send_all(out->fds[ch], msg.data(), msg.size(), now_s() + 10);
+      if (!s.ok()) {
+        for (int fd : out->fds) ::close(fd);
+        return s.with_context("connecting to " + ctx.describe());
+      }
+    }
+  }
   out->ack_read.assign(n, 0);
   out->acks.assign(n, AckHeader{});
   out->greetings.assign(n, Greeting{});
@@ -358,6 +378,15 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   UCCL_INFO("rank %d -> rank %d: connecting over %s (%d socket%s)", rank_, peer, path.name.c_str(), n, n > 1 ? "s" : "");
   outgoing_[peer] = std::move(out);
   return Status::Ok();
+}
+
+HelloHeader ConnectionManager::connection_hello(const Outgoing& o, size_t ch) const {
+  HelloHeader h = hello_to(o.peer, o.striped ? kHelloStriped : 0);  // keyed: a fresh nonce in h.secret
+  h.transport = static_cast<uint8_t>(o.kind);
+  h.channel = static_cast<uint32_t>(ch);
+  h.nchannels = static_cast<uint32_t>(o.nchannels);
+  h.offer_bytes = ch == 0 ? static_cast<uint32_t>(o.offer.size()) : 0;
+  return h;
 }
 
 bool ConnectionManager::progress_outgoing() {
@@ -484,6 +513,7 @@ bool ConnectionManager::progress() {
     }
   }
   if (!incoming_.empty()) moved |= progress_incoming();
+  if (!assembling_.empty()) moved |= expire_assemblies(now_s());
   return moved;
 }
 

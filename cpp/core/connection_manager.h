@@ -93,6 +93,8 @@ class ConnectionManager {
   // fuzzer waits for its connection to be accepted, listeners being polled only now and then,
   // and then for this to drain).
   size_t pending_handshakes() const { return incoming_.size(); }
+  // Connections whose hellos came on some of their sockets, waiting for the others.
+  size_t assembling_connections() const { return assembling_.size(); }
   uint64_t sockets_accepted() const { return sockets_accepted_; }
 
  private:
@@ -103,8 +105,13 @@ class ConnectionManager {
   // Starts connecting over the next candidate transport; Ok (and nothing started) while the
   // peer has not published its PeerInfo yet.
   Status start_connect(int peer);
-  // Opens the sockets of `path` to the peer's listener and sends the hellos with the offer.
+  // Opens the sockets of `path` to the peer's listener (every one of them: an attempt that
+  // cannot open all falls back to the next address list) and sends the hellos with the offer.
+  // `pending` was made for a striped connection where the pair has lanes; if the sockets had
+  // to fall back to one address, it is made again without them.
   Status dial(int peer, const PathChoice& path, Transport* t, std::unique_ptr<PendingConnect> pending);
+  // The hello of socket ch of an outgoing connection (transport, channels, offer size, flags).
+  HelloHeader connection_hello(const Outgoing& o, size_t ch) const;
   // A transport refused this pair (kNotSupported): remembered for describe() and logs.
   void note_fallback(int peer, const std::string& what);
   // A higher rank cannot see a lower rank that died before connecting: after a second of
@@ -114,7 +121,11 @@ class ConnectionManager {
   bool progress_outgoing();
   bool accept_new();
   bool progress_incoming();
+  // Files an authenticated hello's socket under its connection's assembly (or refuses it).
+  void assemble(Incoming& in);
   void finish_incoming(int from);
+  // Drops assemblies past their deadline (their sockets closed, a warning naming the rank).
+  bool expire_assemblies(double now);
   Transport* transport(TransportKind kind);
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
@@ -124,9 +135,10 @@ class ConnectionManager {
   Status send_failure_notice(int peer, const std::string& why, double deadline);
   // A hello from this rank to `peer` (authenticated; transport and channel fields left 0).
   HelloHeader hello_to(int peer, uint8_t flags) const;
-  // peer_context() plus what transport t needs of the pair (the networks tcp stripes over):
-  // what start_connect() and accept() get.
-  PeerContext transport_context(int peer, const Transport& t);
+  // peer_context() plus what transport t needs of the pair (the networks tcp stripes over, if
+  // `striped`: the connection's sockets really run over them): what start_connect() and
+  // accept() get.
+  PeerContext transport_context(int peer, const Transport& t, bool striped);
   // A socket to the first of the peer's listeners that accepts (each try bounded by per_try_s),
   // for the one-shot messages: the liveness probe and the failure notice.
   Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline);

@@ -28,6 +28,7 @@ struct ConnectionManager::Outgoing {
   std::vector<std::string> ack_macs;
   std::string offer;
   int nchannels = 0;
+  bool striped = false;               // the sockets run over several networks (kHelloStriped)
   std::string answer;                 // channel 0's answer
   double deadline = 0;
 };
@@ -44,9 +45,14 @@ struct ConnectionManager::Incoming {
   double deadline = 0;
 };
 
-// Authenticated sockets of one incoming connection, waiting for all its channels.
+// Authenticated sockets of one incoming connection, waiting for all its channels. The
+// connecting side sends its hellos only once every socket of the connection is open, so the
+// rest follow at once; an assembly still short of sockets at its deadline (the peer died in
+// between) is dropped, its sockets closed.
 struct ConnectionManager::Assembling {
   TransportKind kind = TransportKind::kTcp;
+  bool striped = false;  // its hellos' kHelloStriped (every socket's must agree)
+  double deadline = 0;
   std::vector<int> fds;
   std::string offer;
   std::vector<HelloHeader> hellos;  // per socket, for the ack's MAC (keyed mode)

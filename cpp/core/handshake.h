@@ -40,13 +40,17 @@ constexpr uint8_t kHelloProbe = 1;
 // connection with; the offer bytes are its root cause (at most kMaxNoticeBytes), and it may
 // come from any rank (not only a lower one). Then the socket is closed.
 constexpr uint8_t kHelloFailed = 2;
+// HelloHeader::flags, every socket of a connection: its sockets run over several networks
+// (the lanes of transports/path_choice.h pair_lanes; socket c over lane c), so both ends weigh
+// them by the lanes' rates. Absent when the connecting side fell back to one address.
+constexpr uint8_t kHelloStriped = 4;
 constexpr uint32_t kMaxNoticeBytes = 1024;
 
 struct HelloHeader {
   uint32_t magic;
   uint16_t version;
   uint8_t transport;  // TransportKind
-  uint8_t flags;      // kHelloProbe, kHelloFailed
+  uint8_t flags;      // kHelloProbe, kHelloFailed, kHelloStriped
   uint8_t secret[kSecretBytes];
   uint64_t comm_id;
   int32_t from_rank;

@@ -6,9 +6,11 @@ its connection's sockets over the two subnets and alone reaches about twice one 
 ranks per host given both NICs and no list take a rail each by local rank. A second NIC slower
 than it reports (shaped to half, both say 10 Gbit/s) gets fewer of a striped message's chunks
 (UCCL_TCP_STRIPE=adaptive), so the pair moves more than equal halves over both would."""
+import os
+
 import pytest
 
-from conftest import TESTBED, netbed  # noqa: F401  (conftest puts the testbed on sys.path)
+from conftest import TESTBED, launch, netbed  # noqa: F401  (conftest puts the testbed on sys.path)
 
 
 def test_two_rails_double_one_nic():
@@ -34,6 +36,23 @@ def test_one_rank_stripes_over_two_nics():
     assert "striped over 10.210.1.0/24" in striped["striped"][0] and "10.211.1.0/24" in striped["striped"][0], striped
     assert one["gbit"] < 0.6, one
     assert striped["gbit"] > 1.5 * one["gbit"], (one, striped)
+
+
+@pytest.mark.parametrize("key", ["", "lane-test-job-key-0123456789"], ids=["keyless", "keyed"])
+def test_a_lane_that_does_not_connect_falls_back_to_one_network(key):
+    """Striping over eth0 and eth1 while host 0 cannot reach host 1's eth1 (its packets there go
+    nowhere): the striped attempt's socket on eth1 times out, and the connection falls back to
+    one network instead of failing (keyless, the peer had assembled the first attempt's socket
+    on eth0 and refused the second attempt's as a duplicate) and does not claim to be striped."""
+    if not netbed.netns_available():
+        pytest.skip("needs root and `ip netns add` (network namespaces)")
+    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5, rails=2) as bed:
+        bed.blackhole((0, 0), (0, 1), rail=1)
+        env = {"UCCL_SOCKET_IFNAME": "=eth0,eth1", "UCCL_TIMEOUT_S": "30", **({"UCCL_JOB_KEY": key} if key else {})}
+        (row,) = launch.run(bed, 1, [os.path.join(TESTBED, "work_rails.py"), "4", "1"], env=env, timeout=120)
+    assert row["striped"] == [], row
+    assert "10.211.1.2" in row["listen"][1], row  # host 1 did offer its eth1
+    assert row["gbit"] > 0.3, row  # the data went over eth0
 
 
 def test_rails_by_local_rank_without_a_list():
