@@ -1,7 +1,7 @@
 """Rank program: throughput of the rails. 2 hosts x R ranks: local rank l of host 0 sends
 SIZE_MIB to local rank l of host 1, all rails at once, ITERS times; rank 0 prints the
 aggregate rate (all bytes over the slowest pair's time), every rank's describe() first line
-(which NIC it listens on) and rank 0's connection lines that say they are striped.
+(which NIC it listens on) and rank 0's connection lines (all, and those that say they are striped).
 
     work_rails.py SIZE_MIB ITERS
 """
@@ -32,10 +32,11 @@ def main():
     text = world.describe().splitlines()
     first = text[0]
     striped = [line.strip() for line in text if "striped over" in line]
+    peers = [line.strip() for line in text if line.strip().startswith("peer ")]
     lines = world.all_gather(np.frombuffer(first.encode().ljust(256)[:256], np.uint8))
     if world.rank == 0:
         gbit = per_host * nbytes * iters * 8 / slowest / 1e9
-        print("RESULT " + json.dumps({"rank": 0, "gbit": gbit, "seconds": slowest, "pairs": per_host, "striped": striped,
+        print("RESULT " + json.dumps({"rank": 0, "gbit": gbit, "seconds": slowest, "pairs": per_host, "striped": striped, "peers": peers,
                                       "listen": [bytes(lines[i * 256:(i + 1) * 256]).decode().strip()
                                                  for i in range(world.size)]}), flush=True)
     world.barrier()

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <random>
 
 #include "base/config.h"
@@ -191,8 +192,9 @@ Transport* ConnectionManager::transport(TransportKind kind) {
   return t.get();
 }
 
-void ConnectionManager::note_fallback(int peer, const std::string& what) {
-  UCCL_INFO("rank %d <-> rank %d: %s; trying the next transport", rank_, peer, what.c_str());
+void ConnectionManager::note_fallback(int peer, const std::string& what, bool one_network) {
+  if (one_network) UCCL_WARN("rank %d -> rank %d: %s; connecting over one network", rank_, peer, what.c_str());
+  else UCCL_INFO("rank %d <-> rank %d: %s; trying the next transport", rank_, peer, what.c_str());
   std::string& n = fallback_notes_[peer];
   n += (n.empty() ? "" : "; ") + what;
 }
@@ -343,8 +345,8 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
     }
     for (int fd : fds) ::close(fd);
     last = s.with_context("connecting to " + ctx.describe() + " at " + addr_text);
-    if (striping && k == 0) UCCL_INFO("rank %d -> rank %d: striping over %s failed (%s); trying one network", rank_,
-                                      peer, addr_text.c_str(), s.message().c_str());
+    if (striping && k == 0)  // a NIC the pair should share does not reach the peer: worth a warning
+      note_fallback(peer, "striping over " + addr_text + " failed (" + s.message() + ")", /*one_network=*/true);
   }
   if (out->fds.empty()) return last;
   if (striping && !out->striped) {  // fell back to one network: the transport must not weigh lanes

@@ -112,8 +112,9 @@ class ConnectionManager {
   Status dial(int peer, const PathChoice& path, Transport* t, std::unique_ptr<PendingConnect> pending);
   // The hello of socket ch of an outgoing connection (transport, channels, offer size, flags).
   HelloHeader connection_hello(const Outgoing& o, size_t ch) const;
-  // A transport refused this pair (kNotSupported): remembered for describe() and logs.
-  void note_fallback(int peer, const std::string& what);
+  // A transport refused this pair (kNotSupported), or striping fell back to one network:
+  // remembered for describe() and logged (a warning when a NIC the pair shares did not work).
+  void note_fallback(int peer, const std::string& what, bool one_network = false);
   // A higher rank cannot see a lower rank that died before connecting: after a second of
   // waiting it probes the peer's listener, and a refusal fails the peer instead of a hang.
   void probe_lower_rank(int peer);

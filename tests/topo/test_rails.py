@@ -52,6 +52,7 @@ def test_a_lane_that_does_not_connect_falls_back_to_one_network(key):
         (row,) = launch.run(bed, 1, [os.path.join(TESTBED, "work_rails.py"), "4", "1"], env=env, timeout=120)
     assert row["striped"] == [], row
     assert "10.211.1.2" in row["listen"][1], row  # host 1 did offer its eth1
+    assert "fell back: striping over its address on each common network failed" in row["peers"][0], row
     assert row["gbit"] > 0.3, row  # the data went over eth0
 
 
