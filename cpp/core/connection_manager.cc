@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <random>
 
 #include "base/config.h"
@@ -27,6 +28,31 @@ namespace {
 uint64_t random_u64() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Hosts (an address without its port) that did not answer a connect within its window (a
+// timeout, not a refusal: a dead link or NIC, a black-holed route), remembered process-wide
+// for kUnansweredMemoryS. Every communicator of a process dials the same hosts (a trainer's
+// TP/PP/DP groups, each split), and each would otherwise hold its engine for the whole connect
+// window on that lane again before falling back.
+constexpr double kUnansweredMemoryS = 60;
+std::mutex g_unanswered_mu;
+std::map<std::string, double> g_unanswered;  // host -> when it last did not answer
+
+std::string host_part(const std::string& address) { return address.substr(0, address.rfind(':')); }
+
+void note_unanswered(const std::string& address) {
+  std::lock_guard<std::mutex> lock(g_unanswered_mu);
+  g_unanswered[host_part(address)] = now_s();
+}
+
+// Seconds since `address`'s host last did not answer, or -1 (never, or long enough ago).
+double unanswered_ago(const std::string& address) {
+  std::lock_guard<std::mutex> lock(g_unanswered_mu);
+  auto it = g_unanswered.find(host_part(address));
+  if (it == g_unanswered.end()) return -1;
+  const double ago = now_s() - it->second;
+  return ago < kUnansweredMemoryS ? ago : -1;
 }
 
 }  // namespace
@@ -299,14 +325,26 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   // addresses alone, those on a network we share first (the cluster fabric before a routed
   // path), so a lane that does not connect falls back to one network.
   std::vector<std::vector<std::string>> attempts;
-  bool striping = false;  // attempts[0] is the striped one
+  bool striping = false;        // attempts[0] is the striped one
+  bool pending_striped = false;  // `pending` was made for a striped connection
   if (t->stripes_over_networks()) {
     std::vector<std::string> lanes;
     for (const StripeLane& l : pair_lanes(me_, *peer_infos_.at(peer))) lanes.push_back(l.peer_address);
-    striping = !lanes.empty();
+    striping = pending_striped = !lanes.empty();
+    for (const std::string& a : lanes) {
+      const double ago = striping ? unanswered_ago(a) : -1;
+      if (ago < 0) continue;
+      note_fallback(peer, "striping skipped: " + host_part(a) + " did not answer a connect " +
+                              std::to_string(static_cast<int>(ago + 0.5)) + " s ago", /*one_network=*/true);
+      striping = false;
+    }
     if (striping) attempts.push_back(lanes);
   }
+  // One address at a time; those that did not answer lately last.
+  const size_t singles = attempts.size();
   for (const std::string& a : path.peer_addresses) attempts.push_back({a});
+  std::stable_partition(attempts.begin() + singles, attempts.end(),
+                        [](const std::vector<std::string>& a) { return unanswered_ago(a[0]) < 0; });
   const int n = std::max<int>(t->sockets_per_connection(), attempts.empty() ? 1 : static_cast<int>(attempts[0].size()));
   out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
@@ -333,7 +371,9 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
       auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0), refused_before ? now_s() : -1, &refused);
       refused_before = refused_before || refused;
       if (!fd.ok()) {
-        s = Status(Code::kRemoteError, "cannot connect: " + fd.status().message() + " (has the peer exited?)", peer);
+        if (!refused) note_unanswered(attempt[ch % attempt.size()]);
+        s = Status(Code::kRemoteError,
+                   "cannot connect: " + fd.status().message() + (refused ? " (has the peer exited?)" : ""), peer);
         break;
       }
       fds.push_back(fd.value());
@@ -349,7 +389,7 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
       note_fallback(peer, "striping over " + addr_text + " failed (" + s.message() + ")", /*one_network=*/true);
   }
   if (out->fds.empty()) return last;
-  if (striping && !out->striped) {  // fell back to one network: the transport must not weigh lanes
+  if (pending_striped && !out->striped) {  // one network after all: the transport must not weigh lanes
     auto plain = t->start_connect(transport_context(peer, *t, /*striped=*/false));
     if (!plain.ok()) {
       for (int fd : out->fds) ::close(fd);
