@@ -205,3 +205,33 @@ def test_stray_tcp_client_is_refused_and_job_continues():
     assert report["addrs"], "describe() shows no listening address"
     bad = [r for r in report["stray"] if r[3] != "closed"]
     assert not bad, f"stray connections not refused: {bad}"
+
+
+# ---- a slow peer is not a dead link ------------------------------------------------------------------
+
+def body_slow_receiver(ctx, n):
+    """Rank 0 stays idle for a while (its sockets' last ACK is old when it starts sending), then
+    sends n floats; rank 1 posts its receive only seconds later, so rank 0's data fills the
+    socket buffers and waits behind a zero window far longer than UCCL_TCP_DEAD_LINK_S."""
+    comm, me = ctx.comm, ctx.rank
+    comm.barrier()
+    if me == 0:
+        time.sleep(2.5)
+        t = time.time()
+        comm.send(np.arange(n, dtype=np.float32), 1)
+        return {"send_s": time.time() - t}
+    time.sleep(6.0)
+    buf = np.zeros(n, np.float32)
+    comm.recv(buf, 0)
+    assert np.array_equal(buf, np.arange(n, dtype=np.float32))
+    return {}
+
+
+def test_a_slow_receiver_is_not_a_dead_link():
+    """The dead-link check counts only unanswered data and keepalive probes: a peer's kernel
+    answers both however long its process takes to read, so a 3.5 s zero window and an idle
+    spell pass with UCCL_TCP_DEAD_LINK_S=1 (the lane-dies-mid-stream case is in
+    tests/topo/test_rails.py)."""
+    results = run_world(2, "test_peer_failures:body_slow_receiver", (8 << 20,), transport="tcp", timeout=90,
+                        env={"UCCL_TCP_DEAD_LINK_S": "1"})
+    assert results[0]["send_s"] > 2.0, results  # it really waited behind the receiver

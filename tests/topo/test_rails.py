@@ -7,6 +7,7 @@ ranks per host given both NICs and no list take a rail each by local rank. A sec
 than it reports (shaped to half, both say 10 Gbit/s) gets fewer of a striped message's chunks
 (UCCL_TCP_STRIPE=adaptive), so the pair moves more than equal halves over both would."""
 import os
+import time
 
 import pytest
 
@@ -60,6 +61,36 @@ def test_a_lane_that_does_not_connect_falls_back_to_one_network(key):
     assert "striping skipped: 10.211.1.2 did not answer a connect" in row["split_peers"][0], row
     assert "striped over" not in row["split_peers"][0], row
     assert row["gbit"] > 0.3, row  # the data went over eth0
+
+
+def test_a_lane_that_dies_mid_stream_fails_both_ranks_within_the_dead_link_bound(tmp_path):
+    """Rank 0 streams messages to rank 1 striped over eth0 and eth1; then eth1 drops everything
+    between the two hosts (both ways). TCP alone would retransmit for ~15 minutes and the ranks
+    would wait for the operation's timeout (600 s by default): with UCCL_TCP_DEAD_LINK_S=3 the
+    sender fails when its eth1 socket's data gets no ACK for 3 s, and the receiver, which has
+    nothing in flight, when that socket's keepalive probes go unanswered; both errors name the
+    peer and the network."""
+    if not netbed.netns_available():
+        pytest.skip("needs root and `ip netns add` (network namespaces)")
+    import threading
+    flag = tmp_path / "flag"
+    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5, rails=2) as bed:
+        def kill_lane():
+            deadline = time.time() + 60
+            while not flag.exists() and time.time() < deadline:
+                time.sleep(0.02)
+            bed.blackhole((0, 0), (0, 1), rail=1)
+            bed.blackhole((0, 1), (0, 0), rail=1)
+        threading.Thread(target=kill_lane, daemon=True).start()
+        env = {"UCCL_SOCKET_IFNAME": "=eth0,eth1", "UCCL_TIMEOUT_S": "60", "UCCL_TCP_DEAD_LINK_S": "3",
+               "DEAD_LANE_FLAG": str(flag)}
+        sender, receiver = launch.run(bed, 1, [os.path.join(TESTBED, "work_dead_lane.py"), "8"], env=env, timeout=120)
+    for r in (sender, receiver):
+        assert r["kind"] == "RemoteError" and r["peer"] == 1 - r["rank"], r
+        assert "10.211.1.0/24" in r["msg"] and "UCCL_TCP_DEAD_LINK_S" in r["msg"], r
+        assert r["after_s"] < 30, r  # the bound is ~3 s (+ keepalive's rounding); the op timeout 60
+    assert "host stopped acknowledging tcp socket 1" in sender["msg"], sender
+    assert "stopped answering keepalive probes" in receiver["msg"], receiver
 
 
 def test_rails_by_local_rank_without_a_list():

@@ -37,6 +37,11 @@ const BytesSetting kTcpStripeInflightBytes("tcp", "UCCL_TCP_STRIPE_INFLIGHT_BYTE
                                            "adaptive striping: a socket gets its next chunk while less than this "
                                            "(or two of its bandwidth-delay products, if more) is on its way",
                                            bytes_at_least(1));
+const DoubleSetting kTcpDeadLinkS("tcp", "UCCL_TCP_DEAD_LINK_S", "20",
+                                  "a socket whose data in flight gets no acknowledgement at all from the peer's host for "
+                                  "this long (a dead link, NIC or host; not a peer slow to read) fails its connection "
+                                  "then, naming the network, instead of at the operation's timeout; 0: off",
+                                  number_at_least(0));
 namespace tcp {
 
 Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds, bool tls, bool server) {
@@ -95,8 +100,19 @@ TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds
       stripe_min_(kTcpStripeMinBytes.get()),
       adaptive_(kTcpStripe.get() == "adaptive"),
       chunk_bytes_(kTcpStripeChunkBytes.get() / kStripeAlign * kStripeAlign),
-      inflight_min_(kTcpStripeInflightBytes.get()) {
+      inflight_min_(kTcpStripeInflightBytes.get()),
+      dead_link_s_(kTcpDeadLinkS.get()) {
+  // The receiving side of a dead link has nothing in flight to go unacknowledged: keepalive
+  // probes (answered by the peer's kernel however busy its process is) find it in about
+  // UCCL_TCP_DEAD_LINK_S, and the socket then fails with ETIMEDOUT.
+  const int keep_idle = std::max(1, static_cast<int>(dead_link_s_ / 2 + 0.5));
+  const int keep_intvl = std::max(1, static_cast<int>(dead_link_s_ / 6 + 0.5)), keep_cnt = 3;
   for (size_t i = 0; i < fds.size(); ++i) {
+    if (dead_link_s_ > 0) {
+      setsockopt(fds[i], IPPROTO_TCP, TCP_KEEPIDLE, &keep_idle, sizeof keep_idle);
+      setsockopt(fds[i], IPPROTO_TCP, TCP_KEEPINTVL, &keep_intvl, sizeof keep_intvl);
+      setsockopt(fds[i], IPPROTO_TCP, TCP_KEEPCNT, &keep_cnt, sizeof keep_cnt);
+    }
     socks_[i].fd = fds[i];
     socks_[i].index = static_cast<int>(i);
     socks_[i].stage.reset(new uint8_t[kStageBytes]);
@@ -276,7 +292,45 @@ bool TcpEndpoint::progress() {
   moved |= complete_sends();
   moved |= complete_recvs();
   if (any_eof_) check_peer_gone();
+  if (dead_link_s_ > 0 && !sends_.empty() && dead_.ok()) {  // (a lane may stall while another moves)
+    const double now = now_s();
+    if (now >= next_link_check_) {
+      next_link_check_ = now + kLinkCheckS;
+      check_links();
+    }
+  }
   return moved;
+}
+
+std::string TcpEndpoint::lane_of(const Socket& s) const {
+  if (peer_.lane_names.empty()) return "";
+  return " (network " + peer_.lane_names[s.index % peer_.lane_names.size()] + ")";
+}
+
+void TcpEndpoint::check_links() {
+  const double now = now_s();
+  for (auto& s : socks_) {
+    tcp_info ti{};
+    socklen_t len = sizeof ti;
+    // No ACK since the last look while data is in flight; an ACK (a full window's too) resets.
+    const bool unanswered = getsockopt(s.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_unacked > 0 &&
+                            ti.tcpi_last_ack_recv >= static_cast<uint32_t>(kLinkCheckS * 1000);
+    if (!unanswered) {
+      s.unanswered_since = -1;
+      continue;
+    }
+    // The first look that sees it counts from the last ACK, at most one interval back (data
+    // sent after an idle spell has an old last ACK but was not waiting that long).
+    if (s.unanswered_since < 0) s.unanswered_since = now - kLinkCheckS;
+    if (now - s.unanswered_since < dead_link_s_) continue;
+    fatal(Status(Code::kRemoteError,
+                 peer_.describe() + "'s host stopped acknowledging tcp socket " + std::to_string(s.index) + lane_of(s) +
+                     ": no ACK for " + std::to_string(static_cast<int>(now - s.unanswered_since + 0.5)) + " s with " +
+                     std::to_string(ti.tcpi_unacked) + " segment(s) in flight (a dead link, NIC or host; "
+                     "UCCL_TCP_DEAD_LINK_S)",
+                 peer_.peer_rank));
+    return;
+  }
 }
 
 Status TcpEndpoint::garbage(const Socket& s, const std::string& what) const {

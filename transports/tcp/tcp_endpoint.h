@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/net.h"
 #include "transports/stripe.h"
 #include "transports/tcp/tcp_tls.h"
 #include "transports/transport.h"
@@ -78,6 +79,7 @@ extern const BytesSetting kTcpStripeMinBytes;
 extern const TextSetting kTcpStripe;
 extern const BytesSetting kTcpStripeChunkBytes;
 extern const BytesSetting kTcpStripeInflightBytes;
+extern const DoubleSetting kTcpDeadLinkS;  // UCCL_TCP_DEAD_LINK_S
 namespace tcp {
 
 constexpr uint32_t kPartMagic = 0x31544355;  // "UCT1" as little-endian bytes
@@ -168,6 +170,7 @@ class TcpEndpoint final : public Endpoint {
     size_t carry_len = 0;
     std::unique_ptr<TlsLink> tls;  // encrypted link, or null
     bool tls_ready = true;         // handshake finished (or no TLS)
+    double unanswered_since = -1;  // check_links(): since when its data in flight got no ACK
     size_t staged() const { return stage_end - stage_begin; }
   };
 
@@ -201,6 +204,14 @@ class TcpEndpoint final : public Endpoint {
   size_t inflight_limit(const Socket& s) const;
   bool send_on(Socket& s);
   bool complete_sends();
+  // Dead links: a socket with data in flight and no ACK from the peer's host for
+  // UCCL_TCP_DEAD_LINK_S fails the endpoint, naming the socket's lane. Only the kernel's
+  // acknowledgements count, so a peer that is slow to read (a full window: its host still
+  // answers every probe) never looks dead. Looked at every kLinkCheckS while sends are pending.
+  // The receiving side's sockets have keepalive probes timed to the same bound (constructor).
+  void check_links();
+  std::string lane_of(const Socket& s) const;  // " (network 10.211.1.0/24)" when striped, else ""
+  static constexpr double kLinkCheckS = 0.5;
 
   // tcp_endpoint_recv.cc
   bool recv_on(Socket& s);
@@ -225,6 +236,8 @@ class TcpEndpoint final : public Endpoint {
   size_t chunk_bytes_, inflight_min_;
   std::deque<TxPart> feedq_;     // parts not on a socket yet, in message order
   std::vector<size_t> feed_load_, feed_limit_;  // feed()'s per-socket scratch (no allocation per pass)
+  double dead_link_s_;           // UCCL_TCP_DEAD_LINK_S (0: off)
+  double next_link_check_ = 0;
   Status dead_;  // !ok once the endpoint failed
   bool any_eof_ = false;    // a socket's stream ended or hung up: check_peer_gone() decides
   std::string abort_note_;  // the root cause from the peer's abort frame, once one was read

@@ -177,7 +177,10 @@ bool TcpEndpoint::recv_on(Socket& s) {
       Status st = on_eof(s);
       if (!st.ok()) fatal(st);
     } else {
-      fatal(peer_gone("recv on socket " + std::to_string(s.index) + ": " + std::strerror(errno)));
+      const int err = errno;
+      std::string why = "recv on socket " + std::to_string(s.index) + lane_of(s) + ": " + std::strerror(err);
+      if (err == ETIMEDOUT) why += " (its host stopped answering keepalive probes: a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)";
+      fatal(peer_gone(why));
     }
     return true;
   };
