@@ -1,6 +1,7 @@
 // Hostile bytes on a rank's listening port: every input is sent by a fresh TCP client to a
 // real ConnectionManager, which must refuse it (the secret cannot be guessed), never crash,
-// and drop the connection as soon as the client stops sending (no hang, no leak).
+// and drop the connection as soon as the client stops sending (no hang, no leak), or, for an
+// admitted socket of a connection whose other sockets never come, at the assembly's deadline.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,7 +34,9 @@ World& world() {
     auto store = connect_tcp_store("127.0.0.1", w->server->port(), 10).take();
     // What rank 0 would publish: secret (16), communicator id (8), "serves the store" (1).
     store->set("uccl/secret", std::string(24, '\x5a') + std::string(1, '\0'));
-    w->cm = std::make_unique<ConnectionManager>(1, 2, store, CommOptions{}, 10);  // rank 1 accepts from rank 0
+    // Rank 1 accepts from rank 0. A short timeout: a connection announced with more sockets
+    // than the input opened is dropped at min(timeout, 30 s), and each input waits for that.
+    w->cm = std::make_unique<ConnectionManager>(1, 2, store, CommOptions{}, 1.0);
     if (!w->cm->init().ok()) std::abort();
     // And rank 0's PeerInfo, which a real rank 0 publishes before it connects: a fuzz input that
     // learned the secret gets in, and the connection's set-up reads it (staging offers).
@@ -63,6 +66,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } while ((w.cm->sockets_accepted() == accepted || w.cm->pending_handshakes() > 0) && now_s() < deadline);
   if (w.cm->sockets_accepted() == accepted) __builtin_trap();  // never accepted
   if (w.cm->pending_handshakes() > 0) __builtin_trap();  // a client that stopped sending must be dropped
+  // An admitted hello that announced more sockets than came waits in an assembly: it must be
+  // dropped at its deadline (else the next inputs would be filed under it).
+  const double drop_by = now_s() + 3;
+  while (w.cm->assembling_connections() > 0 && now_s() < drop_by) w.cm->progress();
+  if (w.cm->assembling_connections() > 0) __builtin_trap();
   // Nobody may get in without the secret. The fuzzer can learn this harness's fixed secret
   // (comparison tracing) and then legitimately connect: that is allowed, once.
   static const std::string secret(16, '\x5a');
