@@ -332,11 +332,12 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
     for (const StripeLane& l : pair_lanes(me_, *peer_infos_.at(peer))) lanes.push_back(l.peer_address);
     striping = pending_striped = !lanes.empty();
     for (const std::string& a : lanes) {
-      const double ago = striping ? unanswered_ago(a) : -1;
+      const double ago = unanswered_ago(a);
       if (ago < 0) continue;
       note_fallback(peer, "striping skipped: " + host_part(a) + " did not answer a connect " +
                               std::to_string(static_cast<int>(ago + 0.5)) + " s ago", /*one_network=*/true);
       striping = false;
+      break;
     }
     if (striping) attempts.push_back(lanes);
   }

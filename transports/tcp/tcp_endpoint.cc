@@ -38,9 +38,9 @@ const BytesSetting kTcpStripeInflightBytes("tcp", "UCCL_TCP_STRIPE_INFLIGHT_BYTE
                                            "(or two of its bandwidth-delay products, if more) is on its way",
                                            bytes_at_least(1));
 const DoubleSetting kTcpDeadLinkS("tcp", "UCCL_TCP_DEAD_LINK_S", "20",
-                                  "a socket whose data in flight gets no acknowledgement at all from the peer's host for "
-                                  "this long (a dead link, NIC or host; not a peer slow to read) fails its connection "
-                                  "then, naming the network, instead of at the operation's timeout; 0: off",
+                                  "a dead link, NIC or host fails a tcp connection within this long, naming the network, "
+                                  "instead of at the operation's timeout: data in flight with no acknowledgement at all, "
+                                  "or unanswered keepalive probes (a peer slow to read still answers both); 0: off",
                                   number_at_least(0));
 namespace tcp {
 

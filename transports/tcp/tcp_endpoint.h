@@ -66,7 +66,6 @@
 #include <vector>
 
 #include "base/config.h"
-#include "base/net.h"
 #include "transports/stripe.h"
 #include "transports/tcp/tcp_tls.h"
 #include "transports/transport.h"
