@@ -50,6 +50,7 @@ bool ConnectionManager::progress_incoming() {
     std::string why;
     bool probe = false;
     bool complete = false;
+    bool closed_silently = false;  // closed without sending a byte
     const size_t head = sizeof(HelloHeader) + (keyed() ? kMacBytes : 0);
     for (;;) {
       size_t want;
@@ -94,13 +95,20 @@ bool ConnectionManager::progress_incoming() {
         moved = true;
         continue;
       }
-      if (r == 0) why = "closed before finishing the handshake";
+      if (r == 0) {
+        why = "closed before finishing the handshake";
+        closed_silently = in.got == 0;
+      }
       else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) why = std::string("recv: ") + strerror(errno);
       break;
     }
     if (why.empty() && !complete && now_s() > in.deadline) why = "handshake not completed in time";
     if (!why.empty() || probe) {
-      if (!probe) UCCL_WARN("refused a connection from %s: %s", in.peer_addr.c_str(), why.c_str());
+      // A socket closed before its first byte is not worth a warning: a peer whose other
+      // sockets of one attempt did not connect (striping falling back to one network) closes
+      // those that did, before any hello.
+      if (closed_silently) UCCL_INFO("a connection from %s closed before its hello", in.peer_addr.c_str());
+      else if (!probe) UCCL_WARN("refused a connection from %s: %s", in.peer_addr.c_str(), why.c_str());
       ::close(in.fd);
       incoming_.erase(incoming_.begin() + i);
       moved = true;
