@@ -1,10 +1,11 @@
-"""Rank program: a lane of a striped connection dies in the middle of a stream of messages.
-2 hosts x 1 rank: rank 0 sends SIZE_MIB to rank 1 over and over; after its third message it
-creates the file $DEAD_LANE_FLAG, and the test then makes the second network drop everything
-between the two hosts. Each rank reports the error it got (kind, message, peer) and how long
-after the flag it came.
+"""Rank program: a network dies in the middle of a stream of operations.
+p2p (2 hosts x 1 rank): rank 0 sends SIZE_MIB to rank 1 over and over; all_reduce (any layout):
+every rank all_reduces SIZE_MIB over and over. After the third operation rank 0 creates the
+file $DEAD_LANE_FLAG, and the test then makes the second network drop everything between the
+two hosts. Each rank reports the error it got (kind, message, peer) and how long after the flag
+it came.
 
-    work_dead_lane.py SIZE_MIB
+    work_dead_lane.py SIZE_MIB [p2p|all_reduce]
 """
 import json
 import os
@@ -19,13 +20,17 @@ import uccl
 def main():
     nbytes = int(float(sys.argv[1]) * (1 << 20))
     world = uccl.init()
+    mode = sys.argv[2] if len(sys.argv) > 2 else "p2p"
     peer = 1 - world.rank
-    buf = np.ones(nbytes, np.uint8)
+    buf = np.ones(nbytes // 4, np.float32)
     flag = os.environ["DEAD_LANE_FLAG"]
     out = {"rank": world.rank, "kind": "no error"}
     try:
         for i in range(100000):
-            (world.send if world.rank == 0 else world.recv)(buf, peer)
+            if mode == "all_reduce":
+                world.all_reduce(buf)
+            else:
+                (world.send if world.rank == 0 else world.recv)(buf, peer)
             if i == 2 and world.rank == 0:
                 with open(flag, "w") as f:
                     f.write(repr(time.time()))

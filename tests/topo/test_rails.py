@@ -72,6 +72,33 @@ def test_a_lane_that_dies_mid_stream_fails_both_ranks_within_the_dead_link_bound
     peer and the network."""
     if not netbed.netns_available():
         pytest.skip("needs root and `ip netns add` (network namespaces)")
+    sender, receiver = _run_with_dead_eth1(tmp_path, 1, ["8"])
+    for r in (sender, receiver):
+        assert r["kind"] == "RemoteError" and r["peer"] == 1 - r["rank"], r
+        assert "10.211.1.0/24" in r["msg"] and "UCCL_TCP_DEAD_LINK_S" in r["msg"], r
+        assert r["after_s"] < 30, r  # the bound is ~3 s (+ keepalive's rounding); the op timeout 60
+    assert "host stopped acknowledging tcp socket 1" in sender["msg"], sender
+    assert "stopped answering keepalive probes" in receiver["msg"], receiver
+
+
+def test_a_rail_that_dies_under_all_reduce_fails_every_rank_within_the_bound(tmp_path):
+    """2 hosts x 2 ranks, rails by local rank (local rank 1 of each host on eth1 alone), all_reduce
+    in a loop; then eth1 drops everything. Ranks 1 and 3 had sent their part (a send completes in
+    the kernel) and wait to receive: with data unacknowledged TCP sends no keepalive probes, so the
+    check runs while any request is pending. Every rank fails within the bound, the two on eth1
+    naming each other, the others with that root cause."""
+    if not netbed.netns_available():
+        pytest.skip("needs root and `ip netns add` (network namespaces)")
+    results = _run_with_dead_eth1(tmp_path, 2, ["8", "all_reduce"])
+    for r in results:
+        assert r["kind"] == "RemoteError" and r["after_s"] < 30, r
+        assert "stopped acknowledging" in r["msg"], r
+    assert results[1]["peer"] == 3 and results[3]["peer"] == 1, results
+
+
+def _run_with_dead_eth1(tmp_path, per_host, args):
+    """Runs work_dead_lane.py on 2 hosts with per_host ranks each (UCCL_SOCKET_IFNAME=
+    "=eth0,eth1"); eth1 drops everything between the hosts once rank 0 created the flag file."""
     import threading
     flag = tmp_path / "flag"
     with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5, rails=2) as bed:
@@ -84,13 +111,7 @@ def test_a_lane_that_dies_mid_stream_fails_both_ranks_within_the_dead_link_bound
         threading.Thread(target=kill_lane, daemon=True).start()
         env = {"UCCL_SOCKET_IFNAME": "=eth0,eth1", "UCCL_TIMEOUT_S": "60", "UCCL_TCP_DEAD_LINK_S": "3",
                "DEAD_LANE_FLAG": str(flag)}
-        sender, receiver = launch.run(bed, 1, [os.path.join(TESTBED, "work_dead_lane.py"), "8"], env=env, timeout=120)
-    for r in (sender, receiver):
-        assert r["kind"] == "RemoteError" and r["peer"] == 1 - r["rank"], r
-        assert "10.211.1.0/24" in r["msg"] and "UCCL_TCP_DEAD_LINK_S" in r["msg"], r
-        assert r["after_s"] < 30, r  # the bound is ~3 s (+ keepalive's rounding); the op timeout 60
-    assert "host stopped acknowledging tcp socket 1" in sender["msg"], sender
-    assert "stopped answering keepalive probes" in receiver["msg"], receiver
+        return launch.run(bed, per_host, [os.path.join(TESTBED, "work_dead_lane.py"), *args], env=env, timeout=120)
 
 
 def test_rails_by_local_rank_without_a_list():

@@ -292,7 +292,10 @@ bool TcpEndpoint::progress() {
   moved |= complete_sends();
   moved |= complete_recvs();
   if (any_eof_) check_peer_gone();
-  if (dead_link_s_ > 0 && !sends_.empty() && dead_.ok()) {  // (a lane may stall while another moves)
+  // Any request pending: a receiver may wait on a peer whose host stopped acknowledging what
+  // this side sent earlier (sends complete once their bytes are in the kernel), and keepalive
+  // probes do not start while such data is unacknowledged. (A lane may stall while another moves.)
+  if (dead_link_s_ > 0 && has_pending() && dead_.ok()) {
     const double now = now_s();
     if (now >= next_link_check_) {
       next_link_check_ = now + kLinkCheckS;

@@ -206,7 +206,7 @@ class TcpEndpoint final : public Endpoint {
   // Dead links: a socket with data in flight and no ACK from the peer's host for
   // UCCL_TCP_DEAD_LINK_S fails the endpoint, naming the socket's lane. Only the kernel's
   // acknowledgements count, so a peer that is slow to read (a full window: its host still
-  // answers every probe) never looks dead. Looked at every kLinkCheckS while sends are pending.
+  // answers every probe) never looks dead. Looked at every kLinkCheckS while a request is pending.
   // The receiving side's sockets have keepalive probes timed to the same bound (constructor).
   void check_links();
   std::string lane_of(const Socket& s) const;  // " (network 10.211.1.0/24)" when striped, else ""
