@@ -5,7 +5,10 @@ file $DEAD_LANE_FLAG, and the test then makes the second network drop everything
 two hosts. Each rank reports the error it got (kind, message, peer) and how long after the flag
 it came.
 
-    work_dead_lane.py SIZE_MIB [p2p|all_reduce]
+    work_dead_lane.py SIZE_MIB [p2p|all_reduce] [--shrink]
+
+--shrink: after the error, the ranks shrink() the communicator (the survivors agree on whom to
+leave out) and all_reduce once on the new one; each reports the outcome.
 """
 import json
 import os
@@ -40,6 +43,14 @@ def main():
             time.sleep(0.01)
         out = {"rank": world.rank, "kind": type(e).__name__, "msg": str(e), "peer": e.peer,
                "after_s": t - float(open(flag).read() or t), "iterations": i}
+        if "--shrink" in sys.argv:  # carry on without the ranks cut off
+            try:
+                new = world.shrink(timeout=30)
+                one = np.ones(1024, np.float32)
+                new.all_reduce(one)
+                out["shrink"] = {"size": new.size, "rank": new.rank, "sum": float(one[0]), "s": time.time() - t}
+            except uccl.UcclError as e2:
+                out["shrink"] = {"kind": type(e2).__name__, "msg": str(e2)}
     print("RESULT " + json.dumps(out), flush=True)
 
 

@@ -96,6 +96,20 @@ def test_a_rail_that_dies_under_all_reduce_fails_every_rank_within_the_bound(tmp
     assert results[1]["peer"] == 3 and results[3]["peer"] == 1, results
 
 
+def test_after_a_rail_dies_the_ranks_shrink_and_carry_on(tmp_path):
+    """The same failure, then shrink(): ranks 1 and 3 each lost the other, the survivors' agreement
+    leaves one of them out (it gets AbortedError), and the other three all_reduce on the new
+    communicator (over shm and eth0): a job goes on after a NIC died."""
+    if not netbed.netns_available():
+        pytest.skip("needs root and `ip netns add` (network namespaces)")
+    results = _run_with_dead_eth1(tmp_path, 2, ["8", "all_reduce", "--shrink"])
+    left_out = [r["rank"] for r in results if r["shrink"].get("kind") == "AbortedError"]
+    assert len(left_out) == 1 and left_out[0] in (1, 3), results
+    for r in results:
+        if r["rank"] not in left_out:
+            assert r["shrink"]["size"] == 3 and r["shrink"]["sum"] == 3.0, results
+
+
 def _run_with_dead_eth1(tmp_path, per_host, args):
     """Runs work_dead_lane.py on 2 hosts with per_host ranks each (UCCL_SOCKET_IFNAME=
     "=eth0,eth1"); eth1 drops everything between the hosts once rank 0 created the flag file."""
