@@ -231,7 +231,7 @@ def test_a_slow_receiver_is_not_a_dead_link():
     """The dead-link check counts only unanswered data and keepalive probes: a peer's kernel
     answers both however long its process takes to read, so a 3.5 s zero window and an idle
     spell pass with UCCL_TCP_DEAD_LINK_S=1 (the lane-dies-mid-stream case is in
-    tests/topo/test_rails.py)."""
+    tests/topo/test_dead_links.py)."""
     results = run_world(2, "test_peer_failures:body_slow_receiver", (8 << 20,), transport="tcp", timeout=90,
                         env={"UCCL_TCP_DEAD_LINK_S": "1"})
     assert results[0]["send_s"] > 2.0, results  # it really waited behind the receiver
