@@ -211,6 +211,7 @@ class TcpEndpoint final : public Endpoint {
   void check_links();
   std::string lane_of(const Socket& s) const;  // " (network 10.211.1.0/24)" when striped, else ""
   static constexpr double kLinkCheckS = 0.5;
+  static constexpr int kLinkCheckEvery = 64;
 
   // tcp_endpoint_recv.cc
   bool recv_on(Socket& s);
@@ -237,6 +238,7 @@ class TcpEndpoint final : public Endpoint {
   std::vector<size_t> feed_load_, feed_limit_;  // feed()'s per-socket scratch (no allocation per pass)
   double dead_link_s_;           // UCCL_TCP_DEAD_LINK_S (0: off)
   double next_link_check_ = 0;
+  int link_check_calls_ = 0;
   Status dead_;  // !ok once the endpoint failed
   bool any_eof_ = false;    // a socket's stream ended or hung up: check_peer_gone() decides
   std::string abort_note_;  // the root cause from the peer's abort frame, once one was read
