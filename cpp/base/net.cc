@@ -358,6 +358,12 @@ std::string peer_name(int fd) {
 
 }  // namespace
 
+const DoubleSetting kTcpDeadLinkS("tcp", "UCCL_TCP_DEAD_LINK_S", "20",
+                                  "a dead link, NIC or host fails a tcp connection within this long, naming the network, "
+                                  "instead of at the operation's timeout: data in flight with no acknowledgement at all, "
+                                  "or unanswered keepalive probes (a peer slow to read still answers both); 0: off",
+                                  number_at_least(0));
+
 void set_socket_options(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -370,9 +376,13 @@ void set_socket_options(int fd) {
   static const bool pin_rcv = read_sysctl_long("/proc/sys/net/core/rmem_max") >= kBuf;
   if (pin_snd) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kBuf, sizeof kBuf);
   if (pin_rcv) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kBuf, sizeof kBuf);
-  // Keepalive catches a peer host that vanished without a FIN/RST (power loss, cable).
+  // Keepalive catches a peer host that vanished without a FIN/RST (power loss, cable, a dead
+  // link): idle for half the bound, then 3 probes a sixth of it apart.
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  int idle = 60, intvl = 10, cnt = 6;
+  const double bound = kTcpDeadLinkS.get();
+  if (bound <= 0) return;
+  const int idle = std::max(1, static_cast<int>(bound / 2 + 0.5));
+  const int intvl = std::max(1, static_cast<int>(bound / 6 + 0.5)), cnt = 3;
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);

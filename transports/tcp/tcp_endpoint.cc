@@ -37,11 +37,6 @@ const BytesSetting kTcpStripeInflightBytes("tcp", "UCCL_TCP_STRIPE_INFLIGHT_BYTE
                                            "adaptive striping: a socket gets its next chunk while less than this "
                                            "(or two of its bandwidth-delay products, if more) is on its way",
                                            bytes_at_least(1));
-const DoubleSetting kTcpDeadLinkS("tcp", "UCCL_TCP_DEAD_LINK_S", "20",
-                                  "a dead link, NIC or host fails a tcp connection within this long, naming the network, "
-                                  "instead of at the operation's timeout: data in flight with no acknowledgement at all, "
-                                  "or unanswered keepalive probes (a peer slow to read still answers both); 0: off",
-                                  number_at_least(0));
 namespace tcp {
 
 Result<Endpoint*> TcpEndpoint::create(const PeerContext& peer, const std::vector<int>& fds, bool tls, bool server) {
@@ -102,17 +97,7 @@ TcpEndpoint::TcpEndpoint(const PeerContext& peer, int epfd, std::vector<int> fds
       chunk_bytes_(kTcpStripeChunkBytes.get() / kStripeAlign * kStripeAlign),
       inflight_min_(kTcpStripeInflightBytes.get()),
       dead_link_s_(kTcpDeadLinkS.get()) {
-  // The receiving side of a dead link has nothing in flight to go unacknowledged: keepalive
-  // probes (answered by the peer's kernel however busy its process is) find it in about
-  // UCCL_TCP_DEAD_LINK_S, and the socket then fails with ETIMEDOUT.
-  const int keep_idle = std::max(1, static_cast<int>(dead_link_s_ / 2 + 0.5));
-  const int keep_intvl = std::max(1, static_cast<int>(dead_link_s_ / 6 + 0.5)), keep_cnt = 3;
   for (size_t i = 0; i < fds.size(); ++i) {
-    if (dead_link_s_ > 0) {
-      setsockopt(fds[i], IPPROTO_TCP, TCP_KEEPIDLE, &keep_idle, sizeof keep_idle);
-      setsockopt(fds[i], IPPROTO_TCP, TCP_KEEPINTVL, &keep_intvl, sizeof keep_intvl);
-      setsockopt(fds[i], IPPROTO_TCP, TCP_KEEPCNT, &keep_cnt, sizeof keep_cnt);
-    }
     socks_[i].fd = fds[i];
     socks_[i].index = static_cast<int>(i);
     socks_[i].stage.reset(new uint8_t[kStageBytes]);

@@ -78,7 +78,6 @@ extern const BytesSetting kTcpStripeMinBytes;
 extern const TextSetting kTcpStripe;
 extern const BytesSetting kTcpStripeChunkBytes;
 extern const BytesSetting kTcpStripeInflightBytes;
-extern const DoubleSetting kTcpDeadLinkS;  // UCCL_TCP_DEAD_LINK_S
 namespace tcp {
 
 constexpr uint32_t kPartMagic = 0x31544355;  // "UCT1" as little-endian bytes
@@ -207,7 +206,8 @@ class TcpEndpoint final : public Endpoint {
   // UCCL_TCP_DEAD_LINK_S fails the endpoint, naming the socket's lane. Only the kernel's
   // acknowledgements count, so a peer that is slow to read (a full window: its host still
   // answers every probe) never looks dead. Looked at every kLinkCheckS while a request is pending.
-  // The receiving side's sockets have keepalive probes timed to the same bound (constructor).
+  // The side with nothing in flight learns from keepalive probes timed to the same bound
+  // (set_socket_options, base/net.h).
   void check_links();
   std::string lane_of(const Socket& s) const;  // " (network 10.211.1.0/24)" when striped, else ""
   static constexpr double kLinkCheckS = 0.5;
