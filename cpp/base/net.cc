@@ -465,7 +465,48 @@ Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_u
   return Status(Code::kTimeout, "connect to " + addr.to_string() + " timed out (last error: " + last_error + ")");
 }
 
-Status send_all(int fd, const void* buf, size_t len, double deadline_s) {
+double LinkWatch::unanswered_for(int fd, uint32_t* segments) {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  const bool unanswered = getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_unacked > 0 &&
+                          ti.tcpi_last_ack_recv >= static_cast<uint32_t>(kLookS * 1000);
+  if (segments) *segments = unanswered ? ti.tcpi_unacked : 0;
+  if (!unanswered) {
+    since_ = -1;
+    return 0;
+  }
+  const double now = now_s();
+  if (since_ < 0) since_ = now - kLookS;
+  return now - since_;
+}
+
+namespace {
+// Waits for `events` on fd until the deadline; with a watch, in steps of LinkWatch::kLookS and
+// failing once the peer's host stopped acknowledging. Ok: ready (or a signal); else the error.
+Status wait_ready(int fd, short events, double deadline_s, LinkWatch* watch, const std::string& what) {
+  const double bound = watch ? kTcpDeadLinkS.get() : 0;
+  for (;;) {
+    int ms = poll_ms_left(deadline_s);
+    if (bound > 0) ms = std::min(ms, static_cast<int>(LinkWatch::kLookS * 1000));
+    pollfd pfd{fd, events, 0};
+    int rc = poll(&pfd, 1, ms);
+    if (rc < 0 && errno != EINTR) return SystemError("poll", errno);
+    if (rc != 0) return Status::Ok();
+    if (bound > 0) {
+      uint32_t segments = 0;
+      const double t = watch->unanswered_for(fd, &segments);
+      if (t >= bound)
+        return Status(Code::kRemoteError, what + ": " + peer_name(fd) + "'s host stopped acknowledging: no ACK for " +
+                                              std::to_string(static_cast<int>(t + 0.5)) + " s with " +
+                                              std::to_string(segments) +
+                                              " segment(s) in flight (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)");
+    }
+    if (poll_ms_left(deadline_s) == 0) return Status(Code::kTimeout, what + " timed out");
+  }
+}
+}  // namespace
+
+Status send_all(int fd, const void* buf, size_t len, double deadline_s, LinkWatch* watch) {
   const char* p = static_cast<const char*>(buf);
   size_t done = 0;
   while (done < len) {
@@ -480,17 +521,15 @@ Status send_all(int fd, const void* buf, size_t len, double deadline_s) {
       return Status(Code::kRemoteError, "send to " + peer_name(fd) + " failed after " + std::to_string(done) + " of " +
                                             std::to_string(len) + " bytes: " + std::strerror(err));
     }
-    pollfd pfd{fd, POLLOUT, 0};
-    int rc = poll(&pfd, 1, poll_ms_left(deadline_s));
-    if (rc < 0 && errno != EINTR) return SystemError("poll", errno);
-    if (rc == 0)
-      return Status(Code::kTimeout, "send of " + std::to_string(len) + " bytes to " + peer_name(fd) +
-                                        " timed out after " + std::to_string(done) + " bytes");
+    Status st = wait_ready(fd, POLLOUT, deadline_s, watch,
+                           "send of " + std::to_string(len) + " bytes to " + peer_name(fd) + " (" +
+                               std::to_string(done) + " sent)");
+    if (!st.ok()) return st;
   }
   return Status::Ok();
 }
 
-Status recv_all(int fd, void* buf, size_t len, double deadline_s) {
+Status recv_all(int fd, void* buf, size_t len, double deadline_s, LinkWatch* watch) {
   char* p = static_cast<char*>(buf);
   size_t done = 0;
   while (done < len) {
@@ -506,12 +545,10 @@ Status recv_all(int fd, void* buf, size_t len, double deadline_s) {
     if (err == EINTR) continue;
     if (err != EAGAIN && err != EWOULDBLOCK)
       return Status(Code::kRemoteError, "recv from " + peer_name(fd) + " failed: " + std::strerror(err));
-    pollfd pfd{fd, POLLIN, 0};
-    int rc = poll(&pfd, 1, poll_ms_left(deadline_s));
-    if (rc < 0 && errno != EINTR) return SystemError("poll", errno);
-    if (rc == 0)
-      return Status(Code::kTimeout, "recv of " + std::to_string(len) + " bytes from " + peer_name(fd) +
-                                        " timed out after " + std::to_string(done) + " bytes");
+    Status st = wait_ready(fd, POLLIN, deadline_s, watch,
+                           "recv of " + std::to_string(len) + " bytes from " + peer_name(fd) + " (" +
+                               std::to_string(done) + " received)");
+    if (!st.ok()) return st;
   }
   return Status::Ok();
 }

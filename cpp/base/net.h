@@ -84,8 +84,25 @@ Result<int> listen_on(SockAddr* addr, int backlog = 128);
 // quickly that its process is gone. *refused (if given) says whether the last try was refused.
 Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_until_s = -1,
                        bool* refused = nullptr);
-// Blocking full send/recv bounded by a deadline; kRemoteError if the peer closed.
-Status send_all(int fd, const void* buf, size_t len, double deadline_s);
-Status recv_all(int fd, void* buf, size_t len, double deadline_s);
+// Dead links (UCCL_TCP_DEAD_LINK_S) on one socket: how long its data in flight has gone without
+// any ACK from the peer's host. Only the kernel's acknowledgements count, so a peer slow to read
+// (a full window: its host still answers) never looks dead. Look at least every kLookS.
+class LinkWatch {
+ public:
+  static constexpr double kLookS = 0.5;
+  // Seconds without an ACK while data is in flight, counted from the first look that saw none
+  // (at most kLookS back: data sent after an idle spell has an old last ACK but was not waiting
+  // that long); 0 when nothing is in flight or an ACK came since the last look. *segments: the
+  // segments in flight.
+  double unanswered_for(int fd, uint32_t* segments = nullptr);
+
+ private:
+  double since_ = -1;
+};
+
+// Blocking full send/recv bounded by a deadline; kRemoteError if the peer closed, or (with a
+// watch, and UCCL_TCP_DEAD_LINK_S > 0) once the peer's host stopped acknowledging.
+Status send_all(int fd, const void* buf, size_t len, double deadline_s, LinkWatch* watch = nullptr);
+Status recv_all(int fd, void* buf, size_t len, double deadline_s, LinkWatch* watch = nullptr);
 
 }  // namespace uccl

@@ -5,7 +5,8 @@
 // keeps the request/reply stream in step. Long ones go in slices of 50 ms (sliced(), below), so
 // that one thread's long wait never holds the shared client. The client additionally bounds its
 // own wait by the same timeout plus a grace period, so a server that hangs (or a host that
-// vanished without a FIN) still ends in an error rather than a hang. After any I/O error the
+// vanished without a FIN) still ends in an error rather than a hang; and a request or reply that
+// the server's host stops acknowledging (a dead link) fails within UCCL_TCP_DEAD_LINK_S. After any I/O error the
 // stream may be out of step, so the client closes the connection and every later call fails with the first error.
 //
 // With a job key the client authenticates before its first request (tcp_store_wire.h) and
@@ -130,10 +131,10 @@ class TcpStoreClient : public Store {
       msg.append(reinterpret_cast<const char*>(&len), 4);
       msg.append(*s);
     }
-    Status st = send_all(fd_, msg.data(), msg.size(), deadline);
+    Status st = send_all(fd_, msg.data(), msg.size(), deadline, &watch_);
     Reply r;
     ReplyHeader rh;
-    if (st.ok()) st = recv_all(fd_, &rh, sizeof rh, deadline);
+    if (st.ok()) st = recv_all(fd_, &rh, sizeof rh, deadline, &watch_);
     if (st.ok() && rh.magic != kReplyMagic)
       st = Status(Code::kRemoteError, "bad reply magic (is " + server_ + " a uccl store?)");
     if (st.ok() && rh.payload_bytes > kMaxRequestBytes) st = Status(Code::kRemoteError, "reply too large");
@@ -141,7 +142,7 @@ class TcpStoreClient : public Store {
       r.status = static_cast<ReplyStatus>(rh.status);
       r.value = rh.value;
       r.payload.resize(rh.payload_bytes);
-      st = recv_all(fd_, &r.payload[0], r.payload.size(), deadline);
+      st = recv_all(fd_, &r.payload[0], r.payload.size(), deadline, &watch_);
     }
     if (st.ok() && r.status == ReplyStatus::kDenied) {  // the server closes after a denial
       broken_ = check_error(r, "");
@@ -193,6 +194,7 @@ class TcpStoreClient : public Store {
   std::condition_variable turn_cv_;
   uint64_t next_ticket_ = 0, serving_ = 0;  // guarded by mu_
   int fd_;
+  LinkWatch watch_;  // dead links (call() holds the turn while it uses it)
   std::string server_;
   int port_;
   Status broken_;

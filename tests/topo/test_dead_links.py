@@ -4,6 +4,7 @@ network (and later communicators skip it at once); a network that dies under a s
 messages or an all_reduce fails every rank within UCCL_TCP_DEAD_LINK_S, naming the peer across
 it, instead of at the operation's timeout; after that the ranks can shrink and carry on.
 Failures are made with Testbed.blackhole (a neighbour entry with a MAC nobody has)."""
+import json
 import os
 import time
 
@@ -99,3 +100,56 @@ def _run_with_dead_eth1(tmp_path, per_host, args):
         env = {"UCCL_SOCKET_IFNAME": "=eth0,eth1", "UCCL_TIMEOUT_S": "60", "UCCL_TCP_DEAD_LINK_S": "3",
                "DEAD_LANE_FLAG": str(flag)}
         return launch.run(bed, per_host, [os.path.join(TESTBED, "work_dead_lane.py"), *args], env=env, timeout=120)
+
+
+_STORE_SERVER = """
+import sys, time, uccl
+s = uccl.TcpStore("0.0.0.0", int(sys.argv[1]), is_server=True)
+time.sleep(60)
+"""
+_STORE_CLIENT = """
+import json, sys, time, uccl
+c = uccl.TcpStore(sys.argv[1], int(sys.argv[2]))
+c.set("before", b"1")
+open(sys.argv[3], "w").write("go")
+while open(sys.argv[3]).read() != "dead":
+    time.sleep(0.02)
+t = time.time()
+try:
+    c.set("after", b"2" * 100000)  # more than the link takes at once: some is in flight
+    out = {"kind": "no error"}
+except Exception as e:
+    out = {"kind": type(e).__name__, "msg": str(e)}
+out["after_s"] = time.time() - t
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def test_a_store_request_over_a_dead_link_fails_within_the_bound(tmp_path):
+    """A store client whose link to the store's host dies: its next request goes unacknowledged,
+    and the client fails it within UCCL_TCP_DEAD_LINK_S (3 s here) naming the server, instead of
+    waiting the store's timeout (300 s)."""
+    if not netbed.netns_available():
+        pytest.skip("needs root and `ip netns add` (network namespaces)")
+    import subprocess
+    import sys
+    flag = tmp_path / "flag"
+    port = str(launch.MASTER_PORT + 7)
+    env = launch.base_env({"UCCL_TCP_DEAD_LINK_S": "3"})
+    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5) as bed:
+        bed.popen(0, 0, [sys.executable, "-c", _STORE_SERVER, port], env=env)
+        time.sleep(1.0)
+        client = bed.popen(0, 1, [sys.executable, "-c", _STORE_CLIENT, bed.host_addr(0, 0), port, str(flag)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 30
+        while not (flag.exists() and flag.read_text() == "go") and time.time() < deadline:
+            time.sleep(0.02)
+        bed.blackhole((0, 0), (0, 1), rail=0)
+        bed.blackhole((0, 1), (0, 0), rail=0)
+        flag.write_text("dead")
+        out, err = client.communicate(timeout=60)
+    res = [line for line in out.decode().splitlines() if line.startswith("RESULT ")]
+    assert res, err.decode()[-2000:]
+    r = json.loads(res[0][len("RESULT "):])
+    assert r["kind"] == "RemoteError" and "stopped acknowledging" in r["msg"], r
+    assert "UCCL_TCP_DEAD_LINK_S" in r["msg"] and r["after_s"] < 15, r

@@ -286,7 +286,7 @@ bool TcpEndpoint::progress() {
     link_check_calls_ = 0;
     const double now = now_s();
     if (now >= next_link_check_) {
-      next_link_check_ = now + kLinkCheckS;
+      next_link_check_ = now + LinkWatch::kLookS;
       check_links();
     }
   }
@@ -299,26 +299,14 @@ std::string TcpEndpoint::lane_of(const Socket& s) const {
 }
 
 void TcpEndpoint::check_links() {
-  const double now = now_s();
   for (auto& s : socks_) {
-    tcp_info ti{};
-    socklen_t len = sizeof ti;
-    // No ACK since the last look while data is in flight; an ACK (a full window's too) resets.
-    const bool unanswered = getsockopt(s.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_unacked > 0 &&
-                            ti.tcpi_last_ack_recv >= static_cast<uint32_t>(kLinkCheckS * 1000);
-    if (!unanswered) {
-      s.unanswered_since = -1;
-      continue;
-    }
-    // The first look that sees it counts from the last ACK, at most one interval back (data
-    // sent after an idle spell has an old last ACK but was not waiting that long).
-    if (s.unanswered_since < 0) s.unanswered_since = now - kLinkCheckS;
-    if (now - s.unanswered_since < dead_link_s_) continue;
+    uint32_t segments = 0;
+    const double t = s.watch.unanswered_for(s.fd, &segments);
+    if (t < dead_link_s_) continue;
     fatal(Status(Code::kRemoteError,
                  peer_.describe() + "'s host stopped acknowledging tcp socket " + std::to_string(s.index) + lane_of(s) +
-                     ": no ACK for " + std::to_string(static_cast<int>(now - s.unanswered_since + 0.5)) + " s with " +
-                     std::to_string(ti.tcpi_unacked) + " segment(s) in flight (a dead link, NIC or host; "
-                     "UCCL_TCP_DEAD_LINK_S)",
+                     ": no ACK for " + std::to_string(static_cast<int>(t + 0.5)) + " s with " +
+                     std::to_string(segments) + " segment(s) in flight (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)",
                  peer_.peer_rank));
     return;
   }

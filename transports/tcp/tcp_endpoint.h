@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/net.h"
 #include "transports/stripe.h"
 #include "transports/tcp/tcp_tls.h"
 #include "transports/transport.h"
@@ -168,7 +169,7 @@ class TcpEndpoint final : public Endpoint {
     size_t carry_len = 0;
     std::unique_ptr<TlsLink> tls;  // encrypted link, or null
     bool tls_ready = true;         // handshake finished (or no TLS)
-    double unanswered_since = -1;  // check_links(): since when its data in flight got no ACK
+    LinkWatch watch;               // check_links(): dead links
     size_t staged() const { return stage_end - stage_begin; }
   };
 
@@ -203,14 +204,12 @@ class TcpEndpoint final : public Endpoint {
   bool send_on(Socket& s);
   bool complete_sends();
   // Dead links: a socket with data in flight and no ACK from the peer's host for
-  // UCCL_TCP_DEAD_LINK_S fails the endpoint, naming the socket's lane. Only the kernel's
-  // acknowledgements count, so a peer that is slow to read (a full window: its host still
-  // answers every probe) never looks dead. Looked at every kLinkCheckS while a request is pending.
+  // UCCL_TCP_DEAD_LINK_S fails the endpoint, naming the socket's lane (LinkWatch, base/net.h).
+  // Looked at every LinkWatch::kLookS while a request is pending.
   // The side with nothing in flight learns from keepalive probes timed to the same bound
   // (set_socket_options, base/net.h).
   void check_links();
   std::string lane_of(const Socket& s) const;  // " (network 10.211.1.0/24)" when striped, else ""
-  static constexpr double kLinkCheckS = 0.5;
   static constexpr int kLinkCheckEvery = 64;
 
   // tcp_endpoint_recv.cc
