@@ -481,11 +481,10 @@ double LinkWatch::unanswered_for(int fd, uint32_t* segments) {
 }
 
 namespace {
-enum class Wait { kReady, kTimeout, kDeadLink };
 // Waits for `events` on fd until the deadline; with a watch, in steps of LinkWatch::kLookS, and
-// kDeadLink once the peer's host stopped acknowledging (*dead_for, *segments say how).
-Result<Wait> wait_ready(int fd, short events, double deadline_s, LinkWatch* watch, double* dead_for,
-                        uint32_t* segments) {
+// fails once the peer's host stopped acknowledging. what(): the operation, for an error only.
+template <class What>
+Status wait_ready(int fd, short events, double deadline_s, LinkWatch* watch, What what) {
   const double bound = watch ? kTcpDeadLinkS.get() : 0;
   for (;;) {
     int ms = poll_ms_left(deadline_s);
@@ -493,18 +492,16 @@ Result<Wait> wait_ready(int fd, short events, double deadline_s, LinkWatch* watc
     pollfd pfd{fd, events, 0};
     int rc = poll(&pfd, 1, ms);
     if (rc < 0 && errno != EINTR) return SystemError("poll", errno);
-    if (rc != 0) return Wait::kReady;  // (or a signal: the caller tries again)
-    if (bound > 0 && (*dead_for = watch->unanswered_for(fd, segments)) >= bound) return Wait::kDeadLink;
-    if (poll_ms_left(deadline_s) == 0) return Wait::kTimeout;
+    if (rc != 0) return Status::Ok();  // ready (or a signal: the caller tries again)
+    uint32_t segments = 0;
+    const double dead_for = bound > 0 ? watch->unanswered_for(fd, &segments) : 0;
+    if (bound > 0 && dead_for >= bound)
+      return Status(Code::kRemoteError, what() + ": " + peer_name(fd) + "'s host stopped acknowledging: no ACK for " +
+                                            std::to_string(static_cast<int>(dead_for + 0.5)) + " s with " +
+                                            std::to_string(segments) +
+                                            " segment(s) in flight (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)");
+    if (poll_ms_left(deadline_s) == 0) return Status(Code::kTimeout, what() + " timed out");
   }
-}
-
-Status wait_error(Wait w, int fd, const std::string& what, double dead_for, uint32_t segments) {
-  if (w == Wait::kTimeout) return Status(Code::kTimeout, what + " timed out");
-  return Status(Code::kRemoteError, what + ": " + peer_name(fd) + "'s host stopped acknowledging: no ACK for " +
-                                        std::to_string(static_cast<int>(dead_for + 0.5)) + " s with " +
-                                        std::to_string(segments) +
-                                        " segment(s) in flight (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)");
 }
 }  // namespace
 
@@ -523,13 +520,10 @@ Status send_all(int fd, const void* buf, size_t len, double deadline_s, LinkWatc
       return Status(Code::kRemoteError, "send to " + peer_name(fd) + " failed after " + std::to_string(done) + " of " +
                                             std::to_string(len) + " bytes: " + std::strerror(err));
     }
-    double dead_for = 0;
-    uint32_t segments = 0;
-    auto w = wait_ready(fd, POLLOUT, deadline_s, watch, &dead_for, &segments);
-    if (!w.ok()) return w.status();
-    if (w.value() != Wait::kReady)
-      return wait_error(w.value(), fd, "send of " + std::to_string(len) + " bytes to " + peer_name(fd) + " (" +
-                                           std::to_string(done) + " sent)", dead_for, segments);
+    Status st = wait_ready(fd, POLLOUT, deadline_s, watch, [&] {
+      return "send of " + std::to_string(len) + " bytes to " + peer_name(fd) + " (" + std::to_string(done) + " sent)";
+    });
+    if (!st.ok()) return st;
   }
   return Status::Ok();
 }
@@ -550,13 +544,10 @@ Status recv_all(int fd, void* buf, size_t len, double deadline_s, LinkWatch* wat
     if (err == EINTR) continue;
     if (err != EAGAIN && err != EWOULDBLOCK)
       return Status(Code::kRemoteError, "recv from " + peer_name(fd) + " failed: " + std::strerror(err));
-    double dead_for = 0;
-    uint32_t segments = 0;
-    auto w = wait_ready(fd, POLLIN, deadline_s, watch, &dead_for, &segments);
-    if (!w.ok()) return w.status();
-    if (w.value() != Wait::kReady)
-      return wait_error(w.value(), fd, "recv of " + std::to_string(len) + " bytes from " + peer_name(fd) + " (" +
-                                           std::to_string(done) + " received)", dead_for, segments);
+    Status st = wait_ready(fd, POLLIN, deadline_s, watch, [&] {
+      return "recv of " + std::to_string(len) + " bytes from " + peer_name(fd) + " (" + std::to_string(done) + " received)";
+    });
+    if (!st.ok()) return st;
   }
   return Status::Ok();
 }
