@@ -72,8 +72,8 @@ Status set_nonblocking(int fd, bool on);
 // TCP_NODELAY, buffer sizes, and keepalive probes timed so that a peer host that stopped
 // answering (a dead link, NIC or host) fails the socket (ETIMEDOUT) within about
 // UCCL_TCP_DEAD_LINK_S of its last word (probes are answered by the peer's kernel, however
-// busy its process; they run only while nothing this side sent is unacknowledged, which the
-// tcp transport watches itself: transports/tcp/tcp_endpoint.h check_links).
+// busy its process; they run only while nothing this side sent is unacknowledged: that case
+// is LinkWatch's, below).
 void set_socket_options(int fd);
 extern const DoubleSetting kTcpDeadLinkS;  // UCCL_TCP_DEAD_LINK_S (0: the kernel's defaults)
 // Listening socket on addr (port 0 = ephemeral); the bound port is written back into addr.

@@ -6,8 +6,9 @@
 // that one thread's long wait never holds the shared client. The client additionally bounds its
 // own wait by the same timeout plus a grace period, so a server that hangs (or a host that
 // vanished without a FIN) still ends in an error rather than a hang; and a request or reply that
-// the server's host stops acknowledging (a dead link) fails within UCCL_TCP_DEAD_LINK_S. After any I/O error the
-// stream may be out of step, so the client closes the connection and every later call fails with the first error.
+// the server's host stops acknowledging (a dead link) fails within UCCL_TCP_DEAD_LINK_S
+// (LinkWatch). After any I/O error the stream may be out of step, so the client closes the
+// connection and every later call fails with the first error.
 //
 // With a job key the client authenticates before its first request (tcp_store_wire.h) and
 // checks the server's proof too: a "store" that does not know the key gets nothing from us.
