@@ -361,7 +361,8 @@ std::string peer_name(int fd) {
 const DoubleSetting kTcpDeadLinkS("tcp", "UCCL_TCP_DEAD_LINK_S", "20",
                                   "a dead link, NIC or host fails a tcp connection within this long, naming the network, "
                                   "instead of at the operation's timeout: data in flight with no acknowledgement at all, "
-                                  "or unanswered keepalive probes (a peer slow to read still answers both); 0: off",
+                                  "or unanswered keepalive probes (a peer slow to read still answers both; an overloaded "
+                                  "host may pause its ACKs for a second or two, so keep it well above that); 0: off",
                                   number_at_least(0));
 
 void set_socket_options(int fd) {
@@ -477,7 +478,9 @@ double LinkWatch::unanswered_for(int fd, uint32_t* segments) {
   }
   const double now = now_s();
   if (since_ < 0) since_ = now - kLookS;
-  return now - since_;
+  // Never longer than the kernel's own count since the last ACK: looks may be far apart (the
+  // caller busy elsewhere), and an ACK between two of them ends the silence.
+  return std::min(now - since_, ti.tcpi_last_ack_recv / 1000.0);
 }
 
 namespace {

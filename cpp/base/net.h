@@ -90,10 +90,10 @@ Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_u
 class LinkWatch {
  public:
   static constexpr double kLookS = 0.5;
-  // Seconds without an ACK while data is in flight, counted from the first look that saw none
-  // (at most kLookS back: data sent after an idle spell has an old last ACK but was not waiting
-  // that long); 0 when nothing is in flight or an ACK came since the last look. *segments: the
-  // segments in flight.
+  // Seconds without an ACK while data is in flight: since the first look that saw none (at most
+  // kLookS before it: data sent after an idle spell has an old last ACK but was not waiting that
+  // long), and never more than the kernel's time since the last ACK; 0 when nothing is in flight
+  // or an ACK came within kLookS. *segments: the segments in flight.
   double unanswered_for(int fd, uint32_t* segments = nullptr);
 
  private:
