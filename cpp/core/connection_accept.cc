@@ -30,7 +30,7 @@ bool ConnectionManager::accept_new() {
       std::memcpy(&a.ss, &ss, len);
       a.len = len;
       in->peer_addr = a.to_string();
-      in->deadline = now_s() + std::min(timeout_s_, 30.0);
+      in->deadline = now_s() + accept_window_s();
       if (keyed()) {  // the connecting side proves the key over this nonce (handshake.h)
         const Greeting g = make_greeting();
         std::memcpy(in->nonce, g.nonce, kNonceBytes);
@@ -151,7 +151,7 @@ void ConnectionManager::assemble(Incoming& in) {
     asmb->hellos.resize(h.nchannels);
     asmb->nonces.resize(h.nchannels);
     asmb->striped = (h.flags & kHelloStriped) != 0;
-    asmb->deadline = now_s() + std::min(timeout_s_, 30.0);
+    asmb->deadline = now_s() + accept_window_s();
   }
   const bool fits = static_cast<TransportKind>(h.transport) == asmb->kind && h.nchannels == asmb->fds.size() &&
                     ((h.flags & kHelloStriped) != 0) == asmb->striped;
@@ -179,7 +179,7 @@ bool ConnectionManager::expire_assemblies(double now) {
     }
     UCCL_WARN("dropped a connection from rank %d: %d of its %zu sockets came, the others not within %.0f s "
               "(did rank %d fail while connecting?)",
-              it->first, a.have, a.fds.size(), std::min(timeout_s_, 30.0), it->first);
+              it->first, a.have, a.fds.size(), accept_window_s(), it->first);
     for (int fd : a.fds)
       if (fd >= 0) ::close(fd);
     it = assembling_.erase(it);

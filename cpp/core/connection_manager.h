@@ -20,6 +20,7 @@
 // connection_failures.cc (failure records, notices, probes).
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -127,6 +128,9 @@ class ConnectionManager {
   void finish_incoming(int from);
   // Drops assemblies past their deadline (their sockets closed, a warning naming the rank).
   bool expire_assemblies(double now);
+  // How long the accepting side waits for an accepted socket's hello, and for the rest of a
+  // connection's sockets once the first came.
+  double accept_window_s() const { return std::min(timeout_s_, 30.0); }
   Transport* transport(TransportKind kind);
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
