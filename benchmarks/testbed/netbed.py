@@ -204,6 +204,26 @@ class Testbed:
         sh("ip", "-n", self.host_ns(*src), "neigh", "replace", self.host_addr(*dst, rail), "lladdr",
            "02:00:00:00:00:99", "dev", f"eth{rail}", "nud", "permanent")
 
+    def lossy(self, percent, hosts=None, syn_only=False):
+        """Every host (or those listed) drops `percent` % of the packets that reach it on eth0, at
+        random (100: the link is down; 0: healed): a lossy link both ways (nftables numgen; this kernel has no netem). Dropped on
+        the way in, not out: a packet dropped by the sender's own output hook fails its send
+        (EPERM), and TCP treats that unlike a loss on the wire (a SYN-ACK retransmission that
+        fails drops the half-open connection, and the next ACK meets a reset). syn_only: only
+        connection requests (pure SYNs) are dropped; connections made before work on."""
+        for c, h in hosts or self.all_hosts():
+            ns = self.host_ns(c, h)
+            sh("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "lossy", check=False)
+            if percent <= 0:
+                continue
+            sh("ip", "netns", "exec", ns, "nft", "add", "table", "inet", "lossy")
+            sh("ip", "netns", "exec", ns, "nft", "add", "chain", "inet", "lossy", "in",
+               "{ type filter hook input priority 0; }")
+            which = ["numgen", "random", "mod", "100", "<", str(int(percent))] if percent < 100 else []
+            if syn_only:
+                which = ["tcp", "flags", "&", "(syn|ack)", "==", "syn", *which]
+            sh("ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "lossy", "in", "iifname", "eth0", *which, "drop")
+
     # -- running things ----------------------------------------------------------------------
     def popen(self, c, h, argv, env, **kw):
         """Starts argv in host (c, h)'s namespace, in its own process group."""

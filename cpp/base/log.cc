@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 
 namespace uccl {
@@ -53,9 +54,15 @@ void log_message(LogLevel level, const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  // Wall-clock time to the millisecond: lines of several ranks (files or hosts) can be put in
+  // one order, which a failure's story across ranks needs.
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  tm t{};
+  gmtime_r(&ts.tv_sec, &t);
   std::lock_guard<std::mutex> lock(mu);
-  std::fprintf(out, "[uccl rank %d pid %d] %s %s\n", g_rank.load(), static_cast<int>(getpid()),
-               names[static_cast<int>(level)], msg);
+  std::fprintf(out, "[uccl rank %d pid %d %02d:%02d:%02d.%03ld] %s %s\n", g_rank.load(), static_cast<int>(getpid()),
+               t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000000, names[static_cast<int>(level)], msg);
   std::fflush(out);
 }
 

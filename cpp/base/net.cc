@@ -365,6 +365,10 @@ const DoubleSetting kTcpDeadLinkS("tcp", "UCCL_TCP_DEAD_LINK_S", "20",
                                   "host may pause its ACKs for a second or two, so keep it well above that); 0: off",
                                   number_at_least(0));
 
+namespace {
+constexpr int kTcpRtoMaxMs = 44;  // TCP_RTO_MAX_MS (linux/tcp.h of 6.15; older headers lack it)
+}  // namespace
+
 void set_socket_options(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -378,15 +382,26 @@ void set_socket_options(int fd) {
   if (pin_snd) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kBuf, sizeof kBuf);
   if (pin_rcv) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kBuf, sizeof kBuf);
   // Keepalive catches a peer host that vanished without a FIN/RST (power loss, cable, a dead
-  // link): idle for half the bound, then 3 probes a sixth of it apart.
+  // link) while nothing is in flight: idle for half the bound, then a probe every second.
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   const double bound = kTcpDeadLinkS.get();
   if (bound <= 0) return;
-  const int idle = std::max(1, static_cast<int>(bound / 2 + 0.5));
-  const int intvl = std::max(1, static_cast<int>(bound / 6 + 0.5)), cnt = 3;
+  const int idle = std::max(1, static_cast<int>(bound / 2 + 0.5)), intvl = 1, cnt = 10;
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  // Retransmit at least once a second while data goes unacknowledged (older kernels refuse the
+  // option and keep their 120 s cap): with the exponential backoff a lossy link (a quarter of
+  // the packets lost each way, on the testbed) went 20 s without an answered retransmission
+  // after only 7 tries, and crawled. The cap also shrinks the kernel's own give-up time
+  // (tcp_retries2 is counted in modelled backoff: ~14 s at a 1 s cap), which killed a live
+  // transfer on that link after 41 s (ETIMEDOUT) - hence the user timeout, the kernel's usual
+  // ~15 minutes. It also takes over keepalive's verdict (no answer for that long): the dead-link
+  // bound is LinkWatch's, which sees the unanswered probes.
+  const int rto_max_ms = 1000;
+  const unsigned user_timeout_ms = 15 * 60 * 1000;
+  setsockopt(fd, IPPROTO_TCP, kTcpRtoMaxMs, &rto_max_ms, sizeof rto_max_ms);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
 Result<int> listen_on(SockAddr* addr, int backlog) {
@@ -466,21 +481,33 @@ Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_u
   return Status(Code::kTimeout, "connect to " + addr.to_string() + " timed out (last error: " + last_error + ")");
 }
 
-double LinkWatch::unanswered_for(int fd, uint32_t* segments) {
+LinkWatch::Silence LinkWatch::look(int fd) {
   tcp_info ti{};
   socklen_t len = sizeof ti;
-  const bool unanswered = getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_unacked > 0 &&
-                          ti.tcpi_last_ack_recv >= static_cast<uint32_t>(kLookS * 1000);
-  if (segments) *segments = unanswered ? ti.tcpi_unacked : 0;
-  if (!unanswered) {
-    since_ = -1;
-    return 0;
+  Silence s;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return s;
+  const double last_ack = ti.tcpi_last_ack_recv / 1000.0;
+  if (ti.tcpi_unacked == 0 || last_ack < kLookS) since_ = -1;
+  if (ti.tcpi_unacked > 0 && last_ack >= kLookS) {
+    const double now = now_s();
+    if (since_ < 0) since_ = now - kLookS;
+    // Never longer than the kernel's own count since the last ACK: looks may be far apart (the
+    // caller busy elsewhere), and an ACK between two of them ends the silence.
+    s.seconds = std::min(now - since_, last_ack);
+    s.segments = ti.tcpi_unacked;
+  } else if (ti.tcpi_unacked == 0 && ti.tcpi_probes > 0) {  // keepalive probes unanswered
+    s.seconds = last_ack;
   }
-  const double now = now_s();
-  if (since_ < 0) since_ = now - kLookS;
-  // Never longer than the kernel's own count since the last ACK: looks may be far apart (the
-  // caller busy elsewhere), and an ACK between two of them ends the silence.
-  return std::min(now - since_, ti.tcpi_last_ack_recv / 1000.0);
+  return s;
+}
+
+std::string LinkWatch::Silence::text(const std::string& what) const {
+  const std::string secs = std::to_string(static_cast<int>(seconds + 0.5));
+  const std::string on = what.empty() ? "" : " " + what;
+  if (segments > 0)
+    return "stopped acknowledging" + on + ": no ACK for " + secs + " s with " + std::to_string(segments) +
+           " segment(s) in flight";
+  return "stopped answering keepalive probes" + (what.empty() ? "" : " on" + on) + ": none answered for " + secs + " s";
 }
 
 namespace {
@@ -496,13 +523,10 @@ Status wait_ready(int fd, short events, double deadline_s, LinkWatch* watch, Wha
     int rc = poll(&pfd, 1, ms);
     if (rc < 0 && errno != EINTR) return SystemError("poll", errno);
     if (rc != 0) return Status::Ok();  // ready (or a signal: the caller tries again)
-    uint32_t segments = 0;
-    const double dead_for = bound > 0 ? watch->unanswered_for(fd, &segments) : 0;
-    if (bound > 0 && dead_for >= bound)
-      return Status(Code::kRemoteError, what() + ": " + peer_name(fd) + "'s host stopped acknowledging: no ACK for " +
-                                            std::to_string(static_cast<int>(dead_for + 0.5)) + " s with " +
-                                            std::to_string(segments) +
-                                            " segment(s) in flight (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)");
+    const LinkWatch::Silence quiet = bound > 0 ? watch->look(fd) : LinkWatch::Silence{};
+    if (bound > 0 && quiet.seconds >= bound)
+      return Status(Code::kRemoteError, what() + ": " + peer_name(fd) + "'s host " + quiet.text("") +
+                                            " (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)");
     if (poll_ms_left(deadline_s) == 0) return Status(Code::kTimeout, what() + " timed out");
   }
 }

@@ -69,11 +69,11 @@ std::vector<NetInterface> select_interfaces(const std::string& spec, const std::
 // Socket helpers. Deadlines are absolute steady-clock seconds (see now_s()).
 double now_s();
 Status set_nonblocking(int fd, bool on);
-// TCP_NODELAY, buffer sizes, and keepalive probes timed so that a peer host that stopped
-// answering (a dead link, NIC or host) fails the socket (ETIMEDOUT) within about
-// UCCL_TCP_DEAD_LINK_S of its last word (probes are answered by the peer's kernel, however
-// busy its process; they run only while nothing this side sent is unacknowledged: that case
-// is LinkWatch's, below).
+// TCP_NODELAY, buffer sizes, and for dead links (UCCL_TCP_DEAD_LINK_S > 0): keepalive probes
+// once a second after half the bound idle (answered by the peer's kernel, however busy its
+// process), retransmissions at least once a second (TCP_RTO_MAX_MS, Linux >= 6.15), and a
+// 15-minute TCP_USER_TIMEOUT, so that the kernel never gives up on a lossy but live link first:
+// LinkWatch (below) decides, from the kernel's own counts.
 void set_socket_options(int fd);
 extern const DoubleSetting kTcpDeadLinkS;  // UCCL_TCP_DEAD_LINK_S (0: the kernel's defaults)
 // Listening socket on addr (port 0 = ephemeral); the bound port is written back into addr.
@@ -84,17 +84,27 @@ Result<int> listen_on(SockAddr* addr, int backlog = 128);
 // quickly that its process is gone. *refused (if given) says whether the last try was refused.
 Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_until_s = -1,
                        bool* refused = nullptr);
-// Dead links (UCCL_TCP_DEAD_LINK_S) on one socket: how long its data in flight has gone without
-// any ACK from the peer's host. Only the kernel's acknowledgements count, so a peer slow to read
-// (a full window: its host still answers) never looks dead. Look at least every kLookS.
+// Dead links (UCCL_TCP_DEAD_LINK_S) on one socket: how long the peer's host has left this side
+// waiting for any answer - an ACK of data in flight, or of keepalive probes on an idle socket.
+// Only the kernel's answers count, so a peer slow to read (a full window: its host still
+// answers) never looks dead; and as the kernel retransmits (and probes) at least once a second,
+// a lossy link must lose every try of the bound in a row to look dead (a quarter of the packets
+// lost each way: ~1e-7 at 20 s). Look at least every kLookS.
 class LinkWatch {
  public:
   static constexpr double kLookS = 0.5;
-  // Seconds without an ACK while data is in flight: since the first look that saw none (at most
-  // kLookS before it: data sent after an idle spell has an old last ACK but was not waiting that
-  // long), and never more than the kernel's time since the last ACK; 0 when nothing is in flight
-  // or an ACK came within kLookS. *segments: the segments in flight.
-  double unanswered_for(int fd, uint32_t* segments = nullptr);
+  struct Silence {
+    double seconds = 0;     // 0: the host answers (or nothing waits for an answer)
+    uint32_t segments = 0;  // data segments in flight; 0 with seconds > 0: keepalive probes
+    // "stopped acknowledging <what>: no ACK for 21 s with 3 segment(s) in flight", or
+    // "stopped answering keepalive probes on <what>: none answered for 21 s" (what may be "").
+    std::string text(const std::string& what) const;
+  };
+  // Data in flight: since the first look that saw no ACK (at most kLookS before it: data sent
+  // after an idle spell has an old last ACK but was not waiting that long), never more than the
+  // kernel's time since the last ACK. Keepalive probes out: the kernel's time since the last
+  // ACK (the probes start only after an idle spell, which counts).
+  Silence look(int fd);
 
  private:
   double since_ = -1;

@@ -24,16 +24,36 @@ void ConnectionManager::probe_lower_rank(int peer) {
       fail_peer(peer, info.status().with_context("waiting for rank " + std::to_string(peer) + " to connect"));
     return;
   }
-  auto fd = connect_listener(*info.value(), 0.3, now_s() + 3600);
+  bool refused = false;
+  auto fd = connect_listener(*info.value(), 0.3, now_s() + 3600, &refused);
   if (fd.ok()) {
+    unanswered_since_[peer] = 0;
     const HelloHeader h = hello_to(peer, kHelloProbe);
     send_all(fd.value(), &h, sizeof h, now_s() + 0.3);
     ::close(fd.value());
     return;  // alive: it just has not reached this operation yet
   }
-  fail_peer(peer, Status(Code::kRemoteError,
-                         peer_context(peer).describe() + " is not listening any more (it exited before connecting)",
-                         peer));
+  if (refused) {
+    fail_peer(peer, Status(Code::kRemoteError,
+                           peer_context(peer).describe() + " is not listening any more (it exited before connecting)",
+                           peer));
+  } else if (unanswered_too_long(peer)) {  // no answer at all: a lost SYN, or a dead link
+    fail_peer(peer, Status(Code::kRemoteError, peer_context(peer).describe() + "'s host " + no_answer_text(peer), peer));
+  }
+}
+
+bool ConnectionManager::unanswered_too_long(int peer) {
+  double& since = unanswered_since_[peer];
+  const double now = now_s();
+  if (since == 0) since = now;
+  const double bound = kTcpDeadLinkS.get() > 0 ? kTcpDeadLinkS.get() : timeout_s_;
+  return now - since >= bound;
+}
+
+std::string ConnectionManager::no_answer_text(int peer) const {
+  const double s = unanswered_since_[peer] > 0 ? now_s() - unanswered_since_[peer] : 0;
+  return "has not answered a connect for " + std::to_string(static_cast<int>(s + 0.5)) +
+         " s (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)";
 }
 
 void ConnectionManager::open_agreement_listener() {
@@ -131,15 +151,20 @@ HelloHeader ConnectionManager::hello_to(int peer, uint8_t flags) const {
   return h;
 }
 
-Result<int> ConnectionManager::connect_listener(const PeerInfo& info, double per_try_s, double deadline) {
+Result<int> ConnectionManager::connect_listener(const PeerInfo& info, double per_try_s, double deadline,
+                                                bool* refused) {
   Status last = Status(Code::kRemoteError, "rank " + std::to_string(info.rank) + " publishes no address");
+  bool all_refused = true;
   for (const std::string& addr_text : info.listen) {
     auto addr = parse_address(addr_text, 0);
     if (!addr.ok()) continue;
-    auto fd = connect_to(addr.value(), std::min(deadline, now_s() + per_try_s));
+    bool r = false;
+    auto fd = connect_to(addr.value(), std::min(deadline, now_s() + per_try_s), -1, &r);
     if (fd.ok()) return fd.value();
+    all_refused = all_refused && r;
     last = fd.status();
   }
+  if (refused) *refused = all_refused;
   return last;
 }
 

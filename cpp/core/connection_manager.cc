@@ -64,6 +64,7 @@ ConnectionManager::ConnectionManager(int rank, int size, std::shared_ptr<Store> 
   staged_.assign(size, 0);
   peer_errors_.resize(size);
   next_path_.assign(size, 0);
+  unanswered_since_.assign(size, 0);
   fallback_notes_.resize(size);
   transports_.resize(kMaxTransports);
 }
@@ -334,7 +335,8 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
     for (const std::string& a : lanes) {
       const double ago = unanswered_ago(a);
       if (ago < 0) continue;
-      note_fallback(peer, "striping skipped: " + host_part(a) + " did not answer a connect " +
+      if (unanswered_since_[peer] == 0)  // (said once, not on every try again)
+        note_fallback(peer, "striping skipped: " + host_part(a) + " did not answer a connect " +
                               std::to_string(static_cast<int>(ago + 0.5)) + " s ago", /*one_network=*/true);
       striping = false;
       break;
@@ -350,6 +352,7 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
   bool refused_before = false;  // an address of this peer refused for the whole window
+  bool any_refused = false;     // some attempt was refused (its host answered): the peer is gone
   // Every socket of an attempt is opened before any hello is sent: the peer assembles a
   // connection from the hellos, and one half-announced by an attempt that then failed would
   // hold the place of the next.
@@ -371,6 +374,7 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
       bool refused = false;
       auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0), refused_before ? now_s() : -1, &refused);
       refused_before = refused_before || refused;
+      any_refused = any_refused || refused;
       if (!fd.ok()) {
         if (!refused) note_unanswered(attempt[ch % attempt.size()]);
         s = Status(Code::kRemoteError,
@@ -386,10 +390,20 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
     }
     for (int fd : fds) ::close(fd);
     last = s.with_context("connecting to " + ctx.describe() + " at " + addr_text);
-    if (striping && k == 0)  // a NIC the pair should share does not reach the peer: worth a warning
+    if (striping && k == 0 && unanswered_since_[peer] == 0)  // a NIC the pair should share does not reach the peer
       note_fallback(peer, "striping over " + addr_text + " failed (" + s.message() + ")", /*one_network=*/true);
   }
-  if (out->fds.empty()) return last;
+  if (out->fds.empty()) {
+    // No host answered at all (a lossy or congested network drops SYNs too): try again on a
+    // later pass until the dead-link bound, instead of failing the peer after one window.
+    if (!any_refused && !unanswered_too_long(peer)) {
+      UCCL_INFO("rank %d -> rank %d: %s; trying again", rank_, peer, last.message().c_str());
+      return Status::Ok();
+    }
+    if (!any_refused) last = Status(last.code(), last.message() + "; its host " + no_answer_text(peer), peer);
+    return last;
+  }
+  unanswered_since_[peer] = 0;
   if (pending_striped && !out->striped) {  // one network after all: the transport must not weigh lanes
     auto plain = t->start_connect(transport_context(peer, *t, /*striped=*/false));
     if (!plain.ok()) {
@@ -483,7 +497,9 @@ bool ConnectionManager::progress_outgoing() {
           moved = true;
           continue;
         }
-        if (r == 0 || errno == ECONNRESET) err = peer_closed_error(ctx, "during the handshake");
+        if (r == 0 || errno == ECONNRESET)
+          err = peer_closed_error(ctx, "during the handshake: socket " + std::to_string(ch) + " of " +
+                                           std::to_string(o.fds.size()) + (r == 0 ? ", closed" : ", reset"));
         else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
           err = SystemError("handshake recv", errno).with_context("connecting to " + ctx.describe());
         break;

@@ -119,6 +119,13 @@ class ConnectionManager {
   // A higher rank cannot see a lower rank that died before connecting: after a second of
   // waiting it probes the peer's listener, and a refusal fails the peer instead of a hang.
   void probe_lower_rank(int peer);
+  // A peer's host that does not answer a connect at all (no refusal: SYNs lost on a lossy or
+  // congested network, or a dead link) is tried again on later passes; true once that has
+  // lasted the dead-link bound (UCCL_TCP_DEAD_LINK_S, or the timeout when that is off) and the
+  // peer should fail, with no_answer_text(peer) saying why ("has not answered a connect for
+  // 20 s (...)", of the peer's host).
+  bool unanswered_too_long(int peer);
+  std::string no_answer_text(int peer) const;
   void open_agreement_listener();  // agree_fd_ and PeerInfo::agree (init())
   bool progress_outgoing();
   bool accept_new();
@@ -145,8 +152,9 @@ class ConnectionManager {
   // accept() get.
   PeerContext transport_context(int peer, const Transport& t, bool striped);
   // A socket to the first of the peer's listeners that accepts (each try bounded by per_try_s),
-  // for the one-shot messages: the liveness probe and the failure notice.
-  Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline);
+  // for the one-shot messages: the liveness probe and the failure notice. *refused: every
+  // listener refused (its host answered: nothing listens there any more).
+  Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline, bool* refused = nullptr);
   // A failed store operation; one that is not a timeout names the rank serving the store.
   Status store_error(const Status& s);
   // Keyed mode (handshake.h): a job key is set, hellos and acks carry MACs.
@@ -177,6 +185,7 @@ class ConnectionManager {
   std::vector<char> staged_;                             // by peer: endpoints_[peer] is a StagedEndpoint
   std::vector<Status> peer_errors_;                      // a failed connection attempt, by peer
   std::vector<size_t> next_path_;                        // by peer: the candidate to try next
+  std::vector<double> unanswered_since_;                 // by peer: its host answers no connect since (0: it does)
   std::vector<std::string> fallback_notes_;              // by peer: transports that refused, why
   std::map<int, std::unique_ptr<PeerInfo>> peer_infos_;
   std::map<int, std::unique_ptr<Outgoing>> outgoing_;

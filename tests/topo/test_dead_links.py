@@ -42,8 +42,9 @@ def test_a_lane_that_dies_mid_stream_fails_both_ranks_within_the_dead_link_bound
     between the two hosts (both ways). TCP alone would retransmit for ~15 minutes and the ranks
     would wait for the operation's timeout (600 s by default): with UCCL_TCP_DEAD_LINK_S=5 the
     sender fails when its eth1 socket's data gets no ACK for 5 s, and the receiver, which has
-    nothing in flight, when that socket's keepalive probes go unanswered; both errors name the
-    peer and the network."""
+    nothing in flight, when that socket's keepalive probes go unanswered for 5 s; both errors name
+    the peer and the network. (Both bounds end about together: the rank that sees it first tells
+    the other over eth0, and that one reports it as the root cause.)"""
     if not netbed.netns_available():
         pytest.skip("needs root and `ip netns add` (network namespaces)")
     sender, receiver = _run_with_dead_eth1(tmp_path, 1, ["8"])
@@ -51,8 +52,9 @@ def test_a_lane_that_dies_mid_stream_fails_both_ranks_within_the_dead_link_bound
         assert r["kind"] == "RemoteError" and r["peer"] == 1 - r["rank"], r
         assert "10.211.1.0/24" in r["msg"] and "UCCL_TCP_DEAD_LINK_S" in r["msg"], r
         assert r["after_s"] < 30, r  # the bound is ~5 s (+ keepalive's rounding); the op timeout 60
-    assert "host stopped acknowledging tcp socket 1" in sender["msg"], sender
-    assert "stopped answering keepalive probes" in receiver["msg"], receiver
+    for r in (sender, receiver):
+        assert ("host stopped acknowledging tcp socket 1" in r["msg"]
+                or "stopped answering keepalive probes on tcp socket 1" in r["msg"]), r
 
 
 def test_a_rail_that_dies_under_all_reduce_fails_every_rank_within_the_bound(tmp_path):

@@ -278,8 +278,8 @@ bool TcpEndpoint::progress() {
   moved |= complete_recvs();
   if (any_eof_) check_peer_gone();
   // Any request pending: a receiver may wait on a peer whose host stopped acknowledging what
-  // this side sent earlier (sends complete once their bytes are in the kernel), and keepalive
-  // probes do not start while such data is unacknowledged. (A lane may stall while another moves.)
+  // this side sent earlier (sends complete once their bytes are in the kernel), or answering
+  // the keepalive probes of an idle socket. (A lane may stall while another moves.)
   // The clock is read every kLinkCheckEvery calls only: on the spin path of a small operation
   // a read is a visible share of a pass.
   if (dead_link_s_ > 0 && has_pending() && dead_.ok() && ++link_check_calls_ >= kLinkCheckEvery) {
@@ -300,13 +300,11 @@ std::string TcpEndpoint::lane_of(const Socket& s) const {
 
 void TcpEndpoint::check_links() {
   for (auto& s : socks_) {
-    uint32_t segments = 0;
-    const double t = s.watch.unanswered_for(s.fd, &segments);
-    if (t < dead_link_s_) continue;
+    const LinkWatch::Silence quiet = s.watch.look(s.fd);
+    if (quiet.seconds < dead_link_s_) continue;
     fatal(Status(Code::kRemoteError,
-                 peer_.describe() + "'s host stopped acknowledging tcp socket " + std::to_string(s.index) + lane_of(s) +
-                     ": no ACK for " + std::to_string(static_cast<int>(t + 0.5)) + " s with " +
-                     std::to_string(segments) + " segment(s) in flight (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)",
+                 peer_.describe() + "'s host " + quiet.text("tcp socket " + std::to_string(s.index) + lane_of(s)) +
+                     " (a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)",
                  peer_.peer_rank));
     return;
   }

@@ -203,11 +203,9 @@ class TcpEndpoint final : public Endpoint {
   size_t inflight_limit(const Socket& s) const;
   bool send_on(Socket& s);
   bool complete_sends();
-  // Dead links: a socket with data in flight and no ACK from the peer's host for
-  // UCCL_TCP_DEAD_LINK_S fails the endpoint, naming the socket's lane (LinkWatch, base/net.h).
-  // Looked at every LinkWatch::kLookS while a request is pending.
-  // The side with nothing in flight learns from keepalive probes timed to the same bound
-  // (set_socket_options, base/net.h).
+  // Dead links: a socket whose data in flight, or keepalive probes when idle, got no answer from
+  // the peer's host for UCCL_TCP_DEAD_LINK_S fails the endpoint, naming the socket's lane
+  // (LinkWatch, base/net.h). Looked at every LinkWatch::kLookS while a request is pending.
   void check_links();
   std::string lane_of(const Socket& s) const;  // " (network 10.211.1.0/24)" when striped, else ""
   static constexpr int kLinkCheckEvery = 64;

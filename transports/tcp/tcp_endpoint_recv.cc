@@ -179,7 +179,7 @@ bool TcpEndpoint::recv_on(Socket& s) {
     } else {
       const int err = errno;
       std::string why = "recv on socket " + std::to_string(s.index) + lane_of(s) + ": " + std::strerror(err);
-      if (err == ETIMEDOUT) why += " (its host stopped answering keepalive probes: a dead link, NIC or host; UCCL_TCP_DEAD_LINK_S)";
+      if (err == ETIMEDOUT) why += " (the kernel gave up on its host: a dead link, NIC or host)";
       fatal(peer_gone(why));
     }
     return true;
