@@ -386,10 +386,10 @@ void set_socket_options(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   const double bound = kTcpDeadLinkS.get();
   if (bound <= 0) return;
-  const int idle = std::max(1, static_cast<int>(bound / 2 + 0.5)), intvl = 1, cnt = 10;
+  // (No TCP_KEEPCNT: with the user timeout below the kernel ignores it.)
+  const int idle = std::max(1, static_cast<int>(bound / 2 + 0.5)), intvl = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
   // Retransmit at least once a second while data goes unacknowledged (older kernels refuse the
   // option and keep their 120 s cap): with the exponential backoff a lossy link (a quarter of
   // the packets lost each way, on the testbed) went 20 s without an answered retransmission
@@ -487,7 +487,6 @@ LinkWatch::Silence LinkWatch::look(int fd) {
   Silence s;
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return s;
   const double last_ack = ti.tcpi_last_ack_recv / 1000.0;
-  if (ti.tcpi_unacked == 0 || last_ack < kLookS) since_ = -1;
   if (ti.tcpi_unacked > 0 && last_ack >= kLookS) {
     const double now = now_s();
     if (since_ < 0) since_ = now - kLookS;
@@ -495,9 +494,10 @@ LinkWatch::Silence LinkWatch::look(int fd) {
     // caller busy elsewhere), and an ACK between two of them ends the silence.
     s.seconds = std::min(now - since_, last_ack);
     s.segments = ti.tcpi_unacked;
-  } else if (ti.tcpi_unacked == 0 && ti.tcpi_probes > 0) {  // keepalive probes unanswered
-    s.seconds = last_ack;
+    return s;
   }
+  since_ = -1;
+  if (ti.tcpi_unacked == 0 && ti.tcpi_probes > 0) s.seconds = last_ack;  // keepalive probes unanswered
   return s;
 }
 

@@ -351,8 +351,9 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   const int n = std::max<int>(t->sockets_per_connection(), attempts.empty() ? 1 : static_cast<int>(attempts[0].size()));
   out->nchannels = n;
   Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
-  bool refused_before = false;  // an address of this peer refused for the whole window
-  bool any_refused = false;     // some attempt was refused (its host answered): the peer is gone
+  // An address of this peer refused for the whole window (its host answered, nothing listens):
+  // the peer is gone, where no answer at all is tried again later.
+  bool refused_before = false;
   // Every socket of an attempt is opened before any hello is sent: the peer assembles a
   // connection from the hellos, and one half-announced by an attempt that then failed would
   // hold the place of the next.
@@ -374,7 +375,6 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
       bool refused = false;
       auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0), refused_before ? now_s() : -1, &refused);
       refused_before = refused_before || refused;
-      any_refused = any_refused || refused;
       if (!fd.ok()) {
         if (!refused) note_unanswered(attempt[ch % attempt.size()]);
         s = Status(Code::kRemoteError,
@@ -396,11 +396,11 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
   if (out->fds.empty()) {
     // No host answered at all (a lossy or congested network drops SYNs too): try again on a
     // later pass until the dead-link bound, instead of failing the peer after one window.
-    if (!any_refused && !unanswered_too_long(peer)) {
+    if (!refused_before && !unanswered_too_long(peer)) {
       UCCL_INFO("rank %d -> rank %d: %s; trying again", rank_, peer, last.message().c_str());
       return Status::Ok();
     }
-    if (!any_refused) last = Status(last.code(), last.message() + "; its host " + no_answer_text(peer), peer);
+    if (!refused_before) last = Status(last.code(), last.message() + "; its host " + no_answer_text(peer), peer);
     return last;
   }
   unanswered_since_[peer] = 0;

@@ -6,11 +6,15 @@ it, instead of at the operation's timeout; after that the ranks can shrink and c
 Failures are made with Testbed.blackhole (a neighbour entry with a MAC nobody has)."""
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from conftest import TESTBED, launch, netbed  # noqa: F401  (conftest puts the testbed on sys.path)
+
+pytestmark = pytest.mark.skipif(not netbed.netns_available(), reason="needs root and `ip netns add` (network namespaces)")
 
 
 @pytest.mark.parametrize("key", ["", "lane-test-job-key-0123456789"], ids=["keyless", "keyed"])
@@ -20,8 +24,6 @@ def test_a_lane_that_does_not_connect_falls_back_to_one_network(key):
     one network instead of failing (keyless, the peer had assembled the first attempt's socket
     on eth0 and refused the second attempt's as a duplicate) and does not claim to be striped.
     A later communicator skips striping to the host that did not answer."""
-    if not netbed.netns_available():
-        pytest.skip("needs root and `ip netns add` (network namespaces)")
     with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5, rails=2) as bed:
         bed.blackhole((0, 0), (0, 1), rail=1)
         env = {"UCCL_SOCKET_IFNAME": "=eth0,eth1", "UCCL_TIMEOUT_S": "30", **({"UCCL_JOB_KEY": key} if key else {})}
@@ -45,8 +47,6 @@ def test_a_lane_that_dies_mid_stream_fails_both_ranks_within_the_dead_link_bound
     nothing in flight, when that socket's keepalive probes go unanswered for 5 s; both errors name
     the peer and the network. (Both bounds end about together: the rank that sees it first tells
     the other over eth0, and that one reports it as the root cause.)"""
-    if not netbed.netns_available():
-        pytest.skip("needs root and `ip netns add` (network namespaces)")
     sender, receiver = _run_with_dead_eth1(tmp_path, 1, ["8"])
     for r in (sender, receiver):
         assert r["kind"] == "RemoteError" and r["peer"] == 1 - r["rank"], r
@@ -63,8 +63,6 @@ def test_a_rail_that_dies_under_all_reduce_fails_every_rank_within_the_bound(tmp
     the kernel) and wait to receive: with data unacknowledged TCP sends no keepalive probes, so the
     check runs while any request is pending. Every rank fails within the bound, the two on eth1
     naming each other, the others with that root cause."""
-    if not netbed.netns_available():
-        pytest.skip("needs root and `ip netns add` (network namespaces)")
     results = _run_with_dead_eth1(tmp_path, 2, ["8", "all_reduce"])
     for r in results:
         assert r["kind"] == "RemoteError" and r["after_s"] < 30, r
@@ -76,8 +74,6 @@ def test_after_a_rail_dies_the_ranks_shrink_and_carry_on(tmp_path):
     """The same failure, then shrink(): ranks 1 and 3 each lost the other, the survivors' agreement
     leaves one of them out (it gets AbortedError), and the other three all_reduce on the new
     communicator (over shm and eth0): a job goes on after a NIC died."""
-    if not netbed.netns_available():
-        pytest.skip("needs root and `ip netns add` (network namespaces)")
     results = _run_with_dead_eth1(tmp_path, 2, ["8", "all_reduce", "--shrink"])
     left_out = [r["rank"] for r in results if r["shrink"].get("kind") == "AbortedError"]
     assert len(left_out) == 1 and left_out[0] in (1, 3), results
@@ -132,10 +128,6 @@ def test_a_store_request_over_a_dead_link_fails_within_the_bound(tmp_path):
     and the client fails it within UCCL_TCP_DEAD_LINK_S (5 s here, as in every test of this file:
     well above the ACK pauses of an overloaded host) naming the server, instead of waiting the
     store's timeout (300 s)."""
-    if not netbed.netns_available():
-        pytest.skip("needs root and `ip netns add` (network namespaces)")
-    import subprocess
-    import sys
     flag = tmp_path / "flag"
     port = str(launch.MASTER_PORT + 7)
     env = launch.base_env({"UCCL_TCP_DEAD_LINK_S": "5"})
