@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "base/signal_safe_memory.h"
 #include "cuda/cuda_backend_internal.h"
 #include "cuda/cuda_kernels.h"
@@ -233,8 +234,17 @@ class CudaBackend final : public DeviceBackend {
     if (!available(nullptr) || !ptr || bytes == 0) return false;
     bool ok = false;
     mem_.run_if_quiet([&] {
-      if (cudaHostRegister(ptr, bytes, cudaHostRegisterPortable) == cudaSuccess) ok = true;
-      else cudaGetLastError();  // copies stay pageable: slower, still right
+      cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+      if (e == cudaSuccess) {
+        ok = true;
+        return;
+      }
+      cudaGetLastError();  // copies stay pageable: slower, still right
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        UCCL_WARN("cuda: cudaHostRegister of %zu bytes of shared staging memory failed: %s (%s); copies through "
+                  "it run at pageable speed", bytes, cudaGetErrorName(e), cudaGetErrorString(e));
+      });
     });
     return ok;
   }
@@ -368,6 +378,15 @@ class CudaBackend final : public DeviceBackend {
     if (ordinal < 0 || ordinal >= 64) return;
     std::call_once(preloaded_[ordinal], [] { cuda::preload_kernels(); });
   }
+  bool signal_waits_safe(std::string* why) const override {
+    if (!available(nullptr) || !lazy_loading_) return true;
+    if (why)
+      *why = "CUDA lazy module loading: a kernel's first launch waits for the device to drain under the "
+             "context's lock, which a stream waiting on uccl's progress thread never does (set "
+             "CUDA_MODULE_LOADING=EAGER before CUDA starts, or UCCL_STREAM_WAIT=signal with every kernel "
+             "already loaded)";
+    return false;
+  }
   Result<bool> capturing(DeviceStream* s) override {
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
@@ -410,6 +429,12 @@ class CudaBackend final : public DeviceBackend {
     entry("cuCtxGetCurrent", &d.ctx_get_current);
     entry("cuCtxSetCurrent", &d.ctx_set_current);
     entry("cuStreamWaitValue32", &d.stream_wait_value32);
+    entry("cuModuleGetLoadingMode", &d.module_get_loading_mode);
+    // Fixed at cuInit (cudaGetDeviceCount above ran it): CUDA_MODULE_LOADING as the process had
+    // it then. Unknown counts as lazy, the default.
+    CUmoduleLoadingMode mode = CU_MODULE_LAZY_LOADING;
+    if (d.module_get_loading_mode && d.module_get_loading_mode(&mode) != CUDA_SUCCESS) mode = CU_MODULE_LAZY_LOADING;
+    lazy_loading_ = mode != CU_MODULE_EAGER_LOADING;
     if (!d.pointer_get_attributes || !d.primary_ctx_get_state || !d.device_get) {
       why_not_ = "CUDA driver lacks cuPointerGetAttributes/cuDevicePrimaryCtxGetState";
       ok_ = false;
@@ -561,6 +586,7 @@ class CudaBackend final : public DeviceBackend {
   mutable bool ok_ = false;
   mutable std::string why_not_;
   mutable int count_ = 0;
+  mutable bool lazy_loading_ = true;
   mutable std::atomic<bool> context_seen_{false};
 };
 

@@ -22,6 +22,7 @@ struct Driver {
   CUresult (*ctx_set_current)(CUcontext) = nullptr;
   CUresult (*device_get_pci_bus_id)(char*, int, CUdevice) = nullptr;  // optional
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;  // optional
+  CUresult (*module_get_loading_mode)(CUmoduleLoadingMode*) = nullptr;  // optional
 };
 Driver& driver();  // filled by the backend's first available()
 

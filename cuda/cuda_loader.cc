@@ -151,6 +151,10 @@ class CudaProxy final : public DeviceBackend {
   Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
     return b() ? b()->stream_wait_signal(s, sig) : unavailable();
   }
+  bool signal_waits_safe(std::string* why) const override {
+    if (!b()) return true;  // unavailable: no stream to wait
+    return b()->signal_waits_safe(why);
+  }
   Result<bool> capturing(DeviceStream* s) override {
     if (!b()) return unavailable();
     return b()->capturing(s);

@@ -34,7 +34,7 @@
 
 namespace uccl {
 
-constexpr int kCudaModuleAbi = 1;
+constexpr int kCudaModuleAbi = 2;
 
 // What a peer process needs to map a CUDA allocation: the legacy IPC handle of the allocation
 // containing a pointer, and where the pointer is in it. buffer_id is unique per allocation in

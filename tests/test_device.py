@@ -272,6 +272,35 @@ def body_wait_stream(ctx, kill_peer):
     return out
 
 
+def body_wait_stream_host(ctx, kill_peer):
+    """UCCL_STREAM_WAIT=host (what auto picks for CUDA with lazy module loading): wait(stream=)
+    returns only once the operation is done, so the stream has nothing left to wait for and reads
+    the reduced values; a dead peer's error comes from wait(stream=) itself, naming it."""
+    import os
+    from uccl.sim import SimArray, Stream
+    comm, me = ctx.comm, ctx.rank
+    x = SimArray.from_numpy(np.full(4096, me + 1, np.float32))
+    sim = [b for b in uccl.build_info()["device_backends"] if b["name"] == "sim"][0]
+    if me == 1:
+        if kill_peer:
+            ctx.store.get("started", 30)
+            os._exit(0)
+        comm.all_reduce(x)
+        return {}
+    s = Stream(0)
+    w = comm.all_reduce(x, async_op=True)
+    ctx.store.set("started", b"1")
+    out = {"stream_wait": sim["stream_wait"]}
+    try:
+        w.wait(stream=s)
+        out["done_at_return"] = w.is_completed()
+        got = x.numpy(stream=s)
+        out["first"], out["all_same"] = float(got[0]), bool(np.all(got == got[0]))
+    except uccl.UcclError as e:
+        out["error"] = (type(e).__name__, str(e))
+    return out
+
+
 def body_wait_on_own_stream(ctx):
     """An operation ordered on stream s, then made to wait on s (what ProcessGroupNCCL's
     work.wait() does, and the torch backend now too). The op's start event must be recorded on
@@ -364,6 +393,19 @@ def test_wait_on_the_operations_own_stream_does_not_deadlock():
     results = run_world(2, "test_device:body_wait_on_own_stream", env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"},
                         transport="tcp", timeout=60)
     assert all(r["ok"] for r in results), results
+
+
+@pytest.mark.parametrize("kill_peer", [False, True], ids=["completes", "peer-killed"])
+def test_stream_wait_by_the_host(kill_peer):
+    results = run_world(2, "test_device:body_wait_stream_host", (kill_peer,),
+                        env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20", "UCCL_STREAM_WAIT": "host"},
+                        transport="tcp", timeout=90, expect_exit={1} if kill_peer else None)
+    r = results[0]
+    assert r["stream_wait"] == "host (UCCL_STREAM_WAIT=host)", r
+    if not kill_peer:
+        assert r["done_at_return"] is True and r["first"] == 3.0 and r["all_same"], r
+    else:
+        assert "error" in r and "rank 1" in r["error"][1], r
 
 
 @pytest.mark.parametrize("kill_peer", [False, True], ids=["completes", "peer-killed"])

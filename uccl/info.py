@@ -30,7 +30,8 @@ def main(out=sys.stdout):
     print(f"  encryption: {sec['encryption']}", file=out)
     print("device backends:", file=out)
     for b in info.get("device_backends", []):
-        state = f"available, {b['devices']} device(s)" if b["available"] else f"not available ({b['why_not']})"
+        state = (f"available, {b['devices']} device(s), streams wait by {b['stream_wait']}" if b["available"]
+                 else f"not available ({b['why_not']})")
         print(f"  {b['name']:6s} {b['kind']:6s} {state}", file=out)
     print("\nsettings (UCCL_*):", file=out)
     section = None

@@ -1,6 +1,8 @@
 // The device-backend registry (see device.h).
 #include "base/device.h"
 
+#include "base/config.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -111,6 +113,22 @@ int device_host_threads() { return g_device_host_threads.load(std::memory_order_
 
 void add_device_host_threads(int delta) { g_device_host_threads.fetch_add(delta, std::memory_order_relaxed); }
 
+const TextSetting kStreamWait("device", "UCCL_STREAM_WAIT", "auto",
+                              "how wait(stream=) / the torch backend's work.wait() hold a stream back: signal (the "
+                              "host returns at once), host (the host waits for the op), auto (signal where the "
+                              "device runtime cannot deadlock on it: CUDA with eager module loading)",
+                              one_of({"auto", "signal", "host"}));
+
+bool stream_wait_policy(DeviceBackend* b, std::string* why) {
+  const std::string& mode = kStreamWait.get();
+  if (mode == "signal") return true;
+  if (mode == "host") {
+    if (why) *why = "UCCL_STREAM_WAIT=host";
+    return false;
+  }
+  return b->signal_waits_safe(why);
+}
+
 std::vector<DeviceBackendInfo> device_backend_infos() {
   std::vector<DeviceBackendInfo> out;
   for (DeviceBackend* b : device_backends()) {
@@ -119,6 +137,8 @@ std::vector<DeviceBackendInfo> device_backend_infos() {
     i.kind = b->kind();
     i.available = b->available(&i.why_not);
     i.devices = i.available ? b->device_count() : 0;
+    std::string why;
+    if (i.available) i.stream_wait = stream_wait_policy(b, &why) ? "signal" : "host (" + why + ")";
     out.push_back(i);
   }
   return out;

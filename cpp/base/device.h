@@ -142,6 +142,16 @@ class DeviceBackend {
   // mapped pinned memory; sim: the stream's worker waits). Backends without it: kNotSupported.
   virtual Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal);
   virtual Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig);
+  // Whether a stream of this backend may wait on a signal that only uccl's progress thread raises
+  // without risking a deadlock in the device runtime itself; false with *why when not. CUDA:
+  // with lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2 and what
+  // PyTorch sets), any thread's first launch of a kernel loads its module under the context's
+  // lock and waits for the whole device to drain; a stream waiting on our signal never drains,
+  // and the progress thread's next CUDA call (the copy or reduce that would complete the
+  // operation) waits for that lock: a deadlock no uccl code can break (torchcomms #2334; it hung
+  // the H200 runs of Work.wait(stream=) and of the torch backend). Eager loading has no such
+  // load. Work::wait_stream asks stream_wait_policy() (below), which reads this.
+  virtual bool signal_waits_safe(std::string* why) const { return true; }
   // Whether `s` is recording a graph (a CUDA graph capture): work queued there is recorded to
   // be replayed later, not run. uccl's operations run on its progress thread and cannot be
   // recorded, so the core refuses to order one on (or make wait) such a stream.
@@ -161,6 +171,13 @@ DeviceBackend* find_device_backend(const std::string& name);
 // kNotSupported naming `what` when `s` is capturing a graph (DeviceBackend::capturing): the
 // operation would be recorded into the user's graph half-done, or a replay would skip its wait.
 Status refuse_capture(DeviceBackend* b, DeviceStream* s, const std::string& what);
+
+// How Work::wait_stream makes a stream wait on `b` (UCCL_STREAM_WAIT: auto | signal | host):
+// true = a signal the progress thread raises (the host returns at once, NCCL's work.wait()),
+// false = the host waits for the operation, after which the stream has nothing left to wait
+// for (Gloo's behaviour; never deadlocks). auto: signal where b->signal_waits_safe(). *why
+// says why the host waits (the setting, or the backend's reason).
+bool stream_wait_policy(DeviceBackend* b, std::string* why);
 
 // Where a pointer lives: asks each *available* registered backend's owns(); host when none
 // claims it.
@@ -193,6 +210,7 @@ struct DeviceBackendInfo {
   bool available;
   std::string why_not;
   int devices;
+  std::string stream_wait;  // "signal", or "host (why)": stream_wait_policy(); "" when unavailable
 };
 std::vector<DeviceBackendInfo> device_backend_infos();
 

@@ -44,6 +44,7 @@ py::list device_backend_list() {
     d["available"] = i.available;
     d["why_not"] = i.why_not;
     d["devices"] = i.devices;
+    d["stream_wait"] = i.stream_wait;
     out.append(d);
   }
   return out;

@@ -18,6 +18,8 @@ Goals: staged >= 10x Gloo at 64 MiB and >= 60% of the pinned PCIe bandwidth (iss
 torch backend >= 10x Gloo at 64 MiB (issue 15). Each mode runs in its own processes with a time
 limit; a mode whose ranks crash or overrun is reported as such and the others still run.
 busbw = algbw * 2 (n-1)/n (nccl-tests' all_reduce factor). Writes OUT/bench_gpu.md and .json.
+--modes and --sizes run a part (the others show as nan), --no-ddp skips the DDP steps; UCCL_*
+variables in the environment reach every rank (UCCL_STAGED_CHUNK_BYTES, ...).
 """
 import argparse
 import json
@@ -30,7 +32,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+# The ranks are spawned processes: they read the sizes main() chose from the environment.
+SIZES = [int(m) << 20 for m in os.environ.get("BENCH_GPU_SIZES_MIB", "1,4,16,64,256").split(",")]
+MODES = ("staged", "staged-noslots", "ipc", "torch-uccl", "gloo", "host")
 
 
 def free_port():
@@ -160,15 +164,25 @@ def pcie_bw():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
+    ap.add_argument("--sizes", default=None, help="comma-separated MiB (default 1,4,16,64,256)")
+    ap.add_argument("--no-ddp", action="store_true", help="skip the DDP step times")
     a = ap.parse_args()
+    global SIZES
+    if a.sizes:
+        os.environ["BENCH_GPU_SIZES_MIB"] = a.sizes
+        SIZES = [int(m) << 20 for m in a.sizes.split(",")]
+    chosen = a.modes.split(",")
+    if any(m not in MODES for m in chosen):
+        ap.error(f"--modes: choose from {','.join(MODES)}")
     world = 2
     factor = 2 * (world - 1) / world
     pcie = pcie_bw()
     link_bound = pcie if torch.cuda.device_count() >= 2 else pcie / 2  # see the docstring
-    modes = ("staged", "staged-noslots", "ipc", "torch-uccl", "gloo", "host")
+    modes = MODES
     results = {}
     for m in modes:
-        results[m] = run(m, world)
+        results[m] = run(m, world) if m in chosen else "not run (--modes)"
         print(f"{m}: {results[m]}", flush=True)  # rank 0's seconds per size, or why none
     rows = []
     for size in SIZES:
@@ -191,7 +205,7 @@ def main():
     lines += [""] + [f"{m}: " + (f"`{results[m]['describe']}`" if isinstance(results[m], dict) else f"FAILED: {results[m]}")
                      for m in modes]
     # DDP step time, the same model and data with each backend (issue 15's DDP measure).
-    ddp = {m: run(m, world, target=ddp_rank_main) for m in ("ddp-uccl", "ddp-gloo")}
+    ddp = {m: "not run (--no-ddp)" if a.no_ddp else run(m, world, target=ddp_rank_main) for m in ("ddp-uccl", "ddp-gloo")}
     print(f"ddp: {ddp}", flush=True)
     step = {m: (r["step_s"] * 1e3 if isinstance(r, dict) else float("nan")) for m, r in ddp.items()}
     lines += ["", f"## DDP step, 4 x Linear(2048, 2048) (67 MB of float32 gradients), batch 64, {world} ranks", "",

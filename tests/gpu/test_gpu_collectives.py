@@ -13,8 +13,11 @@ compared bit for bit with numpy. Scenarios:
   * mixed ranks: even ranks pass CUDA tensors, odd ranks numpy arrays;
   * a kernel writes the buffer on the current stream right before the collective (no host
     synchronisation in between: the `stream=` ordering must cover it);
-  * Work.wait(stream=) makes another stream wait without blocking the host (cuStreamWaitValue32).
+  * Work.wait(stream=) makes another stream wait: without blocking the host (cuStreamWaitValue32)
+    with signal waits, by the host under CUDA's lazy module loading (UCCL_STREAM_WAIT=auto).
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -142,7 +145,9 @@ def test_every_collective_on_cuda(world, path):
     else:
         # The pipelined chunks on one host go through shared slots (staged_slots.h): registered
         # with cudaHostRegister, the device copies read and write them directly.
-        mode = "chunks of 524288 bytes, shared slots" if path == "staged" else "whole messages"
+        # (no stream waits here, so nothing defers the registration).
+        mode = ("chunks of 524288 bytes, shared slots: ours pinned, the peer's pinned" if path == "staged"
+                else "whole messages")
         assert all(mode in ln and "cuda_ipc" not in ln for ln in peers), desc[0]
 
 
@@ -227,31 +232,50 @@ def test_input_dropped_after_async_collective():
     run_world(2, "test_gpu_collectives:async_free", env={"UCCL_CUDA_IPC": "on"}, timeout=300)
 
 
+def stream_wait_mode():
+    """How this process's CUDA streams wait for uccl: "signal" or "host (why)" (UCCL_STREAM_WAIT)."""
+    return next(b["stream_wait"] for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
+
+
 def wait_on_stream(ctx):
-    """Work.wait(stream=s2) returns without blocking the host; a kernel queued on s2 afterwards
-    reads the reduced values (rank 1 joins only after rank 0's wait returned: a blocking wait would
-    deadlock; a stream that did not wait would read rank 0's own input)."""
+    """Work.wait(stream=s2) makes s2 wait: a kernel queued on s2 afterwards reads the reduced
+    values (a stream that did not wait would read rank 0's own input). With signal waits it returns
+    without blocking the host: rank 1 joins only after rank 0's wait returned (a blocking wait
+    would deadlock). With host waits (auto under CUDA's lazy module loading) it returns once the
+    operation is done. The kernel queued behind the wait is launched once before: under signal
+    waits its lazy load would wait for s2 under the context's lock (cpp/base/device.h)."""
     torch.cuda.set_device(ctx.rank % NGPU)
     x = torch.full((1 << 20,), float(ctx.rank + 1), device="cuda")
-    torch.cuda.synchronize()
-    if ctx.rank == 1:
-        ctx.store.get("waiting", 60)
-        ctx.comm.all_reduce(x, op="sum")
-        return
+    y = torch.empty_like(x)
     s2 = torch.cuda.Stream()
+    with torch.cuda.stream(s2):
+        torch.mul(x, 1, out=y)
+    torch.cuda.synchronize()
+    mode = stream_wait_mode()
+    if ctx.rank == 1:
+        if mode == "signal":
+            ctx.store.get("waiting", 60)
+        ctx.comm.all_reduce(x, op="sum")
+        return mode
     w = ctx.comm.all_reduce(x, op="sum", async_op=True)
     w.wait(stream=s2)
     ctx.store.set("waiting", b"1")
     with torch.cuda.stream(s2):
-        y = x * 1  # queued behind the wait
+        torch.mul(x, 1, out=y)  # queued behind the wait
     s2.synchronize()
     w.wait()
     ctx.check.equal(_to_numpy(y[:8]), np.full(8, 3.0, np.float32), "after wait(stream=)")
+    return mode
 
 
 @pytest.mark.parametrize("ipc", ["on", "off"])
-def test_work_wait_makes_a_stream_wait(ipc):
-    run_world(2, "test_gpu_collectives:wait_on_stream", env={"UCCL_CUDA_IPC": ipc}, timeout=300)
+@pytest.mark.parametrize("wait", ["auto", "signal"])
+def test_work_wait_makes_a_stream_wait(ipc, wait):
+    modes = run_world(2, "test_gpu_collectives:wait_on_stream", env={"UCCL_CUDA_IPC": ipc, "UCCL_STREAM_WAIT": wait},
+                      timeout=300)
+    lazy = os.environ.get("CUDA_MODULE_LOADING", "LAZY").upper() != "EAGER"
+    want = "host (CUDA lazy module loading" if wait == "auto" and lazy else "signal"
+    assert all(m.startswith(want) for m in modes), modes
 
 
 def test_build_info_reports_cuda():

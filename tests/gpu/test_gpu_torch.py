@@ -100,11 +100,21 @@ def check_kernel_then_collective(rank, world, d):
         assert y[:16].eq(want).all() and y[-16:].eq(want).all(), f"iteration {it}: {y[:4].tolist()} want {want}"
 
 
+def stream_wait_mode():
+    """"signal" or "host (why)": how the current stream waits for the backend (UCCL_STREAM_WAIT)."""
+    return next(b["stream_wait"] for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
+
+
 def check_wait_and_lifetime(rank, world, d):
     x = torch.full((1 << 20,), float(rank + 1), device=d)
     torch.cuda.synchronize()
     want = float(sum(r + 1 for r in range(world)))
-    U.all_reduce_while_peers_wait(rank, x, "gpu/waiting")
+    if stream_wait_mode() == "signal":
+        U.all_reduce_while_peers_wait(rank, x, "gpu/waiting")  # wait() must not block the host
+    else:  # the host waits (UCCL_STREAM_WAIT=auto under lazy module loading): it returns when done
+        w = dist.all_reduce(x, async_op=True)
+        w.wait()
+        assert w.is_completed()
     assert x.cpu().eq(want).all(), x[:4].tolist()
     works = []
     for i in range(4):  # inputs dropped right after the call: the backend keeps them alive

@@ -70,7 +70,13 @@ void StagedEndpoint::release_peer_slots() {
 }
 
 std::string StagedEndpoint::describe() const {
-  return (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes" + (shared_ ? ", shared slots" : "") +
+  // Whether each side's slots are registered for DMA (cuda) or copied as pageable memory: the
+  // difference between PCIe speed and a fraction of it.
+  auto slots = [&] {
+    return std::string(", shared slots: ours ") + (out_seg_registered_ ? "pinned" : "pageable") + ", the peer's " +
+           (peer_slots_registered_ ? "pinned" : "pageable");
+  };
+  return (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes" + (shared_ ? slots() : "") +
                         ") over "
                   : "staged (whole messages) over ") +
          inner_->describe();
