@@ -110,6 +110,12 @@ class CudaProxy final : public DeviceBackend {
   void free_pinned(void* ptr) override {
     if (b()) b()->free_pinned(ptr);
   }
+  bool register_host(void* ptr, size_t bytes) override { return b() && b()->register_host(ptr, bytes); }
+  void unregister_host(void* ptr, std::function<void()> then) override {
+    if (b()) b()->unregister_host(ptr, std::move(then));
+    else then();
+  }
+  std::string current_pci_bus_id() const override { return b() ? b()->current_pci_bus_id() : ""; }
   Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override {
     if (!b()) return unavailable();
     return b()->create_stream(ordinal);

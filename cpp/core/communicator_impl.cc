@@ -191,26 +191,37 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
       // A send whose buffer overlaps a receive of the batch (MPI_Sendrecv_replace's case,
       // nccl-tests' in-place sendrecv) goes out from a copy taken before anything is posted:
       // the peer may still be reading the buffer (shm's CMA) while the receive overwrites it.
+      // A receive whose buffer overlaps an earlier receive of the batch (PyTorch's pipelining
+      // posts its warm-up receives from both neighbours into one tensor) lands in a copy that
+      // is moved into place after every message arrived, in batch order: where receives
+      // overlap, the later op's bytes win, whichever peer's message came first.
       std::vector<bool> staged(plan.size());
       size_t staged_bytes = 0;
       for (size_t i = 0; i < plan.size(); ++i) {
         const P2POp& op = plan[i].first;
-        if (!op.is_send) continue;
-        for (auto& [other, env3] : plan)
-          if (!other.is_send && p2p_overlap(op, other)) staged[i] = true;
+        for (size_t j = 0; j < plan.size(); ++j) {
+          const P2POp& other = plan[j].first;
+          if (other.is_send || j == i || !p2p_overlap(op, other)) continue;
+          if (op.is_send || j < i) staged[i] = true;
+        }
         if (staged[i]) staged_bytes += round_up(op.count * dtype_size(op.dtype), 64);
       }
       char* copy = staged_bytes ? static_cast<char*>(e.scratch->get(staged_bytes)) : nullptr;
+      if (staged_bytes && !copy) return e.scratch->error();
+      std::vector<std::pair<P2POp, const char*>> land;  // staged receives, moved after the phase
       for (size_t i = 0; i < plan.size(); ++i) {
         P2POp op = plan[i].first;
         if (staged[i]) {
           const size_t bytes = op.count * dtype_size(op.dtype);
-          s->copy(copy, op.buf, bytes);
+          if (op.is_send) s->copy(copy, op.buf, bytes);
+          else land.emplace_back(op, copy);
           op.buf = copy;
           copy += round_up(bytes, 64);
         }
         s->p2p(op, plan[i].second);
       }
+      if (!land.empty()) s->new_phase();
+      for (auto& [op, from] : land) s->copy(op.buf, from, op.count * dtype_size(op.dtype));
       return Status::Ok();
     };
   } else {
@@ -455,12 +466,6 @@ Result<WorkPtr> CommunicatorImpl::p2p(const std::vector<P2POp>& ops) {
                              " out of range for " + std::to_string(size_) + " ranks");
     UCCL_RETURN_IF_ERROR(check_common(op.is_send ? "send" : "recv", op.dtype, op.count, op.buf, op.buf));
   }
-  for (size_t i = 0; i < ops.size(); ++i)
-    for (size_t j = i + 1; j < ops.size(); ++j)
-      if (!ops[i].is_send && !ops[j].is_send && p2p_overlap(ops[i], ops[j]))
-        return InvalidArgument("p2p batch: the receive buffers of ops " + std::to_string(i) + " (from rank " +
-                               std::to_string(ops[i].peer) + ") and " + std::to_string(j) + " (from rank " +
-                               std::to_string(ops[j].peer) + ") overlap");
   std::vector<P2POp> copy = ops;
   MemoryLoc mem;
   uintptr_t stream = 0;

@@ -111,10 +111,8 @@ def check_wait_and_lifetime(rank, world, d):
     want = float(sum(r + 1 for r in range(world)))
     if stream_wait_mode() == "signal":
         U.all_reduce_while_peers_wait(rank, x, "gpu/waiting")  # wait() must not block the host
-    else:  # the host waits (UCCL_STREAM_WAIT=auto under lazy module loading): it returns when done
-        w = dist.all_reduce(x, async_op=True)
-        w.wait()
-        assert w.is_completed()
+    else:  # the host waits (UCCL_STREAM_WAIT=auto under lazy module loading) until the op is done
+        dist.all_reduce(x, async_op=True).wait()
     assert x.cpu().eq(want).all(), x[:4].tolist()
     works = []
     for i in range(4):  # inputs dropped right after the call: the backend keeps them alive
