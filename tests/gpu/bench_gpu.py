@@ -167,6 +167,8 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     ap.add_argument("--sizes", default=None, help="comma-separated MiB (default 1,4,16,64,256)")
     ap.add_argument("--no-ddp", action="store_true", help="skip the DDP step times")
+    ap.add_argument("--chunk-sweep", default="512K,2M,8M",
+                    help="staged all_reduce of 64 MiB with these UCCL_STAGED_CHUNK_BYTES (bounce 64M); '' skips")
     a = ap.parse_args()
     global SIZES
     if a.sizes:
@@ -204,6 +206,26 @@ def main():
                      f"{100 * bw['staged'] / pcie:.0f}% | {100 * bw['staged'] / link_bound:.0f}% | {bw['host']:.2f} |")
     lines += [""] + [f"{m}: " + (f"`{results[m]['describe']}`" if isinstance(results[m], dict) else f"FAILED: {results[m]}")
                      for m in modes]
+    # The staged pipeline's chunk: per-chunk costs against the overlap a smaller one gives.
+    chunks = [c for c in a.chunk_sweep.split(",") if c]
+    if chunks:
+        lines += ["", "## staged all_reduce of 64 MiB by chunk size (UCCL_STAGED_CHUNK_BYTES, bounce 64M)", "",
+                  "| chunk | busbw (GB/s) | peer 1's path |", "|---|---|---|"]
+        saved = {k: os.environ.get(k) for k in ("UCCL_STAGED_CHUNK_BYTES", "UCCL_STAGED_BOUNCE_BYTES", "BENCH_GPU_SIZES_MIB")}
+        os.environ.update(UCCL_STAGED_BOUNCE_BYTES="64M", BENCH_GPU_SIZES_MIB="64")
+        for c in chunks:
+            os.environ["UCCL_STAGED_CHUNK_BYTES"] = c
+            r = run("staged", world)
+            if isinstance(r, dict):
+                path = next((ln.strip() for ln in r["describe"].splitlines() if ln.strip().startswith("peer 1:")), "?")
+                lines.append(f"| {c} | {(64 << 20) / r[64 << 20] / 1e9 * factor:.2f} | {path} |")
+            else:
+                lines.append(f"| {c} | FAILED: {r} | |")
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     # DDP step time, the same model and data with each backend (issue 15's DDP measure).
     ddp = {m: "not run (--no-ddp)" if a.no_ddp else run(m, world, target=ddp_rank_main) for m in ("ddp-uccl", "ddp-gloo")}
     print(f"ddp: {ddp}", flush=True)

@@ -21,8 +21,10 @@
 # UCCL_GPU_PARTS (default smoke,cpp,pytest,bench) to run only some parts, UCCL_GPU_PYTEST_S
 # (default 600) to bound the Python tests, UCCL_GPU_TEST_S (default 240) each test,
 # UCCL_GPU_PYTEST_WORKERS (default 4) pytest-xdist's workers. On the H200 of 2026-11-27 the build
-# took ~1 minute and everything ~520 s in one device call (whose limit is 600 s): run the parts in
-# one call, results under a folder that is then packed into one file of $OUT (8 files come back):
+# took ~1 minute and everything ~520 s in one device call (whose limit is 600 s); on 2026-11-28 the
+# build ~50 s, the whole call 477 s of which ~150 s were hangs since fixed, the Python tests alone 73 s
+# with 6 workers (benchmarks/results/gpu_h200_20261128). Run the parts in one call, results under a
+# folder that is then packed into one file of $OUT (8 files come back):
 #     export UCCL_GPU_SMOKE_S=60 UCCL_GPU_TEST_S=200; R=/tmp/gpu
 #     UCCL_GPU_PARTS=smoke,cpp,bench timeout 330 bash tests/gpu/run.sh $R/a
 #     UCCL_GPU_SKIP_BUILD=1 UCCL_GPU_PARTS=pytest UCCL_GPU_PYTEST_S=$((545 - SECONDS)) bash tests/gpu/run.sh $R/b
