@@ -15,7 +15,10 @@ class Work:
         With ``stream=`` (an operation on device arrays; a stream of their device, as the
         operations' own ``stream=`` takes): returns at once, and work queued on that stream from
         now on runs only after the operation finished (NCCL's ``work.wait()``). Errors then come
-        from a later ``wait()`` / ``is_completed()``; the stream is released on failure too.
+        from a later ``wait()`` / ``is_completed()``; the stream is released on failure too. Where a
+        stream must not wait on uccl's thread (CUDA with lazy module loading, PyTorch's default:
+        ``UCCL_STREAM_WAIT``, ``python -m uccl.info``), the host waits for the operation instead and
+        its error is raised here.
         """
         if stream is not None:
             from .comm import _stream_handle
