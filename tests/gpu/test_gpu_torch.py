@@ -192,9 +192,11 @@ def check_training(rank, world, d):
             torch.testing.assert_close(g, c, rtol=tol, atol=tol, msg=lambda m: f"{what} parameter {i}, CUDA vs CPU: {m}")
 
 
-def worker(rank, world, port, one_gpu):
+def worker(rank, world, port, one_gpu, eager=False):
     d = _dev(rank, one_gpu)
     torch.cuda.set_device(d)
+    if eager:  # the kernels were all loaded when CUDA started: auto queues signal waits
+        assert stream_wait_mode() == "signal", stream_wait_mode()
     U.init_uccl(rank, world, port)
     check_ops(rank, world, d)
     check_kernel_then_collective(rank, world, d)
@@ -211,6 +213,15 @@ def test_torch_backend_on_cuda(one_gpu):
     if not one_gpu and NGPU < 2:
         pytest.skip("one GPU here: the one-GPU-per-rank case needs two")
     U.spawn(worker, 2, one_gpu, deadline_s=150)  # under run.sh's per-test bound, so a hang dumps the ranks' stacks
+
+
+def test_torch_backend_on_cuda_with_eager_module_loading(monkeypatch):
+    """With CUDA_MODULE_LOADING=EAGER (set before the ranks start CUDA) UCCL_STREAM_WAIT=auto makes
+    work.wait() queue a signal wait and return without blocking the host (check_wait_and_lifetime
+    asserts it), ProcessGroupNCCL's semantics; the same checks as above must pass. Eager loading
+    loads all of torch's kernels at start: slower to start, nothing else."""
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
+    U.spawn(worker, 2, True, True, deadline_s=150)
 
 
 def parallel_worker(rank, world, port):
