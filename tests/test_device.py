@@ -301,6 +301,27 @@ def body_wait_stream_host(ctx, kill_peer):
     return out
 
 
+def body_overlapping_receives(ctx):
+    """Two receives of one p2p batch into overlapping device memory land in batch order (the
+    later op wins the overlap, whichever message came first): PyTorch's pipelining warms up with
+    both neighbours' messages received into one CUDA tensor."""
+    from uccl.sim import SimArray
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    nxt, prv = (me + 1) % n, (me - 1) % n
+    a = SimArray.from_numpy(np.arange(6, dtype=np.int32) + 100 * me)
+    b = SimArray.from_numpy(np.arange(4, dtype=np.int32) + 1000 + 100 * me)
+    z = SimArray.from_numpy(np.full(8, -1, np.int32))
+    comm.batch_isend_irecv([("send", a, nxt, 9), ("send", b, prv, 9), ("recv", z[:6], prv, 9), ("recv", z[4:], nxt, 9)]).wait()
+    want = np.concatenate([np.arange(4) + 100 * prv, np.arange(4) + 1000 + 100 * nxt]).astype(np.int32)
+    return {"got": z.numpy().tolist(), "want": want.tolist()}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_overlapping_receives_of_device_memory_land_in_batch_order(world):
+    for r in run_world(world, "test_device:body_overlapping_receives", env={"UCCL_STAGED": "on"}, transport="shm", timeout=60):
+        assert r["got"] == r["want"], r
+
+
 def body_wait_on_own_stream(ctx):
     """An operation ordered on stream s, then made to wait on s (what ProcessGroupNCCL's
     work.wait() does, and the torch backend now too). The op's start event must be recorded on
