@@ -31,6 +31,7 @@ UCCL_APT_PACKAGES=(
   iproute2 iperf3                             # netns testbed, two-host benchmark
   nftables                                    # testbed: a lossy link (random drops; no netem in this kernel)
   pkg-config                                  # tests/test_capi.py: pkg-config uccl
+  gdb                                         # tests/harness.py: a hung rank's native stacks
   libssl-dev                                  # job key HMAC, TLS on tcp links (UCCL_ENCRYPT)
   slurmctld slurmd slurm-client munge         # srun / sbatch tests on a one-node Slurm (scripts/slurm_local.sh)
 )

@@ -24,6 +24,7 @@ import queue as queue_mod
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -148,6 +149,25 @@ def _child(rank, world, port, target, args, env, make_comm, comm_kwargs, q, cras
     _leave(q, 0)
 
 
+def native_stacks(pid, timeout=45.0, limit=8000):
+    """Every thread's native stack of a live process, from gdb (cuda-gdb on the GPU machines,
+    which have no gdb) attached in batch mode: where a hang waits below Python - a CUDA call, a
+    lock, a futex, poll. Python stacks (faulthandler) stop at the C++ call; the third GPU
+    session's hangs had to be diagnosed without this. "" when no debugger is there, the attach
+    fails or takes longer than `timeout`; TEST_NATIVE_STACKS=0 turns it off."""
+    gdb = shutil.which("gdb") or shutil.which("cuda-gdb")
+    if not gdb or os.environ.get("TEST_NATIVE_STACKS", "1") == "0":
+        return ""
+    # The innermost frames of each thread say what it waits in; lines cut (gdb prints arguments).
+    cmd = [gdb, "-q", "-nx", "-batch", "-p", str(pid), "-ex", "set pagination off", "-ex", "thread apply all bt 12"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    text = "\n".join(ln[:200] for ln in out.splitlines() if ln.startswith(("Thread ", "#")))
+    return text[:limit] + ("\n..." if len(text) > limit else "")
+
+
 def _crash_text(crash_dir, rank, limit=6000, header="; faulthandler (Python stacks at the crash):\n"):
     """What faulthandler wrote for a rank that died by a fatal signal, or dumped on SIGUSR1
     ("" if nothing)."""
@@ -245,6 +265,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
             p.join(timeout=max(0.0, end - time.monotonic()))
     finally:
         hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        native = {r: native_stacks(procs[r].pid) for r in hung[:2]}  # first, while they still wait
         for r in hung:
             try:
                 os.kill(procs[r].pid, signal.SIGUSR1)
@@ -272,6 +293,8 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
     for r in missing:
         if hung_stacks.get(r):
             msgs.append(f"--- rank {r}, where it waited" + hung_stacks[r])
+        if native.get(r):
+            msgs.append(f"--- rank {r}, native stacks (gdb):\n" + native[r])
     failures = [f for r in sorted(results) for f in results[r]["failures"]]
     if failures:
         shown = failures[:MAX_FAILURES_SHOWN]

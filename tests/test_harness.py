@@ -1,5 +1,6 @@
 """The harness itself: failures inside ranks reach the test, and nothing can hang it."""
 import os
+import shutil
 import time
 
 import pytest
@@ -46,6 +47,14 @@ def test_hanging_rank_is_killed_and_fails_the_test():
                        match=r"(?s)ranks \[1\] did not finish within 3 s.*rank 1, where it waited.*body_hang"):
         run_world(2, "test_harness:body_hang", timeout=3, make_comm=False)
     assert time.monotonic() - t0 < 15
+
+
+@pytest.mark.skipif(not shutil.which("gdb"), reason="no gdb (scripts/setup.sh installs it)")
+def test_hanging_rank_report_has_its_native_stacks():
+    # Below Python: the hung rank's threads as gdb sees them, its main thread asleep in the libc
+    # call under time.sleep (where a real hang shows the CUDA call, lock or futex it waits in).
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)rank 1, native stacks \(gdb\):\nThread .*#0 .*sleep"):
+        run_world(2, "test_harness:body_hang", timeout=3, make_comm=False)
 
 
 def test_exception_in_a_rank_is_reported_with_its_traceback():

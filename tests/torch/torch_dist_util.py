@@ -5,6 +5,7 @@ import faulthandler
 import os
 import signal
 import socket
+import sys
 import time
 
 import torch
@@ -39,9 +40,15 @@ def spawn(fn, world, *args, deadline_s=DEFAULT_DEADLINE_S):
     try:
         while not ctx.join(timeout=1):
             if time.monotonic() > end:
-                for p in ctx.processes:
-                    if p.is_alive():
-                        os.kill(p.pid, signal.SIGUSR1)
+                from harness import native_stacks  # tests/ (the parent's path; only on a hang)
+
+                alive = [(r, p) for r, p in enumerate(ctx.processes) if p.is_alive()]
+                for r, p in alive[:2]:  # below Python: the CUDA call, lock or futex each waits in
+                    text = native_stacks(p.pid)
+                    if text:
+                        print(f"--- rank {r}, native stacks (gdb):\n{text}", file=sys.stderr, flush=True)
+                for r, p in alive:
+                    os.kill(p.pid, signal.SIGUSR1)
                 time.sleep(2)
                 raise TimeoutError(f"{fn.__name__} with world size {world} did not finish in {deadline_s}s (hang)")
     finally:
