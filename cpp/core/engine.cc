@@ -62,8 +62,14 @@ Status OpWork::wait_stream(uintptr_t stream) {
   auto sig = mem.backend->create_signal(mem.ordinal);
   if (!sig.ok()) return sig.status().with_context(label() + ": wait_stream");
   UCCL_RETURN_IF_ERROR(mem.backend->stream_wait_signal(st.value().get(), sig.value()));
-  std::shared_ptr<DeviceSignal> s = sig.value();
-  on_complete([s](const Status&) { s->raise(); });  // failed too: the stream must not hang
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done()) {
+      signals_.push_back(sig.value());  // raised by finish(), failed too: the stream must not hang
+      return Status::Ok();
+    }
+  }
+  sig.value()->raise();
   return Status::Ok();
 }
 
@@ -72,6 +78,8 @@ void OpWork::finish(const Status& s, std::vector<std::function<void()>>* deferre
   if (done()) return;
   status_ = s;
   state_.store(1, std::memory_order_release);
+  for (auto& sig : signals_) sig->raise();
+  signals_.clear();
   for (auto& cb : callbacks_) deferred->push_back([cb, s] { cb(s); });
   callbacks_.clear();
 }

@@ -66,6 +66,10 @@ class OpWork : public Work {
   std::mutex mu_;
   Status status_;
   std::vector<std::function<void(const Status&)>> callbacks_;
+  // wait_stream's signals: raised inside finish(), not with the deferred callbacks, so a waiting
+  // stream is released before the engine starts the next operation (whose device calls could
+  // otherwise wait for that stream: cudaIpcOpenMemHandle may synchronize the device).
+  std::vector<std::shared_ptr<DeviceSignal>> signals_;
 };
 
 // An operation the calling thread runs without a Work or a queue entry (Engine::run_inline,
