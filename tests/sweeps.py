@@ -325,8 +325,8 @@ def p2p_sweep(ctx, big=False):
         check.equal(buf[1000:], _iota("int32", 3000, prv, 4)[:2000], "overlapping sendrecv: received")
     # Two receives into overlapping memory (PyTorch's pipelining warms up with both neighbours'
     # messages into one tensor) land in batch order: the later op's bytes win the overlap,
-    # whichever message came first. (Not through device_sweeps' wrapper: it gives every buffer of
-    # a batch its own device copy: its ranks use the communicator under it.)
+    # whichever message came first. (Through the communicator under device_sweeps' wrapper, which
+    # would give every buffer of the batch its own device copy.)
     comm = comm if isinstance(comm, uccl.Communicator) else comm._c
     z = _sentinel("int32", 8)
     a, b = _iota("int32", 6, me, 5), _iota("int32", 4, me, 6)

@@ -280,7 +280,6 @@ def body_wait_stream_host(ctx, kill_peer):
     from uccl.sim import SimArray, Stream
     comm, me = ctx.comm, ctx.rank
     x = SimArray.from_numpy(np.full(4096, me + 1, np.float32))
-    sim = [b for b in uccl.build_info()["device_backends"] if b["name"] == "sim"][0]
     if me == 1:
         if kill_peer:
             ctx.store.get("started", 30)
@@ -290,7 +289,7 @@ def body_wait_stream_host(ctx, kill_peer):
     s = Stream(0)
     w = comm.all_reduce(x, async_op=True)
     ctx.store.set("started", b"1")
-    out = {"stream_wait": sim["stream_wait"]}
+    out = {"stream_wait": uccl.stream_wait_mode("sim")}
     try:
         w.wait(stream=s)
         out["done_at_return"] = w.is_completed()

@@ -22,6 +22,17 @@ def build_info():
     return dict(_core.build_info())
 
 
+def stream_wait_mode(backend="cuda"):
+    """How ``Work.wait(stream=)`` and the torch backend's ``work.wait()`` hold back a stream of a
+    device backend ("cuda", "sim"): "signal" (the host returns at once) or "host (why)" (the host
+    waits for the operation; CUDA with lazy module loading), per UCCL_STREAM_WAIT; "" when that
+    backend is unavailable here."""
+    for b in _core.device_backends():
+        if b["name"] == backend:
+            return b["stream_wait"]
+    raise InvalidArgument(f"no device backend named {backend!r}")
+
+
 def config():
     """Every UCCL_* variable with its value, default and meaning."""
     return list(_core.config_table())
@@ -43,6 +54,6 @@ def _register_torch_backend():
 
 _register_torch_backend()
 
-__all__ = ["Communicator", "Work", "TcpStore", "PrefixStore", "init", "build_info", "config", "UcclError", "InvalidArgument",
+__all__ = ["Communicator", "Work", "TcpStore", "PrefixStore", "init", "build_info", "stream_wait_mode", "config", "UcclError", "InvalidArgument",
            "NotSupported", "TimeoutError", "RemoteError", "MismatchError", "AbortedError",
            "AuthenticationError"]

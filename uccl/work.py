@@ -17,7 +17,7 @@ class Work:
         now on runs only after the operation finished (NCCL's ``work.wait()``). Errors then come
         from a later ``wait()`` / ``is_completed()``; the stream is released on failure too. Where a
         stream must not wait on uccl's thread (CUDA with lazy module loading, PyTorch's default:
-        ``UCCL_STREAM_WAIT``, ``python -m uccl.info``), the host waits for the operation instead and
+        ``UCCL_STREAM_WAIT``, ``uccl.stream_wait_mode()``), the host waits for the operation instead and
         its error is raised here.
         """
         if stream is not None:

@@ -27,6 +27,7 @@ import os
 import socket
 import sys
 import time
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -211,21 +212,15 @@ def main():
     if chunks:
         lines += ["", "## staged all_reduce of 64 MiB by chunk size (UCCL_STAGED_CHUNK_BYTES, bounce 64M)", "",
                   "| chunk | busbw (GB/s) | peer 1's path |", "|---|---|---|"]
-        saved = {k: os.environ.get(k) for k in ("UCCL_STAGED_CHUNK_BYTES", "UCCL_STAGED_BOUNCE_BYTES", "BENCH_GPU_SIZES_MIB")}
-        os.environ.update(UCCL_STAGED_BOUNCE_BYTES="64M", BENCH_GPU_SIZES_MIB="64")
         for c in chunks:
-            os.environ["UCCL_STAGED_CHUNK_BYTES"] = c
-            r = run("staged", world)
+            env = {"UCCL_STAGED_CHUNK_BYTES": c, "UCCL_STAGED_BOUNCE_BYTES": "64M", "BENCH_GPU_SIZES_MIB": "64"}
+            with mock.patch.dict(os.environ, env):  # the spawned ranks inherit it
+                r = run("staged", world)
             if isinstance(r, dict):
                 path = next((ln.strip() for ln in r["describe"].splitlines() if ln.strip().startswith("peer 1:")), "?")
                 lines.append(f"| {c} | {(64 << 20) / r[64 << 20] / 1e9 * factor:.2f} | {path} |")
             else:
                 lines.append(f"| {c} | FAILED: {r} | |")
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     # DDP step time, the same model and data with each backend (issue 15's DDP measure).
     ddp = {m: "not run (--no-ddp)" if a.no_ddp else run(m, world, target=ddp_rank_main) for m in ("ddp-uccl", "ddp-gloo")}
     print(f"ddp: {ddp}", flush=True)

@@ -232,11 +232,6 @@ def test_input_dropped_after_async_collective():
     run_world(2, "test_gpu_collectives:async_free", env={"UCCL_CUDA_IPC": "on"}, timeout=300)
 
 
-def stream_wait_mode():
-    """How this process's CUDA streams wait for uccl: "signal" or "host (why)" (UCCL_STREAM_WAIT)."""
-    return next(b["stream_wait"] for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
-
-
 def wait_on_stream(ctx):
     """Work.wait(stream=s2) makes s2 wait: a kernel queued on s2 afterwards reads the reduced
     values (a stream that did not wait would read rank 0's own input). With signal waits it returns
@@ -251,7 +246,7 @@ def wait_on_stream(ctx):
     with torch.cuda.stream(s2):
         torch.mul(x, 1, out=y)
     torch.cuda.synchronize()
-    mode = stream_wait_mode()
+    mode = uccl.stream_wait_mode("cuda")
     if ctx.rank == 1:
         if mode == "signal":
             ctx.store.get("waiting", 60)

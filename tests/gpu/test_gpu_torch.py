@@ -100,16 +100,11 @@ def check_kernel_then_collective(rank, world, d):
         assert y[:16].eq(want).all() and y[-16:].eq(want).all(), f"iteration {it}: {y[:4].tolist()} want {want}"
 
 
-def stream_wait_mode():
-    """"signal" or "host (why)": how the current stream waits for the backend (UCCL_STREAM_WAIT)."""
-    return next(b["stream_wait"] for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
-
-
 def check_wait_and_lifetime(rank, world, d):
     x = torch.full((1 << 20,), float(rank + 1), device=d)
     torch.cuda.synchronize()
     want = float(sum(r + 1 for r in range(world)))
-    if stream_wait_mode() == "signal":
+    if uccl.stream_wait_mode("cuda") == "signal":
         U.all_reduce_while_peers_wait(rank, x, "gpu/waiting")  # wait() must not block the host
     else:  # the host waits (UCCL_STREAM_WAIT=auto under lazy module loading) until the op is done
         dist.all_reduce(x, async_op=True).wait()
@@ -196,7 +191,7 @@ def worker(rank, world, port, one_gpu, eager=False):
     d = _dev(rank, one_gpu)
     torch.cuda.set_device(d)
     if eager:  # the kernels were all loaded when CUDA started: auto queues signal waits
-        assert stream_wait_mode() == "signal", stream_wait_mode()
+        assert uccl.stream_wait_mode("cuda") == "signal", uccl.stream_wait_mode("cuda")
     U.init_uccl(rank, world, port)
     check_ops(rank, world, d)
     check_kernel_then_collective(rank, world, d)
