@@ -426,59 +426,111 @@ Result<int> listen_on(SockAddr* addr, int backlog) {
   return fd;
 }
 
+Dialer::Dialer(const SockAddr& addr, double deadline_s, double refused_until_s)
+    : addr_(addr), deadline_s_(deadline_s), refused_until_s_(refused_until_s) {}
+
+Dialer::~Dialer() {
+  if (fd_ >= 0) close(fd_);
+}
+
+int Dialer::take() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+Dialer::State Dialer::step() {
+  if (state_ != State::kPending) return state_;
+  const double now = now_s();
+  if (fd_ < 0) {
+    if (now < retry_at_) return state_;
+    if (tried_ && now >= deadline_s_) {
+      state_ = State::kFailed;
+      error_ = Status(Code::kTimeout, "connect to " + addr_.to_string() + " timed out (last error: " + last_error_ + ")");
+      return state_;
+    }
+    tried_ = true;
+    fd_ = socket(addr_.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd_ < 0) {
+      state_ = State::kFailed;
+      error_ = SystemError("socket() for connecting to " + addr_.to_string(), errno);
+      return state_;
+    }
+    set_socket_options(fd_);
+    if (connect(fd_, reinterpret_cast<const sockaddr*>(&addr_.ss), addr_.len) == 0) return finish(0);
+    return errno == EINPROGRESS ? state_ : finish(errno);
+  }
+  pollfd p{fd_, POLLOUT, 0};
+  const int rc = poll(&p, 1, 0);
+  if (rc < 0) return errno == EINTR ? state_ : finish(errno);
+  if (rc == 0) return now >= deadline_s_ ? finish(ETIMEDOUT) : state_;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  return finish(err);
+}
+
+Dialer::State Dialer::finish(int err) {
+  if (err == 0) {
+    // Connecting to an unused ephemeral port on loopback can "succeed" by TCP simultaneous
+    // open with ourselves; that socket would talk to nobody.
+    SockAddr local, peer;
+    local.len = peer.len = sizeof local.ss;
+    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&local.ss), &local.len) == 0 &&
+        getpeername(fd_, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len) == 0 && local.len == peer.len &&
+        std::memcmp(&local.ss, &peer.ss, local.len) == 0) {
+      err = ECONNREFUSED;
+    }
+  }
+  if (err == 0) {
+    refused_ = false;
+    error_ = set_nonblocking(fd_, false);
+    state_ = error_.ok() ? State::kConnected : State::kFailed;
+    return state_;
+  }
+  close(fd_);
+  fd_ = -1;
+  last_error_ = std::strerror(err);
+  refused_ = err == ECONNREFUSED;
+  // Transient: the listener is not there yet, or its backlog overflowed.
+  const bool retry = err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == ETIMEDOUT ||
+                     err == EINTR || err == EAGAIN;
+  if (!retry) {
+    state_ = State::kFailed;
+    error_ = Status(Code::kSystemError, "connect to " + addr_.to_string() + ": " + last_error_);
+    return state_;
+  }
+  const double now = now_s();
+  const bool short_window = err == ECONNREFUSED && refused_until_s_ >= 0;
+  const double left = (short_window ? std::min(deadline_s_, refused_until_s_) : deadline_s_) - now;
+  if (left <= 0) {
+    state_ = State::kFailed;
+    error_ = Status(Code::kTimeout, "connect to " + addr_.to_string() + " timed out (last error: " + last_error_ + ")");
+    return state_;
+  }
+  retry_at_ = now + std::min(backoff_, left);
+  backoff_ = std::min(backoff_ * 2, 0.1);
+  return state_;
+}
+
+void Dialer::wait() const {
+  if (state_ != State::kPending) return;
+  if (fd_ >= 0) {
+    pollfd p{fd_, POLLOUT, 0};
+    poll(&p, 1, poll_ms_left(deadline_s_));
+  } else {
+    const double left = retry_at_ - now_s();
+    if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
+  }
+}
+
 Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_until_s, bool* refused) {
-  double backoff = 0.005;
-  if (refused) *refused = false;
-  std::string last_error = "no attempt made";
-  do {
-    int fd = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return SystemError("socket() for connecting to " + addr.to_string(), errno);
-    set_socket_options(fd);
-    int err = 0;
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr.ss), addr.len) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        int rc = poll(&p, 1, poll_ms_left(deadline_s));
-        socklen_t len = sizeof err;
-        if (rc == 0) err = ETIMEDOUT;
-        else if (rc < 0) err = errno;
-        else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-      }
-    }
-    if (err == 0) {
-      // Connecting to an unused ephemeral port on loopback can "succeed" by TCP simultaneous
-      // open with ourselves; that socket would talk to nobody.
-      SockAddr local, peer;
-      local.len = peer.len = sizeof local.ss;
-      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local.ss), &local.len) == 0 &&
-          getpeername(fd, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len) == 0 && local.len == peer.len &&
-          std::memcmp(&local.ss, &peer.ss, local.len) == 0) {
-        err = ECONNREFUSED;
-      }
-    }
-    if (err == 0) {
-      Status s = set_nonblocking(fd, false);
-      if (!s.ok()) {
-        close(fd);
-        return s;
-      }
-      return fd;
-    }
-    close(fd);
-    last_error = std::strerror(err);
-    if (refused) *refused = err == ECONNREFUSED;
-    // Transient: the listener is not there yet, or its backlog overflowed.
-    bool retry = err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == ETIMEDOUT ||
-                 err == EINTR || err == EAGAIN;
-    if (!retry) return Status(Code::kSystemError, "connect to " + addr.to_string() + ": " + last_error);
-    const bool short_window = err == ECONNREFUSED && refused_until_s >= 0;
-    double left = (short_window ? std::min(deadline_s, refused_until_s) : deadline_s) - now_s();
-    if (left <= 0) break;
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(backoff, left)));
-    backoff = std::min(backoff * 2, 0.1);
-  } while (now_s() < deadline_s);
-  return Status(Code::kTimeout, "connect to " + addr.to_string() + " timed out (last error: " + last_error + ")");
+  Dialer d(addr, deadline_s, refused_until_s);
+  Dialer::State st;
+  while ((st = d.step()) == Dialer::State::kPending) d.wait();
+  if (refused) *refused = d.refused();
+  if (st == Dialer::State::kFailed) return d.error();
+  return d.take();
 }
 
 LinkWatch::Silence LinkWatch::look(int fd) {

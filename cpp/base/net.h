@@ -84,6 +84,38 @@ Result<int> listen_on(SockAddr* addr, int backlog = 128);
 // quickly that its process is gone. *refused (if given) says whether the last try was refused.
 Result<int> connect_to(const SockAddr& addr, double deadline_s, double refused_until_s = -1,
                        bool* refused = nullptr);
+// connect_to without blocking: the same tries, retries and errors, advanced by step() from a
+// progress loop (the connection manager dials a peer whose host may not answer for the whole
+// window; held in one call, that would stall its engine, and every thread that needs the
+// engine, for up to two seconds per socket).
+class Dialer {
+ public:
+  enum class State { kPending, kConnected, kFailed };
+  Dialer(const SockAddr& addr, double deadline_s, double refused_until_s = -1);
+  ~Dialer();  // closes a socket not taken
+  Dialer(const Dialer&) = delete;
+  Dialer& operator=(const Dialer&) = delete;
+  // One look: try (again) when due, or see whether the try in flight finished. Never blocks.
+  State step();
+  // Blocks until the next step() may move: the socket in flight writable, or the next try due.
+  void wait() const;
+  int take();                  // kConnected: the (blocking) socket, now the caller's
+  int fd() const { return fd_; }  // the socket of the try in flight (-1 between tries)
+  const Status& error() const { return error_; }  // kFailed: why
+  bool refused() const { return refused_; }  // the last try was refused (ECONNREFUSED)
+  const SockAddr& addr() const { return addr_; }
+
+ private:
+  State finish(int err);  // the try in flight ended with err (0: connected)
+  SockAddr addr_;
+  double deadline_s_, refused_until_s_;
+  double backoff_ = 0.005, retry_at_ = 0;
+  int fd_ = -1;
+  bool tried_ = false, refused_ = false;
+  State state_ = State::kPending;
+  Status error_;
+  std::string last_error_ = "no attempt made";
+};
 // Dead links (UCCL_TCP_DEAD_LINK_S) on one socket: how long the peer's host has left this side
 // waiting for any answer - an ACK of data in flight, or of keepalive probes on an idle socket.
 // Only the kernel's answers count, so a peer slow to read (a full window: its host still

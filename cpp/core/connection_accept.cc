@@ -232,6 +232,7 @@ void ConnectionManager::finish_incoming(int from) {
   }
   ep = wrap_staged(from, ep);
   endpoints_[from].reset(ep);
+  probes_.erase(from);  // (a probe still in flight is moot)
   UCCL_INFO("rank %d <- rank %d connected: %s", rank_, from, ep->describe().c_str());
 }
 

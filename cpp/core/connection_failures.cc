@@ -15,6 +15,7 @@ namespace uccl {
 void ConnectionManager::probe_lower_rank(int peer) {
   const double now = now_s();
   ProbeState& st = probes_[peer];
+  if (st.dialer) return advance_probe(peer, st);
   if (st.waiting_since == 0) st.waiting_since = now;
   if (now - st.waiting_since < 1.0 || now - st.last_probe < 1.0 || assembling_.count(peer)) return;
   st.last_probe = now;
@@ -24,16 +25,35 @@ void ConnectionManager::probe_lower_rank(int peer) {
       fail_peer(peer, info.status().with_context("waiting for rank " + std::to_string(peer) + " to connect"));
     return;
   }
-  bool refused = false;
-  auto fd = connect_listener(*info.value(), 0.3, now_s() + 3600, &refused);
-  if (fd.ok()) {
-    unanswered_since_[peer] = 0;
-    const HelloHeader h = hello_to(peer, kHelloProbe);
-    send_all(fd.value(), &h, sizeof h, now_s() + 0.3);
-    ::close(fd.value());
-    return;  // alive: it just has not reached this operation yet
+  st.listen = info.value()->listen;
+  st.next = 0;
+  st.all_refused = true;
+  advance_probe(peer, st);
+}
+
+void ConnectionManager::advance_probe(int peer, ProbeState& st) {
+  for (;;) {
+    if (!st.dialer) {
+      if (st.next >= st.listen.size()) break;
+      auto addr = parse_address(st.listen[st.next++], 0);
+      if (!addr.ok()) continue;
+      st.dialer = std::make_unique<Dialer>(addr.value(), now_s() + 0.3);
+    }
+    const Dialer::State state = st.dialer->step();
+    if (state == Dialer::State::kPending) return;
+    if (state == Dialer::State::kConnected) {
+      const int fd = st.dialer->take();
+      st.dialer.reset();
+      unanswered_since_[peer] = 0;
+      const HelloHeader h = hello_to(peer, kHelloProbe);
+      send_all(fd, &h, sizeof h, now_s() + 0.3);
+      ::close(fd);
+      return;  // alive: it just has not reached this operation yet
+    }
+    st.all_refused = st.all_refused && st.dialer->refused();
+    st.dialer.reset();
   }
-  if (refused) {
+  if (st.all_refused) {
     fail_peer(peer, Status(Code::kRemoteError,
                            peer_context(peer).describe() + " is not listening any more (it exited before connecting)",
                            peer));

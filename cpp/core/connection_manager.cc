@@ -65,6 +65,7 @@ ConnectionManager::ConnectionManager(int rank, int size, std::shared_ptr<Store> 
   peer_errors_.resize(size);
   next_path_.assign(size, 0);
   unanswered_since_.assign(size, 0);
+  redial_at_.assign(size, 0);
   fallback_notes_.resize(size);
   transports_.resize(kMaxTransports);
 }
@@ -276,7 +277,7 @@ Result<Endpoint*> ConnectionManager::endpoint(int peer) {
     if (!peer_errors_[peer].ok()) return peer_errors_[peer];
     return static_cast<Endpoint*>(nullptr);
   }
-  if (!outgoing_.count(peer)) {
+  if (!outgoing_.count(peer) && now_s() >= redial_at_[peer]) {
     Status s = start_connect(peer);  // Ok also while the peer has not published its info yet
     if (!s.ok()) {
       peer_errors_[peer] = s;
@@ -315,125 +316,134 @@ Status ConnectionManager::start_connect(int peer) {
 }
 
 Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, std::unique_ptr<PendingConnect> pending) {
-  PeerContext ctx = peer_context(peer);
   auto out = std::make_unique<Outgoing>();
   out->peer = peer;
   out->kind = path.kind;
   out->pending = std::move(pending);
-  out->deadline = now_s() + timeout_s_;
-  // Each attempt lists the address of every socket's lane (socket c dials entry c % size): first,
-  // with several common networks, the peer's address on each (striping); then each of the peer's
-  // addresses alone, those on a network we share first (the cluster fabric before a routed
-  // path), so a lane that does not connect falls back to one network.
-  std::vector<std::vector<std::string>> attempts;
-  bool striping = false;        // attempts[0] is the striped one
-  bool pending_striped = false;  // `pending` was made for a striped connection
+  out->dialing = std::make_unique<Dialing>();
+  Dialing& d = *out->dialing;
+  d.transport = t;
+  d.path_name = path.name;
+  d.last = Status(Code::kRemoteError, peer_context(peer).describe() + " publishes no address");
+  // Each attempt lists the address of every socket's lane: first, with several common networks,
+  // the peer's address on each (striping); then each of the peer's addresses alone, those on a
+  // network we share first (the cluster fabric before a routed path), so a lane that does not
+  // connect falls back to one network.
   if (t->stripes_over_networks()) {
     std::vector<std::string> lanes;
     for (const StripeLane& l : pair_lanes(me_, *peer_infos_.at(peer))) lanes.push_back(l.peer_address);
-    striping = pending_striped = !lanes.empty();
+    d.striping = d.pending_striped = !lanes.empty();
     for (const std::string& a : lanes) {
       const double ago = unanswered_ago(a);
       if (ago < 0) continue;
       if (unanswered_since_[peer] == 0)  // (said once, not on every try again)
         note_fallback(peer, "striping skipped: " + host_part(a) + " did not answer a connect " +
                               std::to_string(static_cast<int>(ago + 0.5)) + " s ago", /*one_network=*/true);
-      striping = false;
+      d.striping = false;
       break;
     }
-    if (striping) attempts.push_back(lanes);
+    if (d.striping) d.attempts.push_back(lanes);
   }
   // One address at a time; those that did not answer lately last.
-  const size_t singles = attempts.size();
-  for (const std::string& a : path.peer_addresses) attempts.push_back({a});
-  std::stable_partition(attempts.begin() + singles, attempts.end(),
+  const size_t singles = d.attempts.size();
+  for (const std::string& a : path.peer_addresses) d.attempts.push_back({a});
+  std::stable_partition(d.attempts.begin() + singles, d.attempts.end(),
                         [](const std::vector<std::string>& a) { return unanswered_ago(a[0]) < 0; });
-  const int n = std::max<int>(t->sockets_per_connection(), attempts.empty() ? 1 : static_cast<int>(attempts[0].size()));
-  out->nchannels = n;
-  Status last = Status(Code::kRemoteError, ctx.describe() + " publishes no address");
-  // An address of this peer refused for the whole window (its host answered, nothing listens):
-  // the peer is gone, where no answer at all is tried again later.
-  bool refused_before = false;
+  out->nchannels =
+      std::max<int>(t->sockets_per_connection(), d.attempts.empty() ? 1 : static_cast<int>(d.attempts[0].size()));
+  outgoing_[peer] = std::move(out);
+  return Status::Ok();
+}
+
+ConnectionManager::DialStep ConnectionManager::advance_dial(Outgoing& o, Status* failed) {
+  Dialing& d = *o.dialing;
+  PeerContext ctx = peer_context(o.peer);
   // Every socket of an attempt is opened before any hello is sent: the peer assembles a
   // connection from the hellos, and one half-announced by an attempt that then failed would
   // hold the place of the next.
-  for (size_t k = 0; k < attempts.size(); ++k) {
-    const std::vector<std::string>& attempt = attempts[k];
-    const std::string addr_text = attempt.size() == 1 ? attempt[0] : "its address on each common network";
-    std::vector<int> fds;
+  while (d.attempt < d.attempts.size()) {
+    const std::vector<std::string>& attempt = d.attempts[d.attempt];
+    const std::string& address = attempt[d.fds.size() % attempt.size()];
     Status s;
-    for (int ch = 0; ch < n && s.ok(); ++ch) {
-      auto addr = parse_address(attempt[ch % attempt.size()], 0);
-      if (!addr.ok()) {
+    if (!d.socket) {
+      // The peer listens before it publishes its address, so a refusal means it is gone: retry
+      // only briefly (a full accept backlog). Once one address refused for that long, the others
+      // get one try each against a refusal (an address that does not answer at all still gets
+      // the window: another network's route).
+      auto addr = parse_address(address, 0);
+      if (addr.ok())
+        d.socket = std::make_unique<Dialer>(addr.value(), now_s() + std::min(timeout_s_, 2.0),
+                                            d.refused_before ? now_s() : -1);
+      else
         s = addr.status();
-        break;
+    }
+    if (d.socket) {
+      const Dialer::State st = d.socket->step();
+      if (st == Dialer::State::kPending) return DialStep::kDialing;
+      if (st == Dialer::State::kConnected) {
+        d.fds.push_back(d.socket->take());
+        d.socket.reset();
+        if (static_cast<int>(d.fds.size()) < o.nchannels) continue;
+        o.fds.swap(d.fds);
+        o.striped = d.striping && d.attempt == 0;
+        return DialStep::kOpen;
       }
-      // The peer listens before it publishes its address, so a refusal means it is gone:
-      // retry only briefly (a full accept backlog), and never hold the engine for long. Once
-      // one address refused for that long, the others get one try each against a refusal (an
-      // address that does not answer at all still gets the window: another network's route).
-      bool refused = false;
-      auto fd = connect_to(addr.value(), now_s() + std::min(timeout_s_, 2.0), refused_before ? now_s() : -1, &refused);
-      refused_before = refused_before || refused;
-      if (!fd.ok()) {
-        if (!refused) note_unanswered(attempt[ch % attempt.size()]);
-        s = Status(Code::kRemoteError,
-                   "cannot connect: " + fd.status().message() + (refused ? " (has the peer exited?)" : ""), peer);
-        break;
-      }
-      fds.push_back(fd.value());
+      const bool refused = d.socket->refused();
+      d.refused_before = d.refused_before || refused;
+      if (!refused) note_unanswered(address);
+      s = Status(Code::kRemoteError,
+                 "cannot connect: " + d.socket->error().message() + (refused ? " (has the peer exited?)" : ""), o.peer);
+      d.socket.reset();
     }
-    if (s.ok()) {
-      out->fds = fds;
-      out->striped = striping && k == 0;
-      break;
-    }
-    for (int fd : fds) ::close(fd);
-    last = s.with_context("connecting to " + ctx.describe() + " at " + addr_text);
-    if (striping && k == 0 && unanswered_since_[peer] == 0)  // a NIC the pair should share does not reach the peer
-      note_fallback(peer, "striping over " + addr_text + " failed (" + s.message() + ")", /*one_network=*/true);
+    for (int fd : d.fds) ::close(fd);
+    d.fds.clear();
+    const std::string addr_text = attempt.size() == 1 ? attempt[0] : "its address on each common network";
+    d.last = s.with_context("connecting to " + ctx.describe() + " at " + addr_text);
+    if (d.striping && d.attempt == 0 && unanswered_since_[o.peer] == 0)  // a NIC the pair should share does not reach the peer
+      note_fallback(o.peer, "striping over " + addr_text + " failed (" + s.message() + ")", /*one_network=*/true);
+    ++d.attempt;
   }
-  if (out->fds.empty()) {
-    // No host answered at all (a lossy or congested network drops SYNs too): try again on a
-    // later pass until the dead-link bound, instead of failing the peer after one window.
-    if (!refused_before && !unanswered_too_long(peer)) {
-      UCCL_INFO("rank %d -> rank %d: %s; trying again", rank_, peer, last.message().c_str());
-      return Status::Ok();
-    }
-    if (!refused_before) last = Status(last.code(), last.message() + "; its host " + no_answer_text(peer), peer);
-    return last;
+  // No host answered at all (a lossy or congested network drops SYNs too): try again on a later
+  // pass until the dead-link bound, instead of failing the peer after one window.
+  if (!d.refused_before && !unanswered_too_long(o.peer)) {
+    UCCL_INFO("rank %d -> rank %d: %s; trying again", rank_, o.peer, d.last.message().c_str());
+    return DialStep::kRetryLater;
   }
-  unanswered_since_[peer] = 0;
-  if (pending_striped && !out->striped) {  // one network after all: the transport must not weigh lanes
-    auto plain = t->start_connect(transport_context(peer, *t, /*striped=*/false));
-    if (!plain.ok()) {
-      for (int fd : out->fds) ::close(fd);
-      return plain.status().with_context("connecting to " + ctx.describe());
-    }
-    out->pending.reset(plain.value());
+  *failed = d.refused_before ? d.last
+                             : Status(d.last.code(), d.last.message() + "; its host " + no_answer_text(o.peer), o.peer);
+  return DialStep::kFailed;
+}
+
+Status ConnectionManager::open_outgoing(Outgoing& o) {
+  std::unique_ptr<Dialing> d = std::move(o.dialing);
+  PeerContext ctx = peer_context(o.peer);
+  const int n = o.nchannels;
+  o.deadline = now_s() + timeout_s_;
+  unanswered_since_[o.peer] = 0;
+  if (d->pending_striped && !o.striped) {  // one network after all: the transport must not weigh lanes
+    auto plain = d->transport->start_connect(transport_context(o.peer, *d->transport, /*striped=*/false));
+    if (!plain.ok()) return plain.status().with_context("connecting to " + ctx.describe());
+    o.pending.reset(plain.value());
   }
-  out->offer = out->pending->offer();
+  o.offer = o.pending->offer();
   if (!keyed()) {  // keyed: each hello follows the peer's greeting (greet_outgoing)
     for (int ch = 0; ch < n; ++ch) {
       std::string msg;
-      const HelloHeader h = connection_hello(*out, ch);
+      const HelloHeader h = connection_hello(o, ch);
       msg.assign(reinterpret_cast<const char*>(&h), sizeof h);
-      if (ch == 0) msg += out->offer;
-      Status s = send_all(out->fds[ch], msg.data(), msg.size(), now_s() + 10);
-      if (!s.ok()) {
-        for (int fd : out->fds) ::close(fd);
-        return s.with_context("connecting to " + ctx.describe());
-      }
+      if (ch == 0) msg += o.offer;
+      Status s = send_all(o.fds[ch], msg.data(), msg.size(), now_s() + 10);
+      if (!s.ok()) return s.with_context("connecting to " + ctx.describe());
     }
   }
-  out->ack_read.assign(n, 0);
-  out->acks.assign(n, AckHeader{});
-  out->greetings.assign(n, Greeting{});
-  out->greeting_read.assign(n, keyed() ? 0 : sizeof(Greeting));
-  out->hellos.assign(n, HelloHeader{});
-  out->ack_macs.assign(n, std::string(keyed() ? kMacBytes : 0, '\0'));
-  UCCL_INFO("rank %d -> rank %d: connecting over %s (%d socket%s)", rank_, peer, path.name.c_str(), n, n > 1 ? "s" : "");
-  outgoing_[peer] = std::move(out);
+  o.ack_read.assign(n, 0);
+  o.acks.assign(n, AckHeader{});
+  o.greetings.assign(n, Greeting{});
+  o.greeting_read.assign(n, keyed() ? 0 : sizeof(Greeting));
+  o.hellos.assign(n, HelloHeader{});
+  o.ack_macs.assign(n, std::string(keyed() ? kMacBytes : 0, '\0'));
+  UCCL_INFO("rank %d -> rank %d: connecting over %s (%d socket%s)", rank_, o.peer, d->path_name.c_str(), n,
+            n > 1 ? "s" : "");
   return Status::Ok();
 }
 
@@ -451,6 +461,23 @@ bool ConnectionManager::progress_outgoing() {
   const size_t mac_len = keyed() ? kMacBytes : 0;
   for (auto it = outgoing_.begin(); it != outgoing_.end();) {
     Outgoing& o = *it->second;
+    if (o.dialing) {
+      Status failed;
+      const DialStep step = advance_dial(o, &failed);
+      if (step == DialStep::kDialing) {
+        ++it;
+        continue;
+      }
+      moved = true;
+      if (step == DialStep::kOpen) failed = open_outgoing(o);
+      if (step == DialStep::kRetryLater) redial_at_[o.peer] = now_s() + 0.1;  // (a route that fails at once)
+      if (step == DialStep::kRetryLater || !failed.ok()) {  // retry: endpoint() starts it again
+        for (int fd : o.fds) ::close(fd);
+        if (!failed.ok()) fail_peer(o.peer, failed);
+        it = outgoing_.erase(it);
+        continue;
+      }
+    }
     PeerContext ctx = peer_context(o.peer);
     bool greeted = true;
     Status err = keyed() ? greet_outgoing(o, &greeted, &moved) : Status::Ok();
@@ -594,8 +621,14 @@ void ConnectionManager::close_all() {
 void ConnectionManager::collect_wait_fds(std::vector<int>* fds) const {
   for (int fd : listen_fds_) fds->push_back(fd);
   for (auto& in : incoming_) fds->push_back(in->fd);
-  for (auto& [peer, o] : outgoing_)
+  for (auto& [peer, o] : outgoing_) {
     for (int fd : o->fds) fds->push_back(fd);
+    // A socket still connecting: an error wakes the poll; its success (POLLOUT) is seen by the
+    // next pass, the sleep being bounded.
+    if (o->dialing && o->dialing->socket && o->dialing->socket->fd() >= 0) fds->push_back(o->dialing->socket->fd());
+  }
+  for (auto& [peer, st] : probes_)
+    if (st.dialer && st.dialer->fd() >= 0) fds->push_back(st.dialer->fd());
 }
 
 std::string ConnectionManager::describe() {

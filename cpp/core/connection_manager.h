@@ -6,8 +6,9 @@
 //
 // Everything here is driven by progress() and never blocks for long: the listener is
 // non-blocking, an incoming hello is read incrementally (a stray client that sends half a
-// header cannot stall the engine; it is dropped after a deadline), and an outgoing connection
-// waits for its acknowledgement in progress(). The only blocking steps are a store lookup of
+// header cannot stall the engine; it is dropped after a deadline), an outgoing connection's
+// sockets connect in steps (base/net.h Dialer: a host that does not answer would otherwise hold
+// the engine for a whole connect window) and it waits for its acknowledgement in progress(). The only blocking steps are a store lookup of
 // the peer's PeerInfo (bounded by a short timeout and retried) and writing a hello or an ack
 // of a few bytes into a fresh socket.
 //
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "base/net.h"
 #include "uccl/store.h"
 #include "uccl/communicator.h"
 #include "core/handshake.h"
@@ -99,6 +101,7 @@ class ConnectionManager {
   uint64_t sockets_accepted() const { return sockets_accepted_; }
 
  private:
+  struct Dialing;
   struct Outgoing;
   struct Incoming;
   struct Assembling;
@@ -106,11 +109,19 @@ class ConnectionManager {
   // Starts connecting over the next candidate transport; Ok (and nothing started) while the
   // peer has not published its PeerInfo yet.
   Status start_connect(int peer);
-  // Opens the sockets of `path` to the peer's listener (every one of them: an attempt that
-  // cannot open all falls back to the next address list) and sends the hellos with the offer.
-  // `pending` was made for a striped connection where the pair has lanes; if the sockets had
-  // to fall back to one address, it is made again without them.
+  // Starts opening the sockets of `path` to the peer's listener (every one of them: an attempt
+  // that cannot open all falls back to the next address list), driven by progress() from then
+  // on (advance_dial): a host that does not answer never holds the engine. `pending` was made
+  // for a striped connection where the pair has lanes; if the sockets had to fall back to one
+  // address, open_outgoing() makes it again without them.
   Status dial(int peer, const PathChoice& path, Transport* t, std::unique_ptr<PendingConnect> pending);
+  enum class DialStep { kDialing, kOpen, kRetryLater, kFailed };
+  // One look at an outgoing connection's sockets: still dialing; all open (o.fds); every attempt
+  // failed without a refusal and within the dead-link bound (the next endpoint() call starts
+  // again); or failed (*failed says why).
+  DialStep advance_dial(Outgoing& o, Status* failed);
+  // The sockets are open: sends the hellos with the offer (keyless) and readies the handshake.
+  Status open_outgoing(Outgoing& o);
   // The hello of socket ch of an outgoing connection (transport, channels, offer size, flags).
   HelloHeader connection_hello(const Outgoing& o, size_t ch) const;
   // A transport refused this pair (kNotSupported), or striping fell back to one network:
@@ -152,7 +163,7 @@ class ConnectionManager {
   // accept() get.
   PeerContext transport_context(int peer, const Transport& t, bool striped);
   // A socket to the first of the peer's listeners that accepts (each try bounded by per_try_s),
-  // for the one-shot messages: the liveness probe and the failure notice. *refused: every
+  // for the failure notice (a failing rank's last words; the liveness probe dials in steps). *refused: every
   // listener refused (its host answered: nothing listens there any more).
   Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline, bool* refused = nullptr);
   // A failed store operation; one that is not a timeout names the rank serving the store.
@@ -186,6 +197,7 @@ class ConnectionManager {
   std::vector<Status> peer_errors_;                      // a failed connection attempt, by peer
   std::vector<size_t> next_path_;                        // by peer: the candidate to try next
   std::vector<double> unanswered_since_;                 // by peer: its host answers no connect since (0: it does)
+  std::vector<double> redial_at_;                        // by peer: after a round of unanswered attempts, not before
   std::vector<std::string> fallback_notes_;              // by peer: transports that refused, why
   std::map<int, std::unique_ptr<PeerInfo>> peer_infos_;
   std::map<int, std::unique_ptr<Outgoing>> outgoing_;
@@ -193,7 +205,16 @@ class ConnectionManager {
   std::map<int, std::unique_ptr<Assembling>> assembling_;
   struct ProbeState {
     double waiting_since = 0, last_probe = 0;
+    // The probe in flight: the peer's listeners, the next to try, the try (never blocking the
+    // engine: a host that does not answer would hold it for the whole try otherwise).
+    std::vector<std::string> listen;
+    size_t next = 0;
+    bool all_refused = true;
+    std::unique_ptr<Dialer> dialer;
   };
+  // Advances a probe in flight: alive (a socket opened), refused by every listener (the peer
+  // exited), or no answer (failed only after the dead-link bound).
+  void advance_probe(int peer, ProbeState& st);
   std::map<int, ProbeState> probes_;
   // Listeners are polled (accept) at most this often while no handshake is in flight: a new
   // connection waits at most this long, a progress pass saves a failing accept() syscall.

@@ -4,20 +4,47 @@
 // connection_failures.cc (failure records, notices and probes).
 #pragma once
 
+#include <unistd.h>
+
 #include <array>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/net.h"
 #include "core/connection_manager.h"
 
 namespace uccl {
 
-// An outgoing connection (we are the lower rank): sockets sent their hello, acks pending.
+// The sockets of an outgoing connection being opened (ConnectionManager::dial), one Dialer at a
+// time, so that a peer's host that does not answer never holds the engine. Each attempt lists
+// the address of every socket (socket c dials entry c % size); an attempt that cannot open all
+// its sockets closes them and the next attempt starts.
+struct ConnectionManager::Dialing {
+  Transport* transport = nullptr;
+  std::string path_name;
+  std::vector<std::vector<std::string>> attempts;
+  size_t attempt = 0;                // the one being tried
+  std::vector<int> fds;              // its sockets opened so far
+  std::unique_ptr<Dialer> socket;    // the try in flight for socket fds.size()
+  bool striping = false;             // attempts[0] is the striped one
+  bool pending_striped = false;      // `pending` was made for a striped connection
+  // An address of this peer refused for the whole window (its host answered, nothing listens):
+  // the peer is gone, where no answer at all is tried again later.
+  bool refused_before = false;
+  Status last;                       // why the last attempt failed
+  ~Dialing() {
+    for (int fd : fds) ::close(fd);
+  }
+};
+
+// An outgoing connection (we are the lower rank): its sockets being opened (dialing), then
+// their hellos sent and the acks pending.
 struct ConnectionManager::Outgoing {
   int peer = -1;
   TransportKind kind = TransportKind::kTcp;
   std::unique_ptr<PendingConnect> pending;
+  std::unique_ptr<Dialing> dialing;   // until every socket is open; then fds
   std::vector<int> fds;
   std::vector<size_t> ack_read;       // bytes of (header [+ MAC] + answer) read so far, per socket
   std::vector<AckHeader> acks;

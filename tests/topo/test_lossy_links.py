@@ -86,3 +86,29 @@ def test_a_lossy_link_costs_time_but_no_call_fails_or_is_wrong():
     assert len(rows) == 4
     for r in rows:
         assert r["nbad"] == 0, r
+
+
+def test_dialing_a_host_that_does_not_answer_never_holds_the_engine(tmp_path):
+    """Every connection request lost for 5 s while rank 0 (the lower rank, which connects) has a
+    send to rank 1 pending: its engine dials in steps from its progress loop, so a call that needs
+    the engine (describe(), as every new operation) waits milliseconds, not a connect window (2 s
+    per socket; a blocking connect held the engine for all of it: 6 s here). Rank 1, which only
+    accepts, probes rank 0's listener after a second of waiting; that dials in steps too (it held
+    the engine 0.3 s per probe). When the link heals, the message arrives intact."""
+    flag = str(tmp_path / "dial")
+    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5) as bed:
+        procs = launch.start(bed, 1, [os.path.join(TESTBED, "work_dialing.py")],
+                             env={"UCCL_TIMEOUT_S": "60", "UCCL_PROBE": "off", "DIAL_FLAG": flag})
+        deadline = time.time() + 60
+        while len(glob.glob(flag + ".rank*")) < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        bed.lossy(100, syn_only=True)
+        open(flag, "w").write("go")
+        time.sleep(5)
+        bed.lossy(0)
+        open(flag + ".tmp", "w").write("healed")
+        os.replace(flag + ".tmp", flag)
+        rows = {r["rank"]: r for r in launch.wait(procs, timeout=120)}
+    for r in rows.values():
+        assert r["kind"] == "no error" and r["ok"], r
+        assert r["calls"] > 50 and r["longest_s"] < 0.25, r
