@@ -170,8 +170,12 @@ Result<AgreeMsg> rpc(const AgreementPort::Context& ctx, int peer, const AgreeMsg
     return Status(Code::kRemoteError, "rank " + std::to_string(peer) + " published no agreement address", peer);
   auto addr = parse_address(ctx.peers[peer], 0);
   if (!addr.ok()) return Status(Code::kRemoteError, addr.status().message(), peer);
-  // A refused connection means the process is gone: retried only briefly (a full backlog).
-  auto fd = connect_to(addr.value(), std::min(deadline, now_s() + 0.5));
+  // A refused connection means the process is gone: retried only briefly (a full backlog). No
+  // answer at all is as often a lost SYN (retried by TCP after 1 s, then 3 s) as a dead host: it
+  // is waited for up to the dead-link bound, as a data connection's (a shorter window made the
+  // rank across a lossy link a suspect, and the two sides decided apart).
+  const double no_answer_s = kTcpDeadLinkS.get() > 0 ? kTcpDeadLinkS.get() : ctx.timeout_s;
+  auto fd = connect_to(addr.value(), std::min(deadline, now_s() + no_answer_s), now_s() + 0.5);
   if (!fd.ok()) return Status(Code::kRemoteError, "rank " + std::to_string(peer) + " is unreachable: " + fd.status().message(), peer);
   const std::string out = encode_agree_frame(ctx.key, ctx.comm_id, ctx.rank, peer, m);
   Status s = send_all(fd.value(), out.data(), out.size(), deadline);

@@ -4,6 +4,7 @@ netns): two hosts, eth0 at 0.5-4 Gbit/s; losses made with nftables on each host'
 cost time, never a false "dead link", a wrong diagnosis or a wrong result; a link dead for the
 whole of UCCL_TCP_DEAD_LINK_S still fails the job (tests/topo/test_dead_links.py)."""
 import glob
+import json
 import os
 import time
 
@@ -112,3 +113,26 @@ def test_dialing_a_host_that_does_not_answer_never_holds_the_engine(tmp_path):
     for r in rows.values():
         assert r["kind"] == "no error" and r["ok"], r
         assert r["calls"] > 50 and r["longest_s"] < 0.25, r
+
+
+def test_survivors_agree_while_connection_requests_are_lost(tmp_path):
+    """2 hosts x 2 ranks; the last rank exits, and for the first 2.5 s of the survivors' shrink
+    every connection request between the hosts is lost. The agreement opens a connection per
+    request; a request whose SYN went unanswered must not make a live rank a suspect before the
+    dead-link bound (a lost SYN is retried after 1 s, then 3 s: a 0.5 s connect window left the
+    rank across the link out of the new communicator). All three survivors end up in it."""
+    flag = str(tmp_path / "shrink")
+    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5) as bed:
+        procs = launch.start(bed, 2, [os.path.join(TESTBED, "work_lossy_shrink.py")],
+                             env={"UCCL_TIMEOUT_S": "60", "UCCL_PROBE": "off", "SHRINK_FLAG": flag})
+        deadline = time.time() + 60
+        while len(glob.glob(flag + ".rank*")) < 4 and time.time() < deadline:
+            time.sleep(0.02)
+        bed.lossy(100, syn_only=True)
+        open(flag, "w").write("go")
+        time.sleep(2.5)
+        bed.lossy(0)
+        rows = launch.wait(procs, timeout=120)
+    assert sorted(r["rank"] for r in rows) == [0, 1, 2], rows
+    for r in rows:
+        assert r["kind"] == "no error" and r["size"] == 3 and r["sum"] == 3.0, json.dumps(rows)
