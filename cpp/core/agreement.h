@@ -15,8 +15,10 @@
 //
 // Protocol (a coordinator-based two-phase commit with ballots, in the manner of Paxos):
 //  * Suspicion. A rank suspects a peer when an agreement request to it fails: refused or closed
-//    connection (its process is gone), no answer within the communicator's timeout (it hangs,
-//    or never calls shrink: a slow rank), or a reply that does not authenticate. A request from
+//    connection (its process is gone), a connect its host does not answer for the dead-link
+//    bound (UCCL_TCP_DEAD_LINK_S: a dead host or link; lost SYNs are retried meanwhile), no
+//    answer within the communicator's timeout (it hangs, or never calls shrink: a slow rank), or
+//    a reply that does not authenticate. A request from
 //    a suspected rank clears the suspicion (it is alive and talking).
 //  * Coordinator: the lowest rank a rank does not suspect. A rank that is not coordinator asks
 //    its coordinator for its state (STATE) every few tens of milliseconds until it learns a
@@ -44,8 +46,8 @@
 //    When the coordinator dies right after deciding, the survivors cannot reach that store; they
 //    then all run the next instance (a separate agreement with its own ballots) on the old
 //    communicator, which excludes it. Suspicions carry over from one instance to the next.
-//    Limit (no quorum): ranks cut off from each other for longer than the timeout (a network
-//    partition, not a crash or a slow rank) can decide separately, as with ULFM's shrink.
+//    Limit (no quorum): ranks cut off from each other for longer than the dead-link bound (a
+//    network partition, not a crash or a slow rank) can decide separately, as with ULFM's shrink.
 //  * Every request travels on its own TCP connection to the receiver's agreement listener:
 //    AgreeHeader, body (text lines, at most kMaxAgreeBody bytes), then kMacBytes of
 //    HMAC-SHA256(job key + the communicator's secret, header + body): only ranks of this
