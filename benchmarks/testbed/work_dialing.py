@@ -2,7 +2,7 @@
 
     work_dialing.py
 
-Two ranks, one per host. Each rank creates $DIAL_FLAG.rank<r> after init and waits for the flag
+Two ranks, one per host. Each rank creates $WORK_FLAG.rank<r> after init and waits for the flag
 to hold "go" (the test has made every connection request get lost by then). Rank 1 posts a
 receive from rank 0, rank 0 the matching send, so rank 0's engine starts dialing; while the op is
 pending each rank calls describe() (which takes its engine's lock, as every new operation does)
@@ -22,7 +22,7 @@ import uccl
 
 def main():
     world = uccl.init()
-    flag = os.environ["DIAL_FLAG"]
+    flag = os.environ["WORK_FLAG"]
     open(f"{flag}.rank{world.rank}", "w").close()
 
     def state():

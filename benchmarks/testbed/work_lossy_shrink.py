@@ -2,7 +2,7 @@
 
     work_lossy_shrink.py
 
-Every rank all_reduces once (the data connections are made), creates $SHRINK_FLAG.rank<r> and
+Every rank all_reduces once (the data connections are made), creates $WORK_FLAG.rank<r> and
 waits for the flag to hold "go" (the test has made every new connection request between the
 hosts get lost by then, for a while). Then the last rank exits; the others all_reduce, fail,
 shrink() (their agreement opens a connection per request) and all_reduce once on the new
@@ -21,7 +21,7 @@ import uccl
 
 def main():
     world = uccl.init()
-    flag = os.environ["SHRINK_FLAG"]
+    flag = os.environ["WORK_FLAG"]
     buf = np.ones(1024, np.float32)
     world.all_reduce(buf)
     open(f"{flag}.rank{world.rank}", "w").close()

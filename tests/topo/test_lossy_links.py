@@ -96,20 +96,7 @@ def test_dialing_a_host_that_does_not_answer_never_holds_the_engine(tmp_path):
     per socket; a blocking connect held the engine for all of it: 6 s here). Rank 1, which only
     accepts, probes rank 0's listener after a second of waiting; that dials in steps too (it held
     the engine 0.3 s per probe). When the link heals, the message arrives intact."""
-    flag = str(tmp_path / "dial")
-    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5) as bed:
-        procs = launch.start(bed, 1, [os.path.join(TESTBED, "work_dialing.py")],
-                             env={"UCCL_TIMEOUT_S": "60", "UCCL_PROBE": "off", "DIAL_FLAG": flag})
-        deadline = time.time() + 60
-        while len(glob.glob(flag + ".rank*")) < 2 and time.time() < deadline:
-            time.sleep(0.02)
-        bed.lossy(100, syn_only=True)
-        open(flag, "w").write("go")
-        time.sleep(5)
-        bed.lossy(0)
-        open(flag + ".tmp", "w").write("healed")
-        os.replace(flag + ".tmp", flag)
-        rows = {r["rank"]: r for r in launch.wait(procs, timeout=120)}
+    rows = {r["rank"]: r for r in _lose_connection_requests(tmp_path, "work_dialing.py", 1, 5, healed="healed")}
     for r in rows.values():
         assert r["kind"] == "no error" and r["ok"], r
         assert r["calls"] > 50 and r["longest_s"] < 0.25, r
@@ -121,18 +108,29 @@ def test_survivors_agree_while_connection_requests_are_lost(tmp_path):
     request; a request whose SYN went unanswered must not make a live rank a suspect before the
     dead-link bound (a lost SYN is retried after 1 s, then 3 s: a 0.5 s connect window left the
     rank across the link out of the new communicator). All three survivors end up in it."""
-    flag = str(tmp_path / "shrink")
-    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5) as bed:
-        procs = launch.start(bed, 2, [os.path.join(TESTBED, "work_lossy_shrink.py")],
-                             env={"UCCL_TIMEOUT_S": "60", "UCCL_PROBE": "off", "SHRINK_FLAG": flag})
-        deadline = time.time() + 60
-        while len(glob.glob(flag + ".rank*")) < 4 and time.time() < deadline:
-            time.sleep(0.02)
-        bed.lossy(100, syn_only=True)
-        open(flag, "w").write("go")
-        time.sleep(2.5)
-        bed.lossy(0)
-        rows = launch.wait(procs, timeout=120)
+    rows = _lose_connection_requests(tmp_path, "work_lossy_shrink.py", 2, 2.5)
     assert sorted(r["rank"] for r in rows) == [0, 1, 2], rows
     for r in rows:
         assert r["kind"] == "no error" and r["size"] == 3 and r["sum"] == 3.0, json.dumps(rows)
+
+
+def _lose_connection_requests(tmp_path, worker, per_host, lost_s, healed=None):
+    """Runs a testbed worker on 2 hosts x per_host ranks ($WORK_FLAG names its flag file). Once
+    every rank created $WORK_FLAG.rank<r>, every new connection request between the hosts gets
+    lost, the flag says "go", and lost_s later the link heals (and the flag says `healed`, if
+    given). Returns the ranks' RESULT rows."""
+    flag = str(tmp_path / "flag")
+    with netbed.Testbed(clusters=1, hosts=2, intra_gbit=0.5) as bed:
+        procs = launch.start(bed, per_host, [os.path.join(TESTBED, worker)],
+                             env={"UCCL_TIMEOUT_S": "60", "UCCL_PROBE": "off", "WORK_FLAG": flag})
+        deadline = time.time() + 60
+        while len(glob.glob(flag + ".rank*")) < 2 * per_host and time.time() < deadline:
+            time.sleep(0.02)
+        bed.lossy(100, syn_only=True)
+        open(flag, "w").write("go")
+        time.sleep(lost_s)
+        bed.lossy(0)
+        if healed:
+            open(flag + ".tmp", "w").write(healed)
+            os.replace(flag + ".tmp", flag)
+        return launch.wait(procs, timeout=120)
