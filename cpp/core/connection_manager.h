@@ -8,9 +8,9 @@
 // non-blocking, an incoming hello is read incrementally (a stray client that sends half a
 // header cannot stall the engine; it is dropped after a deadline), an outgoing connection's
 // sockets connect in steps (base/net.h Dialer: a host that does not answer would otherwise hold
-// the engine for a whole connect window) and it waits for its acknowledgement in progress(). The only blocking steps are a store lookup of
-// the peer's PeerInfo (bounded by a short timeout and retried) and writing a hello or an ack
-// of a few bytes into a fresh socket.
+// the engine for a whole connect window) and it waits for its acknowledgement in progress().
+// The only blocking steps are a store lookup of the peer's PeerInfo (bounded by a short timeout
+// and retried) and writing a hello or an ack of a few bytes into a fresh socket.
 //
 // Which transport: the candidates of the transport table for the pair (transports/
 // path_choice.h), best first. A transport that answers kNotSupported, in start_connect() here
@@ -163,8 +163,8 @@ class ConnectionManager {
   // accept() get.
   PeerContext transport_context(int peer, const Transport& t, bool striped);
   // A socket to the first of the peer's listeners that accepts (each try bounded by per_try_s),
-  // for the failure notice (a failing rank's last words; the liveness probe dials in steps). *refused: every
-  // listener refused (its host answered: nothing listens there any more).
+  // for the failure notice (a failing rank's last words; the liveness probe dials in steps).
+  // *refused: every listener refused (its host answered: nothing listens there any more).
   Result<int> connect_listener(const PeerInfo& info, double per_try_s, double deadline, bool* refused = nullptr);
   // A failed store operation; one that is not a timeout names the rank serving the store.
   Status store_error(const Status& s);
