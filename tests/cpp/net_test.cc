@@ -1,8 +1,9 @@
 // Sockets and interfaces: the UCCL_SOCKET_IFNAME matrix, address parsing/printing, interface
-// listing, listen/connect over IPv4 and IPv6 loopback, deadlines on recv_all and connect_to.
+// listing, listen/connect over IPv4 and IPv6 loopback, deadlines on recv_all and connect_to, and the Dialer that steps it.
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -165,6 +166,51 @@ TEST_CASE("connect_to: deadline, and a listener that appears late") {
   REQUIRE_OK(c2.status());
   close(c2.value());
   late.join();
+}
+
+TEST_CASE("Dialer: connect_to in steps that never block") {
+  // Nothing listens at first (refusals, retried with backoff); a listener appears after 200 ms.
+  auto addr = parse_address("127.0.0.1", 0);
+  SockAddr a = addr.value();
+  auto lfd = listen_on(&a);
+  REQUIRE_OK(lfd.status());
+  close(lfd.value());
+  Dialer d(a, now_s() + 5);
+  int listener = -1;
+  const double t0 = now_s();
+  double longest = 0;
+  int steps = 0;
+  Dialer::State st = Dialer::State::kPending;
+  while (st == Dialer::State::kPending && now_s() - t0 < 5) {
+    if (listener < 0 && now_s() - t0 > 0.2) {
+      SockAddr b = a;
+      auto l2 = listen_on(&b);
+      REQUIRE_OK(l2.status());
+      listener = l2.value();
+    }
+    const double s0 = now_s();
+    st = d.step();
+    longest = std::max(longest, now_s() - s0);
+    ++steps;
+    usleep(1000);
+  }
+  REQUIRE(st == Dialer::State::kConnected);
+  CHECK(now_s() - t0 >= 0.2);
+  CHECK(steps > 20);        // it was pending between the steps, not blocked inside one
+  CHECK(longest < 0.05);    // (a step is a syscall or two)
+  CHECK(!d.refused());
+  const int fd = d.take();
+  CHECK(fd >= 0);
+  CHECK(d.fd() == -1);
+  close(fd);
+  // A refusal with a short window fails at once, named and flagged; an untaken socket is closed.
+  close(listener);
+  Dialer quick(a, now_s() + 5, now_s());
+  while ((st = quick.step()) == Dialer::State::kPending) quick.wait();
+  CHECK(st == Dialer::State::kFailed);
+  CHECK(quick.refused());
+  CHECK(quick.error().code() == Code::kTimeout);
+  CHECK(quick.error().message().find(a.to_string()) != std::string::npos);
 }
 
 TEST_CASE("listen, connect, send and receive over IPv4 loopback") { test_loopback("127.0.0.1"); }
