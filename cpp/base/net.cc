@@ -362,7 +362,9 @@ const DoubleSetting kTcpDeadLinkS("tcp", "UCCL_TCP_DEAD_LINK_S", "20",
                                   "a dead link, NIC or host fails a tcp connection within this long, naming the network, "
                                   "instead of at the operation's timeout: data in flight with no acknowledgement at all, "
                                   "or unanswered keepalive probes (a peer slow to read still answers both; an overloaded "
-                                  "host may pause its ACKs for a second or two, so keep it well above that); 0: off",
+                                  "host may pause its ACKs for a second or two, so keep it well above that); also how long a "
+                                  "connect may go unanswered (lost SYNs are retried) before its peer counts as unreachable, "
+                                  "for connections and shrink's agreement; 0: off (the communicator's timeout)",
                                   number_at_least(0));
 
 namespace {
