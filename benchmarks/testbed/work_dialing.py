@@ -7,9 +7,9 @@ to hold "go" (the test has made every connection request get lost by then). Rank
 receive from rank 0, rank 0 the matching send, so rank 0's engine starts dialing; while the op is
 pending each rank calls describe() (which takes its engine's lock, as every new operation does)
 in a loop, until the test writes "healed" into the flag; then both wait for the message. Each
-rank prints ``RESULT {"rank", "calls", "longest_s", "ok", "kind", "msg"}``: longest_s is the
-longest describe() call while the connection was being made, ok whether the message arrived
-intact.
+rank prints ``RESULT {"rank", "calls", "longest_s", "describe", "ok", "kind", "msg"}``:
+longest_s is the longest describe() call while the connection was being made, describe the last
+one's text, ok whether the message arrived intact.
 """
 import json
 import os
@@ -36,7 +36,7 @@ def main():
         work = world.send(buf, 1, async_op=True) if world.rank == 0 else world.recv(buf, 0, async_op=True)
         while state() != "healed":
             t = time.perf_counter()
-            world.describe()
+            out["describe"] = world.describe()  # the last one, from well into the outage
             out["longest_s"] = max(out["longest_s"], time.perf_counter() - t)
             out["calls"] += 1
             time.sleep(0.005)

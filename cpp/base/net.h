@@ -103,7 +103,6 @@ class Dialer {
   int fd() const { return fd_; }  // the socket of the try in flight (-1 between tries)
   const Status& error() const { return error_; }  // kFailed: why
   bool refused() const { return refused_; }  // the last try was refused (ECONNREFUSED)
-  const SockAddr& addr() const { return addr_; }
 
  private:
   State finish(int err);  // the try in flight ended with err (0: connected)

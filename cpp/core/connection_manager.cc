@@ -447,6 +447,22 @@ Status ConnectionManager::open_outgoing(Outgoing& o) {
   return Status::Ok();
 }
 
+std::string ConnectionManager::connecting_text(const Outgoing& o) const {
+  std::string s = "connecting over " + std::string(transport_name(o.kind));
+  if (const Dialing* d = o.dialing.get()) {
+    if (d->attempt < d->attempts.size()) {
+      const std::vector<std::string>& a = d->attempts[d->attempt];
+      s += ", opening socket " + std::to_string(d->fds.size() + 1) + " of " + std::to_string(o.nchannels) + " to " +
+           a[d->fds.size() % a.size()] + " (attempt " + std::to_string(d->attempt + 1) + " of " +
+           std::to_string(d->attempts.size()) + ")";
+    }
+    if (unanswered_since_[o.peer] > 0) s += "; its host " + no_answer_text(o.peer);
+  } else {
+    s += ", waiting for its acknowledgement";
+  }
+  return s;
+}
+
 HelloHeader ConnectionManager::connection_hello(const Outgoing& o, size_t ch) const {
   HelloHeader h = hello_to(o.peer, o.striped ? kHelloStriped : 0);  // keyed: a fresh nonce in h.secret
   h.transport = static_cast<uint8_t>(o.kind);
@@ -647,6 +663,7 @@ std::string ConnectionManager::describe() {
     s += "  peer " + std::to_string(p) + ": ";
     if (endpoints_[p]) s += endpoints_[p]->describe();
     else if (!peer_errors_[p].ok()) s += "failed: " + peer_errors_[p].message();
+    else if (outgoing_.count(p)) s += connecting_text(*outgoing_.at(p));
     else {
       auto it = peer_infos_.find(p);
       if (it != peer_infos_.end()) {
@@ -657,6 +674,8 @@ std::string ConnectionManager::describe() {
       } else {
         s += "not connected yet";
       }
+      if (p < rank_) s += ", waiting for it to connect (the lower rank connects)";
+      if (unanswered_since_[p] > 0) s += "; its host " + no_answer_text(p);
     }
     // Why this peer is not on the transport the table would pick first.
     if (!fallback_notes_[p].empty()) s += " (fell back: " + fallback_notes_[p] + ")";

@@ -122,6 +122,9 @@ class ConnectionManager {
   DialStep advance_dial(Outgoing& o, Status* failed);
   // The sockets are open: sends the hellos with the offer (keyless) and readies the handshake.
   Status open_outgoing(Outgoing& o);
+  // describe()'s line for a connection being made: the socket and address being dialed, or
+  // the acknowledgement waited for (and how long the peer's host has not answered).
+  std::string connecting_text(const Outgoing& o) const;
   // The hello of socket ch of an outgoing connection (transport, channels, offer size, flags).
   HelloHeader connection_hello(const Outgoing& o, size_t ch) const;
   // A transport refused this pair (kNotSupported), or striping fell back to one network:

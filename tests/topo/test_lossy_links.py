@@ -95,11 +95,18 @@ def test_dialing_a_host_that_does_not_answer_never_holds_the_engine(tmp_path):
     the engine (describe(), as every new operation) waits milliseconds, not a connect window (2 s
     per socket; a blocking connect held the engine for all of it: 6 s here). Rank 1, which only
     accepts, probes rank 0's listener after a second of waiting; that dials in steps too (it held
-    the engine 0.3 s per probe). When the link heals, the message arrives intact."""
+    the engine 0.3 s per probe). describe() says what each side waits for. When the link heals,
+    the message arrives intact."""
     rows = {r["rank"]: r for r in _lose_connection_requests(tmp_path, "work_dialing.py", 1, 5, healed="healed")}
     for r in rows.values():
         assert r["kind"] == "no error" and r["ok"], r
         assert r["calls"] > 50 and r["longest_s"] < 0.25, r
+    # describe() says what each side waits for: rank 0 dials rank 1's address, whose host has not
+    # answered for seconds; rank 1 waits for rank 0 to connect.
+    peer1 = next(line for line in rows[0]["describe"].splitlines() if line.strip().startswith("peer 1:"))
+    assert "connecting over tcp, opening socket 1 of" in peer1 and "its host has not answered a connect for" in peer1, peer1
+    peer0 = next(line for line in rows[1]["describe"].splitlines() if line.strip().startswith("peer 0:"))
+    assert "waiting for it to connect" in peer0, peer0
 
 
 def test_survivors_agree_while_connection_requests_are_lost(tmp_path):
