@@ -129,13 +129,20 @@ static void test_loopback(const char* host) {
   close(lfd.value());
 }
 
-TEST_CASE("connect_to: deadline, and a listener that appears late") {
-  // Bind a port, close it: connecting is refused and retried until the deadline.
+// A loopback address nothing listens on: a port bound, listened on and closed (connecting to it
+// is refused until someone listens there again).
+static SockAddr closed_port() {
   auto addr = parse_address("127.0.0.1", 0);
   SockAddr a = addr.value();
   auto lfd = listen_on(&a);
   REQUIRE_OK(lfd.status());
   close(lfd.value());
+  return a;
+}
+
+TEST_CASE("connect_to: deadline, and a listener that appears late") {
+  // Connecting to a closed port is refused and retried until the deadline.
+  const SockAddr a = closed_port();
   double t0 = now_s();
   auto c = connect_to(a, now_s() + 0.3);
   double dt = now_s() - t0;
@@ -170,11 +177,7 @@ TEST_CASE("connect_to: deadline, and a listener that appears late") {
 
 TEST_CASE("Dialer: connect_to in steps that never block") {
   // Nothing listens at first (refusals, retried with backoff); a listener appears after 200 ms.
-  auto addr = parse_address("127.0.0.1", 0);
-  SockAddr a = addr.value();
-  auto lfd = listen_on(&a);
-  REQUIRE_OK(lfd.status());
-  close(lfd.value());
+  const SockAddr a = closed_port();
   Dialer d(a, now_s() + 5);
   int listener = -1;
   const double t0 = now_s();
