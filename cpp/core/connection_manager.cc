@@ -357,7 +357,6 @@ Status ConnectionManager::dial(int peer, const PathChoice& path, Transport* t, s
 
 ConnectionManager::DialStep ConnectionManager::advance_dial(Outgoing& o, Status* failed) {
   Dialing& d = *o.dialing;
-  PeerContext ctx = peer_context(o.peer);
   // Every socket of an attempt is opened before any hello is sent: the peer assembles a
   // connection from the hellos, and one half-announced by an attempt that then failed would
   // hold the place of the next.
@@ -398,7 +397,7 @@ ConnectionManager::DialStep ConnectionManager::advance_dial(Outgoing& o, Status*
     for (int fd : d.fds) ::close(fd);
     d.fds.clear();
     const std::string addr_text = attempt.size() == 1 ? attempt[0] : "its address on each common network";
-    d.last = s.with_context("connecting to " + ctx.describe() + " at " + addr_text);
+    d.last = s.with_context("connecting to " + peer_context(o.peer).describe() + " at " + addr_text);
     if (d.striping && d.attempt == 0 && unanswered_since_[o.peer] == 0)  // a NIC the pair should share does not reach the peer
       note_fallback(o.peer, "striping over " + addr_text + " failed (" + s.message() + ")", /*one_network=*/true);
     ++d.attempt;

@@ -62,11 +62,14 @@ def test_a_rail_that_dies_under_all_reduce_fails_every_rank_within_the_bound(tmp
     in a loop; then eth1 drops everything. Ranks 1 and 3 had sent their part (a send completes in
     the kernel) and wait to receive: with data unacknowledged TCP sends no keepalive probes, so the
     check runs while any request is pending. Every rank fails within the bound, the two on eth1
-    naming each other, the others with that root cause."""
+    naming each other, the others with that root cause. (Which verdict comes first is a race: a
+    connection's second socket may have had all its data acknowledged before the link died, and
+    its keepalive verdict falls due at the same bound; 1 run in 10 here.)"""
     results = _run_with_dead_eth1(tmp_path, 2, ["8", "all_reduce"])
     for r in results:
         assert r["kind"] == "RemoteError" and r["after_s"] < 30, r
-        assert "stopped acknowledging" in r["msg"], r
+        assert "stopped acknowledging" in r["msg"] or "stopped answering keepalive probes" in r["msg"], r
+        assert "UCCL_TCP_DEAD_LINK_S" in r["msg"], r
     assert results[1]["peer"] == 3 and results[3]["peer"] == 1, results
 
 
