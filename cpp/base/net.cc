@@ -24,6 +24,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <thread>
+#include <utility>
 
 #include "base/config.h"
 #include "base/log.h"
@@ -447,16 +448,12 @@ Dialer::State Dialer::step() {
   if (fd_ < 0) {
     if (now < retry_at_) return state_;
     if (tried_ && now >= deadline_s_) {
-      state_ = State::kFailed;
-      error_ = Status(Code::kTimeout, "connect to " + addr_.to_string() + " timed out (last error: " + last_error_ + ")");
-      return state_;
+      return fail(timed_out());
     }
     tried_ = true;
     fd_ = socket(addr_.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd_ < 0) {
-      state_ = State::kFailed;
-      error_ = SystemError("socket() for connecting to " + addr_.to_string(), errno);
-      return state_;
+      return fail(SystemError("socket() for connecting to " + addr_.to_string(), errno));
     }
     set_socket_options(fd_);
     if (connect(fd_, reinterpret_cast<const sockaddr*>(&addr_.ss), addr_.len) == 0) return finish(0);
@@ -498,20 +495,24 @@ Dialer::State Dialer::finish(int err) {
   const bool retry = err == ECONNREFUSED || err == ECONNRESET || err == ECONNABORTED || err == ETIMEDOUT ||
                      err == EINTR || err == EAGAIN;
   if (!retry) {
-    state_ = State::kFailed;
-    error_ = Status(Code::kSystemError, "connect to " + addr_.to_string() + ": " + last_error_);
-    return state_;
+    return fail(Status(Code::kSystemError, "connect to " + addr_.to_string() + ": " + last_error_));
   }
   const double now = now_s();
   const bool short_window = err == ECONNREFUSED && refused_until_s_ >= 0;
   const double left = (short_window ? std::min(deadline_s_, refused_until_s_) : deadline_s_) - now;
-  if (left <= 0) {
-    state_ = State::kFailed;
-    error_ = Status(Code::kTimeout, "connect to " + addr_.to_string() + " timed out (last error: " + last_error_ + ")");
-    return state_;
-  }
+  if (left <= 0) return fail(timed_out());
   retry_at_ = now + std::min(backoff_, left);
   backoff_ = std::min(backoff_ * 2, 0.1);
+  return state_;
+}
+
+Status Dialer::timed_out() const {
+  return Status(Code::kTimeout, "connect to " + addr_.to_string() + " timed out (last error: " + last_error_ + ")");
+}
+
+Dialer::State Dialer::fail(Status why) {
+  state_ = State::kFailed;
+  error_ = std::move(why);
   return state_;
 }
 

@@ -106,6 +106,8 @@ class Dialer {
 
  private:
   State finish(int err);  // the try in flight ended with err (0: connected)
+  State fail(Status why);  // kFailed, for good
+  Status timed_out() const;  // the window ended (the last error named)
   SockAddr addr_;
   double deadline_s_, refused_until_s_;
   double backoff_ = 0.005, retry_at_ = 0;
