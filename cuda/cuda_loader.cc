@@ -131,6 +131,7 @@ class CudaProxy final : public DeviceBackend {
                       DeviceStream* s) override {
     return b() ? b()->reduce_async(dst, a, bb, count, dt, op, s) : unavailable();
   }
+  bool reduces_from_host() const override { return b() && b()->reduces_from_host(); }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override {
     return b() ? b()->scale_async(dst, src, count, dt, factor, s) : unavailable();

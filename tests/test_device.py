@@ -147,6 +147,33 @@ def test_shared_slots_carry_every_form_of_chunk():
         "count 262144" in results[1]["mismatch"], results[1]
 
 
+def body_zero_copy_reduce(ctx):
+    """A staged all_reduce of device buffers on every rank, whose reducing receives read each
+    chunk straight out of its host slot (the sim backend reduces_from_host): the device memory
+    allocated during the operation is only what the collective itself needs (nothing with a
+    ring in place: the chunk-sized device temporaries of copy-then-reduce are gone), and the
+    result is exact."""
+    from uccl.sim import SimArray, allocated_bytes
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    count = (3 << 17) + 5  # 3 chunks of 512 KiB and a ragged end per message
+    x = SimArray.from_numpy((np.arange(count) % 977).astype(np.float32) + me)
+    before = allocated_bytes()
+    comm.all_reduce(x)
+    want = n * (np.arange(count) % 977).astype(np.float32) + sum(range(n))
+    return {"ok": bool(np.array_equal(x.numpy(), want)), "device_bytes_added": allocated_bytes() - before,
+            "describe": comm.describe()}
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_reducing_receives_read_the_slot_without_a_device_temporary(transport):
+    results = run_world(3, "test_device:body_zero_copy_reduce", env={"UCCL_STAGED": "on", "UCCL_ALGO": "ring"},
+                        transport=transport, timeout=120)
+    assert "staged (chunks of" in results[0]["describe"], results[0]["describe"]
+    for r in results:
+        assert r["ok"], r
+        assert r["device_bytes_added"] == 0, r
+
+
 def body_either_form(ctx, send_n=0, recv_n=0):
     """Messages of 4095, 4096, 4097 floats and of 2 chunks and more, between host and simulated-
     device buffers in every direction, one received from any source: each chunk comes as its

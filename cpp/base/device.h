@@ -122,8 +122,15 @@ class DeviceBackend {
   // memcpy in the given direction; host pointers may be pageable or pinned.
   virtual Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) = 0;
   // The kernels of cpp/base/reduce.h on device memory of this backend (dst may alias a or b).
+  // Where reduces_from_host(), `b` may also be pinned or registered host memory, read by the
+  // kernel over the bus (zero-copy): the staged transport then reduces a landed chunk straight
+  // out of its bounce slot instead of copying it to a device temporary first.
   virtual Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt,
                               RedOp op, DeviceStream* s) = 0;
+  // The sim backend: yes (its kernels read host memory at its copy speed, as a GPU's loads of
+  // mapped pinned memory go at the bus's). cuda: not yet, kept to copy-then-reduce until the
+  // zero-copy kernel (registered slots mapped with cudaHostRegisterMapped) is measured on a GPU.
+  virtual bool reduces_from_host() const { return false; }
   virtual Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                              DeviceStream* s) = 0;
   virtual Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n,

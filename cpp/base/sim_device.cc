@@ -369,10 +369,19 @@ Status SimBackend::enqueue_kernel(DeviceStream* s, size_t bytes, std::initialize
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   if (bytes == 0) return Status::Ok();
   std::array<char*, 3> p{};
-  size_t i = 0;
-  for (const void* q : operands) UCCL_RETURN_IF_ERROR(resolve(q, bytes, false, &p[i++]));
-  st->enqueue(work([p, fn = std::move(fn)]() {
+  size_t i = 0, host_operands = 0;
+  for (const void* q : operands) {
+    UCCL_RETURN_IF_ERROR(resolve(q, bytes, false, &p[i]));
+    host_operands += p[i++] == q;  // not remapped: host memory, read over the "bus"
+  }
+  // Host operands (reduces_from_host) cost what a copy of their bytes would.
+  const double gbps = host_operands ? copy_gbps() : 0, lat = host_operands ? copy_latency_us() : 0;
+  const size_t bus_bytes = host_operands * bytes;
+  st->enqueue(work([p, fn = std::move(fn), gbps, lat, bus_bytes]() {
+    const auto start = std::chrono::steady_clock::now();
     fn(p.data());
+    double us = lat + (gbps > 0 ? static_cast<double>(bus_bytes) / (gbps * 1e3) : 0.0);
+    if (us > 0) std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3)));
     return Status::Ok();
   }));
   return Status::Ok();
@@ -535,6 +544,7 @@ class SimProxy final : public DeviceBackend {
   Status reduce_async(void* d, const void* a, const void* b, size_t c, DataType dt, RedOp op, DeviceStream* s) override {
     return sim_backend()->reduce_async(d, a, b, c, dt, op, s);
   }
+  bool reduces_from_host() const override { return sim_backend()->reduces_from_host(); }
   Status scale_async(void* d, const void* s, size_t c, DataType dt, double f, DeviceStream* st) override {
     return sim_backend()->scale_async(d, s, c, dt, f, st);
   }

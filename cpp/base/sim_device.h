@@ -6,8 +6,9 @@
 // the tests exactly as it would on a GPU; the stream workers use the second, writable mapping.
 // Each stream is a worker thread executing its copies and kernels in order (the kernels are
 // the host ones of reduce.h on the worker, so results are bitwise those of the host), events
-// are markers in that queue, stream_wait makes the worker wait. Copies touching device memory
-// are throttled to a settable bandwidth and latency (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US
+// are markers in that queue, stream_wait makes the worker wait. A kernel may read host memory
+// for its last operand (reduces_from_host(), a GPU's zero-copy loads of mapped pinned memory);
+// those bytes are charged at the copy speed. Copies touching device memory are throttled to a settable bandwidth and latency (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US
 // for the process-wide "sim" backend; per-instance options for a test that wants two vendors
 // with different copy speeds in one process). Like CUDA's cudaMalloc / cudaFree / cudaHostAlloc /
 // cudaFreeHost, alloc, free, alloc_pinned and free_pinned wait for every stream of the device
@@ -67,6 +68,7 @@ class SimBackend final : public DeviceBackend {
   Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override;
+  bool reduces_from_host() const override { return true; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override;
   Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) override;

@@ -460,8 +460,14 @@ void StagedEndpoint::post_chunk_recv(Op& op, Chunk& c) {
 Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
   char* dst = static_cast<char*>(op.r->dst) + c.off;
   Status s;
+  const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
+  const size_t count = op.r->reduce ? c.len / dtype_size(op.r->dtype) : 0;
   if (!op.r->reduce) {
     s = backend_->copy_async(dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
+  } else if (backend_->reduces_from_host()) {
+    // Zero-copy: the kernel reads the chunk out of its slot (one pass over the device's data
+    // instead of a copy to a temporary and a second pass).
+    s = backend_->reduce_async(dst, acc, from, count, op.r->dtype, op.r->op, d.stream.get());
   } else {
     if (!c.slot->dev) {
       auto dv = backend_->alloc(ordinal_, c.slot->bytes);
@@ -471,11 +477,8 @@ Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from
       }
       s = dv.status();
     }
-    const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
     if (s.ok()) s = backend_->copy_async(c.slot->dev, from, c.len, CopyDir::kHostToDevice, d.stream.get());
-    if (s.ok())
-      s = backend_->reduce_async(dst, acc, c.slot->dev, c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op,
-                                 d.stream.get());
+    if (s.ok()) s = backend_->reduce_async(dst, acc, c.slot->dev, count, op.r->dtype, op.r->op, d.stream.get());
   }
   if (s.ok()) s = backend_->record(c.slot->ev.get(), d.stream.get());
   return s;
