@@ -427,16 +427,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       c.stage = Stage::kLanding;
     }
     // 3. chunks on the device give their slot back.
-    while (op.finished < op.posted && op.chunks[op.finished].stage == Stage::kLanding) {
-      Chunk& c = op.chunks[op.finished];
-      Result<bool> q = backend_->query(c.slot->ev.get());
-      if (!q.ok() && op.error.ok()) op.error = q.status().with_context("staging a receive to the device");
-      if (q.ok() && !q.value()) break;
-      release(d, c.slot);
-      c.stage = Stage::kDone;
-      ++op.finished;
-      moved = true;
-    }
+    if (give_back_landed(d, op)) moved = true;
   }
   finish(op, is_send);
   return moved;
@@ -571,20 +562,26 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
     if (!s.ok() && op.error.ok()) op.error = s.with_context("staging a receive to the device");
   }
   // 3. Chunks whose copies are done give back their slot, and the peer's.
+  if (give_back_landed(d, op)) moved = true;
+  finish(op, false);
+  return moved;
+}
+
+bool StagedEndpoint::give_back_landed(Dir& d, Op& op) {
+  bool moved = false;
   while (op.finished < op.posted && op.chunks[op.finished].stage == Stage::kLanding) {
     Chunk& c = op.chunks[op.finished];
-    if (c.slot) {
+    if (c.slot) {  // its copy (or reduce) to the device is queued: done when its event is
       Result<bool> q = backend_->query(c.slot->ev.get());
       if (!q.ok() && op.error.ok()) op.error = q.status().with_context("staging a receive to the device");
       if (q.ok() && !q.value()) break;
       release(d, c.slot);
     }
-    if (c.src) peer_slots_.consume(c.note);
+    if (c.src) peer_slots_.consume(c.note);  // read out of the peer's slot: the sender may reuse it
     c.stage = Stage::kDone;
     ++op.finished;
     moved = true;
   }
-  finish(op, false);
   return moved;
 }
 

@@ -148,6 +148,9 @@ class StagedEndpoint final : public Endpoint {
   void register_once(Op& op, char* base, size_t bytes, DeviceBackend** registered);
   // Copies (or reduces) a landed chunk to the device; records its slot's event.
   Status land_on_device(Dir& d, Op& op, Chunk& c, const char* from);
+  // Receiving: landed chunks whose device work is done, in order, give back their slot (and
+  // the peer's, for a note); returns true if any did.
+  bool give_back_landed(Dir& d, Op& op);
   Status map_slots();     // shared slots, sending side: the segment, made on first use
   void reap_consumed();  // slots whose note the peer consumed become free
   void release_peer_slots();
