@@ -1,12 +1,11 @@
-// The staged endpoint (see staged_endpoint.h for the why and the rules).
+// The staged endpoint (see staged_endpoint.h for the why and the rules): settings, bounce slots,
+// the sending side and failure. The receiving side is staged_receive.cc.
 #include "transports/staged/staged_endpoint.h"
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "base/log.h"
-#include "base/reduce.h"
 
 namespace uccl {
 
@@ -66,6 +65,14 @@ StagedEndpoint::~StagedEndpoint() {
 void StagedEndpoint::release_peer_slots() {
   char* base = peer_slots_.base();
   if (base) release_mapping(peer_slots_registered_, base, peer_slots_.take());
+  peer_slots_registered_ = nullptr;
+}
+
+void StagedEndpoint::retire_peer_mapping() {
+  SharedMapping retired = peer_slots_.take_retired();
+  if (!retired.base()) return;
+  char* base = retired.base();
+  release_mapping(peer_slots_registered_, base, std::move(retired));
   peer_slots_registered_ = nullptr;
 }
 
@@ -224,6 +231,15 @@ StagedEndpoint::Slot* StagedEndpoint::acquire(Dir& d, size_t len) {
   return s;
 }
 
+Status StagedEndpoint::device_temp(Slot* s) {
+  if (s->dev) return Status::Ok();
+  auto dv = backend_->alloc(ordinal_, s->bytes);
+  if (!dv.ok()) return dv.status();
+  s->dev = dv.value();
+  g_bounce_bytes += s->bytes;
+  return Status::Ok();
+}
+
 void StagedEndpoint::release(Dir& d, Slot* s) {
   if (!s->pooled) d.dedicated_busy = false;
   else d.free_slots.push_back(s);
@@ -277,9 +293,6 @@ void StagedEndpoint::finish(Op& op, bool is_send) {
 bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
   bool moved = false;
   const size_t n = op.chunks.size();
-  auto sub_failed = [&](const Request& q) {
-    if (op.error.ok()) op.error = q.error;
-  };
   if (shared_ && !is_send) return advance_shared_recv(d, op, may_post);
   if (!op.loc.is_device()) {
     // Host memory: the chunks go straight from / to the user's buffer.
@@ -311,7 +324,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       Chunk& c = op.chunks[op.finished];
       Request& q = is_send ? static_cast<Request&>(c.s) : c.r;
       if (q.pending()) break;
-      if (q.state == ReqState::kFailed) sub_failed(q);
+      if (q.state == ReqState::kFailed) keep_first_error(op, q);
       c.stage = Stage::kDone;
       ++op.finished;
       moved = true;
@@ -388,46 +401,15 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     while (op.finished < op.posted) {
       Chunk& c = op.chunks[op.finished];
       if (c.s.pending()) break;
-      if (c.s.state == ReqState::kFailed) sub_failed(c.s);
+      if (c.s.state == ReqState::kFailed) keep_first_error(op, c.s);
       if (c.via_slot) unconsumed_.push_back(c.slot);  // free again once the peer consumed it
       else release(d, c.slot);
       c.stage = Stage::kDone;
       ++op.finished;
       moved = true;
     }
-  } else {
-    // 1. receives into free slots, in order.
-    while (ready && may_post && op.error.ok() && op.started < n) {
-      Chunk& c = op.chunks[op.started];
-      Slot* sl = acquire(d, c.len);
-      if (!sl) break;
-      c.slot = sl;
-      c.r.dst = sl->host;
-      c.r.bytes = c.len;
-      c.r.expect = op.r->expect;
-      c.r.reduce = false;
-      c.r.dtype = op.r->dtype;
-      c.r.op = op.r->op;
-      post_chunk_recv(op, c);
-      moved = true;
-    }
-    // 2. a landed chunk goes to the device (and is reduced there), in order.
-    for (size_t i = op.finished; i < op.posted; ++i) {
-      Chunk& c = op.chunks[i];
-      if (c.stage != Stage::kPosted) continue;
-      if (c.r.pending()) break;
-      moved = true;
-      if (c.r.state == ReqState::kFailed || !op.error.ok()) {
-        sub_failed(c.r);
-        c.stage = Stage::kLanding;  // nothing queued: its (old) event is complete
-        continue;
-      }
-      Status s = land_on_device(d, op, c, c.slot->host);
-      if (!s.ok() && op.error.ok()) op.error = s.with_context("staging a receive to the device");
-      c.stage = Stage::kLanding;
-    }
-    // 3. chunks on the device give their slot back.
-    if (give_back_landed(d, op)) moved = true;
+  } else if (advance_device_recv(d, op, ready, may_post)) {
+    moved = true;
   }
   finish(op, is_send);
   return moved;
@@ -439,150 +421,6 @@ void StagedEndpoint::register_once(Op& op, char* base, size_t bytes, DeviceBacke
   if (*registered || op.register_tried) return;
   op.register_tried = true;
   if (backend_->register_host(base, bytes)) *registered = backend_;
-}
-
-void StagedEndpoint::post_chunk_recv(Op& op, Chunk& c) {
-  inner_->post_recv(&c.r);
-  c.stage = Stage::kPosted;
-  ++op.started;
-  ++op.posted;
-}
-
-Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
-  char* dst = static_cast<char*>(op.r->dst) + c.off;
-  Status s;
-  const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
-  const size_t count = op.r->reduce ? c.len / dtype_size(op.r->dtype) : 0;
-  if (!op.r->reduce) {
-    s = backend_->copy_async(dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
-  } else if (backend_->reduces_from_host()) {
-    // Zero-copy: the kernel reads the chunk out of its slot (one pass over the device's data
-    // instead of a copy to a temporary and a second pass).
-    s = backend_->reduce_async(dst, acc, from, count, op.r->dtype, op.r->op, d.stream.get());
-  } else {
-    if (!c.slot->dev) {
-      auto dv = backend_->alloc(ordinal_, c.slot->bytes);
-      if (dv.ok()) {
-        c.slot->dev = dv.value();
-        g_bounce_bytes += c.slot->bytes;
-      }
-      s = dv.status();
-    }
-    if (s.ok()) s = backend_->copy_async(c.slot->dev, from, c.len, CopyDir::kHostToDevice, d.stream.get());
-    if (s.ok()) s = backend_->reduce_async(dst, acc, c.slot->dev, count, op.r->dtype, op.r->op, d.stream.get());
-  }
-  if (s.ok()) s = backend_->record(c.slot->ev.get(), d.stream.get());
-  return s;
-}
-
-bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
-  bool moved = false;
-  const size_t n = op.chunks.size();
-  const bool device = op.loc.is_device();
-  auto sub_failed = [&](const Request& q) {
-    if (op.error.ok()) op.error = q.error;
-  };
-  if (device && may_post && op.error.ok() && op.started < n) {
-    Status s = ensure_device(op.loc);
-    if (!s.ok() && s.code() != Code::kTimeout) op.error = s;
-  }
-  const bool ready = !device || (backend_ == op.loc.backend && ordinal_ == op.loc.ordinal && in_.stream);
-  // 1. Receives on the inner endpoint, posted ahead. Each takes whichever form its chunk comes
-  //    in: the bytes (straight into the user's buffer, reduced on the way as on a plain pair; a
-  //    device's into a bounce slot) or a note (RecvRequest::alt_dst).
-  while (ready && may_post && op.error.ok() && op.started < n) {
-    Chunk& c = op.chunks[op.started];
-    if (device && !(c.slot = acquire(d, c.len))) break;
-    c.r.expect = op.r->expect;
-    c.r.dtype = op.r->dtype;
-    c.r.op = op.r->op;
-    c.r.bytes = c.len;
-    if (device) {
-      c.r.dst = c.slot->host;
-    } else {
-      c.r.dst = static_cast<char*>(op.r->dst) + c.off;
-      c.r.reduce = op.r->reduce;
-      c.r.acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : nullptr;
-    }
-    c.r.alt_dst = &c.note;
-    c.r.alt_bytes = sizeof(SlotNote);
-    c.r.alt_mark = kSlotNoteMark;
-    post_chunk_recv(op, c);
-    moved = true;
-  }
-  // 2. A landed chunk is read out of the peer's slot or the local one, in order.
-  for (size_t i = op.finished; i < op.posted; ++i) {
-    Chunk& c = op.chunks[i];
-    if (c.stage != Stage::kPosted) continue;
-    if (c.r.pending()) break;
-    moved = true;
-    c.stage = Stage::kLanding;
-    if (c.r.state == ReqState::kFailed) {
-      sub_failed(c.r);
-      continue;
-    }
-    c.via_slot = c.r.took_alt;
-    const char* from = device ? c.slot->host : nullptr;
-    if (c.via_slot) {
-      // A note that arrived is consumed in step 3 whatever becomes of the op, or the sender
-      // would wait for its slot forever.
-      Result<const char*> src = peer_slots_.open(c.note);
-      if (src.ok()) c.src = src.value();
-      SharedMapping retired = peer_slots_.take_retired();  // the sender made a new segment
-      if (retired.base()) {
-        char* base = retired.base();
-        release_mapping(peer_slots_registered_, base, std::move(retired));
-        peer_slots_registered_ = nullptr;
-      }
-      if (!op.error.ok()) continue;
-      if (!src.ok()) {
-        op.error = Status(src.status().code(), src.status().message(), peer_rank_);
-        continue;
-      }
-      if (c.note.bytes != c.len) {
-        op.error = Status(Code::kMismatch,
-                          "rank " + std::to_string(peer_rank_) + " sent a staged chunk of " +
-                              std::to_string(c.note.bytes) + " bytes where " + std::to_string(c.len) +
-                              " were expected (the two ranks passed messages of different sizes)",
-                          peer_rank_);
-        continue;
-      }
-      from = c.src;
-      if (!device) {  // a host receive reads the slot itself: one copy (or reduce) on this CPU
-        char* dst = static_cast<char*>(op.r->dst) + c.off;
-        if (!op.r->reduce) std::memcpy(dst, from, c.len);
-        else reduce(dst, op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst, from,
-                    c.len / dtype_size(op.r->dtype), op.r->dtype, op.r->op);
-        continue;
-      }
-      register_once(op, peer_slots_.base(), peer_slots_.bytes(), &peer_slots_registered_);
-    }
-    if (!device || !op.error.ok()) continue;  // a plain chunk landed in the user's buffer
-    Status s = land_on_device(d, op, c, from);
-    if (!s.ok() && op.error.ok()) op.error = s.with_context("staging a receive to the device");
-  }
-  // 3. Chunks whose copies are done give back their slot, and the peer's.
-  if (give_back_landed(d, op)) moved = true;
-  finish(op, false);
-  return moved;
-}
-
-bool StagedEndpoint::give_back_landed(Dir& d, Op& op) {
-  bool moved = false;
-  while (op.finished < op.posted && op.chunks[op.finished].stage == Stage::kLanding) {
-    Chunk& c = op.chunks[op.finished];
-    if (c.slot) {  // its copy (or reduce) to the device is queued: done when its event is
-      Result<bool> q = backend_->query(c.slot->ev.get());
-      if (!q.ok() && op.error.ok()) op.error = q.status().with_context("staging a receive to the device");
-      if (q.ok() && !q.value()) break;
-      release(d, c.slot);
-    }
-    if (c.src) peer_slots_.consume(c.note);  // read out of the peer's slot: the sender may reuse it
-    c.stage = Stage::kDone;
-    ++op.finished;
-    moved = true;
-  }
-  return moved;
 }
 
 bool StagedEndpoint::advance(Dir& d, bool is_send) {

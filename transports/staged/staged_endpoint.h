@@ -142,6 +142,8 @@ class StagedEndpoint final : public Endpoint {
   // Moves one direction's ops along; returns true if anything moved.
   bool advance(Dir& d, bool is_send);
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
+  // staged_receive.cc: a receive into device memory, through private slots or shared ones.
+  bool advance_device_recv(Dir& d, Op& op, bool ready, bool may_post);
   bool advance_shared_recv(Dir& d, Op& op, bool may_post);
   void post_chunk_recv(Op& op, Chunk& c);  // the next chunk's receive, on the inner endpoint
   // Shared slots: registers a mapping for DMA with the op's backend, one try per op.
@@ -154,11 +156,19 @@ class StagedEndpoint final : public Endpoint {
   Status map_slots();     // shared slots, sending side: the segment, made on first use
   void reap_consumed();  // slots whose note the peer consumed become free
   void release_peer_slots();
+  void retire_peer_mapping();  // the peer's previous segment, replaced by a note from a new one
   Slot* acquire(Dir& d, size_t len);
+  // The slot's device temporary (a reducing receive on a backend that cannot reduce from host
+  // memory), made on first use and counted in staged_bounce_bytes().
+  Status device_temp(Slot* s);
   void release(Dir& d, Slot* s);
   Status ensure_device(const MemoryLoc& loc);
   void free_slots(Dir& d);
   void finish(Op& op, bool is_send);
+  // A chunk's failure becomes its op's error unless the op already has one.
+  static void keep_first_error(Op& op, const Request& q) {
+    if (op.error.ok()) op.error = q.error;
+  }
 
   std::unique_ptr<Endpoint> inner_;
   size_t chunk_, slots_per_dir_;
