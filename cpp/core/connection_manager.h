@@ -17,8 +17,9 @@
 // or in accept() on the peer (its ack carries the code), is a normal answer: the lower rank
 // tries the next candidate on its next endpoint() call, and both sides note why for
 // describe(). Any other error fails the peer. The code is split by responsibility:
-// connection_manager.cc (connecting, fallback), connection_accept.cc (the passive side),
-// connection_failures.cc (failure records, notices, probes).
+// connection_manager.cc (endpoints, peers, paths, progress), connection_dial.cc (the active
+// side: dialing, fallback), connection_accept.cc (the passive side), connection_failures.cc
+// (failure records, notices, probes).
 #pragma once
 
 #include <algorithm>

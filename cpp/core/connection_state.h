@@ -1,7 +1,8 @@
 // The connection manager's in-flight connection records (private to its .cc files: the
-// manager is split by responsibility into connection_manager.cc (connecting and the fallback
-// over the transport table), connection_accept.cc (the passive side) and
-// connection_failures.cc (failure records, notices and probes).
+// manager is split by responsibility into connection_manager.cc (endpoints, peers, paths and
+// the progress loop), connection_dial.cc (the active side: dialing, hellos, the fallback over
+// the transport table), connection_accept.cc (the passive side) and connection_failures.cc
+// (failure records, notices and probes).
 #pragma once
 
 #include <unistd.h>
