@@ -10,12 +10,11 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <set>
 #include <thread>
 
 #include "base/reduce.h"
+#include "base/sim_stream.h"
 
 namespace uccl {
 
@@ -27,126 +26,6 @@ const DoubleSetting kSimCopyLatencyUs("device", "UCCL_SIM_COPY_LATENCY_US", "0",
                                       number_at_least(0));
 const IntSetting kSimDevices("device", "UCCL_SIM_DEVICES", "2", "simulated device: number of devices",
                              int_in(1, 64));
-
-namespace {
-
-std::mutex& live_mu() {
-  static std::mutex mu;
-  return mu;
-}
-std::set<const void*>& live() {  // stream handles a user may wrap
-  static std::set<const void*> s;
-  return s;
-}
-
-// A worker thread executing tasks in order; a failed task makes the stream's error sticky.
-class SimStream final : public DeviceStream {
- public:
-  SimStream(const SimBackend* owner, int ordinal) : owner_(owner), ordinal_(ordinal), worker_([this] { run(); }) {
-    add_device_host_threads(1);  // the worker copies with the host's CPUs (base/device.h)
-    std::lock_guard<std::mutex> lock(live_mu());
-    live().insert(this);
-  }
-  ~SimStream() override {
-    {
-      std::lock_guard<std::mutex> lock(live_mu());
-      live().erase(this);
-    }
-    add_device_host_threads(-1);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
-  }
-  int ordinal() const override { return ordinal_; }
-  bool external() const override { return false; }
-  uintptr_t handle() const override { return reinterpret_cast<uintptr_t>(this); }
-  const SimBackend* owner() const { return owner_; }
-  // A test's stand-in for a CUDA graph capture on this stream (SimBackend::set_capturing).
-  std::atomic<bool> capturing{false};
-
-  void enqueue(std::function<Status(const Status& sticky)> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      q_.push_back(std::move(task));
-      ++enqueued_;
-    }
-    cv_.notify_all();
-  }
-  Status error() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return error_;
-  }
-  Status synchronize() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t target = enqueued_;
-    done_cv_.wait(lock, [&] { return completed_ >= target; });
-    return error_;
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
-      if (q_.empty()) return;  // stop_ and drained
-      std::function<Status(const Status& sticky)> task = std::move(q_.front());
-      q_.pop_front();
-      const Status sticky = error_;
-      lock.unlock();
-      // After a failure the stream is broken (like a sticky CUDA error): work tasks skip
-      // themselves when `sticky` is set, event markers report it.
-      Status s = task(sticky);
-      lock.lock();
-      if (!s.ok() && error_.ok()) error_ = s;
-      ++completed_;
-      done_cv_.notify_all();
-    }
-  }
-  const SimBackend* owner_;
-  int ordinal_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::deque<std::function<Status(const Status& sticky)>> q_;
-  uint64_t enqueued_ = 0, completed_ = 0;
-  bool stop_ = false;
-  Status error_;
-  std::thread worker_;  // last: started after the members above exist
-};
-
-// A user's stream given by handle: forwards to the stream, does not own it.
-class SimStreamRef final : public DeviceStream {
- public:
-  explicit SimStreamRef(SimStream* s) : s_(s) {}
-  int ordinal() const override { return s_->ordinal(); }
-  bool external() const override { return true; }
-  uintptr_t handle() const override { return s_->handle(); }
-  SimStream* target() const { return s_; }
-
- private:
-  SimStream* s_;
-};
-
-struct EventState {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t recorded = 0, completed = 0;
-  Status error;
-};
-class SimEvent final : public DeviceEvent {
- public:
-  std::shared_ptr<EventState> st = std::make_shared<EventState>();
-};
-
-
-SimStream* impl(DeviceStream* s) {
-  if (auto* r = dynamic_cast<SimStreamRef*>(s)) return r->target();
-  return dynamic_cast<SimStream*>(s);
-}
-
-}  // namespace
 
 SimBackend::SimBackend(SimOptions opt)
     : name_(std::move(opt.name)),
@@ -178,8 +57,8 @@ SimBackend::SimBackend(SimOptions opt)
 
 // CUDA's implicit synchronization: waits until every stream of this backend ran dry.
 void SimBackend::device_sync() {
-  std::lock_guard<std::mutex> lock(live_mu());
-  for (const void* h : live()) {
+  std::lock_guard<std::mutex> lock(live_sim_streams_mu());
+  for (const void* h : live_sim_streams()) {
     auto* st = static_cast<SimStream*>(const_cast<void*>(h));
     if (st->owner() == this) (void)st->synchronize();
   }
@@ -312,8 +191,8 @@ Result<std::unique_ptr<DeviceStream>> SimBackend::wrap_stream(int ordinal, uintp
     if (!s) s = std::make_unique<SimStream>(this, ordinal);
     return std::unique_ptr<DeviceStream>(std::make_unique<SimStreamRef>(s.get()));
   }
-  std::lock_guard<std::mutex> lock(live_mu());
-  if (!live().count(reinterpret_cast<const void*>(handle)))
+  std::lock_guard<std::mutex> lock(live_sim_streams_mu());
+  if (!live_sim_streams().count(reinterpret_cast<const void*>(handle)))
     return InvalidArgument(name_ + ": stream handle " + std::to_string(handle) + " is not a live simulated stream");
   auto* target = reinterpret_cast<SimStream*>(handle);
   if (target->ordinal() != ordinal)
@@ -336,7 +215,7 @@ Status SimBackend::resolve(const void* ptr, size_t bytes, bool want_device, char
 }
 
 Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   if (bytes == 0) return Status::Ok();
   const bool dst_dev = dir == CopyDir::kHostToDevice || dir == CopyDir::kDeviceToDevice;
@@ -365,7 +244,7 @@ Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir 
 // then fn(operands) queued on the stream; nothing is queued for zero elements.
 Status SimBackend::enqueue_kernel(DeviceStream* s, size_t bytes, std::initializer_list<const void*> operands,
                                   std::function<void(char* const*)> fn) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   if (bytes == 0) return Status::Ok();
   std::array<char*, 3> p{};
@@ -409,10 +288,10 @@ Result<std::unique_ptr<DeviceEvent>> SimBackend::create_event() {
 }
 
 Status SimBackend::record(DeviceEvent* e, DeviceStream* s) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   auto* ev = dynamic_cast<SimEvent*>(e);
   if (!st || !ev) return InvalidArgument(name_ + ": not a simulated stream / event");
-  std::shared_ptr<EventState> state = ev->st;
+  std::shared_ptr<SimEventState> state = ev->st;
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(state->mu);
@@ -437,10 +316,10 @@ Result<bool> SimBackend::query(DeviceEvent* e) {
 }
 
 Status SimBackend::stream_wait(DeviceStream* s, DeviceEvent* e) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   auto* ev = dynamic_cast<SimEvent*>(e);
   if (!st || !ev) return InvalidArgument(name_ + ": not a simulated stream / event");
-  std::shared_ptr<EventState> state = ev->st;
+  std::shared_ptr<SimEventState> state = ev->st;
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(state->mu);
@@ -475,7 +354,7 @@ Result<std::shared_ptr<DeviceSignal>> SimBackend::create_signal(int ordinal) {
 }
 
 Status SimBackend::stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   auto sim = std::dynamic_pointer_cast<SimSignal>(sig);
   if (!st || !sim) return InvalidArgument(name_ + ": not a simulated stream / signal");
   return mem_.enqueue_wait([&] {
@@ -493,20 +372,20 @@ Status SimBackend::stream_wait_signal(DeviceStream* s, const std::shared_ptr<Dev
 }
 
 Result<bool> SimBackend::capturing(DeviceStream* s) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   return st->capturing.load();
 }
 
 Status SimBackend::set_capturing(DeviceStream* s, bool on) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   st->capturing.store(on);
   return Status::Ok();
 }
 
 Status SimBackend::synchronize(DeviceStream* s) {
-  SimStream* st = impl(s);
+  SimStream* st = sim_stream_of(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   return st->synchronize();
 }
