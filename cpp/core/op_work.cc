@@ -2,8 +2,6 @@
 // device streams made to wait for it (wait_stream). Driven by the Engine, which finishes it.
 #include "core/engine.h"
 
-#include "base/log.h"
-
 namespace uccl {
 
 std::string OpWork::label() const { return std::string(collective_name(coll_)) + " #" + std::to_string(seq_); }
