@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "endpoint_test_util.h"
 #include "test_util.h"
 #include "base/device.h"
 #include "base/net.h"
@@ -158,14 +159,7 @@ class FakeIpc final : public CudaIpc {
 FakeIpc g_ipc;
 CudaModule g_mod{kCudaModuleAbi, &g_fake, &g_ipc};
 
-PeerContext ctx(int me, int peer) {
-  PeerContext p;
-  p.my_rank = me;
-  p.peer_rank = peer;
-  p.peer_host = "localhost";
-  p.timeout_s = 5;
-  return p;
-}
+using uccl_test::peer_ctx;
 
 struct Pair {
   std::unique_ptr<Endpoint> a, b;
@@ -181,37 +175,22 @@ Pair make_pair() {
   int s = accept(lfd.value(), nullptr, nullptr);
   REQUIRE(s >= 0);
   close(lfd.value());
-  auto pc = t->start_connect(ctx(0, 1));
+  auto pc = t->start_connect(peer_ctx(0, 1));
   REQUIRE_OK(pc.status());
   std::unique_ptr<PendingConnect> pend(pc.value());
   std::string answer;
-  auto eb = t->accept(ctx(1, 0), pend->offer(), &answer, {s});
+  auto eb = t->accept(peer_ctx(1, 0), pend->offer(), &answer, {s});
   REQUIRE_OK(eb.status());
   auto ea = pend->finish(answer, {c.value()});
   REQUIRE_OK(ea.status());
   Pair p;
-  p.a.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::unique_ptr<Endpoint>(ea.value()), ctx(0, 1), &g_mod, false));
-  p.b.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::unique_ptr<Endpoint>(eb.value()), ctx(1, 0), &g_mod, false));
+  p.a.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::unique_ptr<Endpoint>(ea.value()), peer_ctx(0, 1), &g_mod, false));
+  p.b.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::unique_ptr<Endpoint>(eb.value()), peer_ctx(1, 0), &g_mod, false));
   return p;
 }
 
-bool drive(Pair& p, const std::function<bool()>& done, double limit_s = 20) {
-  const double deadline = now_s() + limit_s;
-  while (!done()) {
-    p.a->progress();
-    p.b->progress();
-    if (now_s() > deadline) return false;
-  }
-  return true;
-}
-
-Envelope env(uint64_t seq, uint64_t count) {
-  Envelope e;
-  e.op_seq = seq;
-  e.count = count;
-  e.dtype = static_cast<uint8_t>(DataType::kFloat32);
-  return e;
-}
+using uccl_test::drive;
+using uccl_test::env;
 
 // A float buffer in host or fake-device memory.
 struct Buf {
@@ -357,10 +336,10 @@ TEST_CASE("cuda_ipc transport: refuses with kNotSupported when CUDA is unusable 
   CHECK(!e->available(&why));
   CHECK(e->native_device_memory);
   auto t = make_cuda_ipc_transport();
-  auto c = t->start_connect(ctx(0, 1));
+  auto c = t->start_connect(peer_ctx(0, 1));
   CHECK(c.status().code() == Code::kNotSupported);
   std::string answer;
-  auto a = t->accept(ctx(1, 0), "cuda_ipc1:shm:1:x", &answer, {});
+  auto a = t->accept(peer_ctx(1, 0), "cuda_ipc1:shm:1:x", &answer, {});
   CHECK(a.status().code() == Code::kNotSupported);
 }
 
@@ -375,14 +354,14 @@ TEST_CASE("cuda_ipc transport: handshake over shm, threads of one process use ea
   REQUIRE_OK(cfd.status());
   int sfd = accept(lfd.value(), nullptr, nullptr);
   close(lfd.value());
-  auto pc = t->start_connect(ctx(0, 1));
+  auto pc = t->start_connect(peer_ctx(0, 1));
   REQUIRE_OK(pc.status());
   std::unique_ptr<PendingConnect> pend(pc.value());
   const std::string offer = pend->offer();
   CHECK(offer.rfind("cuda_ipc1:shm:", 0) == 0);
   std::string answer;
   auto t2 = make_cuda_ipc_transport();
-  auto eb = t2->accept(ctx(1, 0), offer, &answer, {sfd});
+  auto eb = t2->accept(peer_ctx(1, 0), offer, &answer, {sfd});
   REQUIRE_OK(eb.status());
   auto ea = pend->finish(answer, {cfd.value()});
   REQUIRE_OK(ea.status());

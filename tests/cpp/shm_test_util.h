@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "endpoint_test_util.h"
 #include "test_util.h"
 #include "transports/shm/shm_endpoint.h"
 #include "transports/shm/shm_transport.h"
@@ -28,10 +28,6 @@
 namespace shmtest {
 
 using namespace uccl;
-
-inline double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 inline void write_string(int fd, const std::string& s) {
   uint32_t n = static_cast<uint32_t>(s.size());
@@ -52,14 +48,7 @@ inline std::string read_string(int fd) {
   return s;
 }
 
-inline PeerContext peer_ctx(int me, int peer) {
-  PeerContext p;
-  p.my_rank = me;
-  p.peer_rank = peer;
-  p.peer_host = "localhost";
-  p.timeout_s = 10;
-  return p;
-}
+inline PeerContext peer_ctx(int me, int peer) { return uccl_test::peer_ctx(me, peer, 10); }
 
 // Forks; the child accepts with `child_opt`, runs body(endpoint) and _exit()s with its return
 // value (1 if one of its checks failed: uccl_test::child_exit_code). The parent connects with `parent_opt` and gets its endpoint back. Returns the child pid.

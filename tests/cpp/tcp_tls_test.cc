@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "endpoint_test_util.h"
 #include "test_util.h"
 #include "base/net.h"
 #include "bootstrap/auth.h"
@@ -134,23 +135,8 @@ Link make_link(int nsocks, bool tls, const std::string& key_a = std::string(32, 
   return l;
 }
 
-bool drive(Link& l, const std::function<bool()>& done, double limit_s = 30) {
-  const double deadline = now_s() + limit_s;
-  while (!done()) {
-    l.a->progress();
-    l.b->progress();
-    if (now_s() > deadline) return false;
-  }
-  return true;
-}
-
-Envelope env(uint64_t seq, uint64_t count) {
-  Envelope e;
-  e.op_seq = seq;
-  e.count = count;
-  e.dtype = static_cast<uint8_t>(DataType::kUint8);
-  return e;
-}
+using uccl_test::drive;
+using uccl_test::env;
 
 std::vector<uint8_t> marked(size_t n) {
   std::vector<uint8_t> v(n);
@@ -216,7 +202,6 @@ TEST_CASE("tls: many messages in flight and a fused reduction over TLS") {
     src[i].assign(n, static_cast<float>(i));
     dst[i].assign(n, 1.0f);
     Envelope e = env(i, n);
-    e.dtype = static_cast<uint8_t>(DataType::kFloat32);
     sends[i].data = src[i].data(), sends[i].bytes = n * 4, sends[i].env = e;
     recvs[i].dst = dst[i].data(), recvs[i].bytes = n * 4, recvs[i].expect = e;
     recvs[i].reduce = true, recvs[i].dtype = DataType::kFloat32, recvs[i].op = RedOp::kSum;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "endpoint_test_util.h"
 #include "test_util.h"
 #include "base/net.h"
 #include "transports/tcp/tcp_endpoint.h"  // PartHeader, to hand-craft wire bytes
@@ -23,14 +24,7 @@ struct Pair {
   std::unique_ptr<Endpoint> a, b;  // a = active (connecting) side, b = passive
 };
 
-PeerContext ctx(int me, int peer) {
-  PeerContext p;
-  p.my_rank = me;
-  p.peer_rank = peer;
-  p.peer_host = "localhost";
-  p.timeout_s = 5;
-  return p;
-}
+using uccl_test::peer_ctx;
 
 // nsocks connected socket pairs over 127.0.0.1, in the same order on both sides.
 void socket_pairs(int nsocks, std::vector<int>* a, std::vector<int>* b) {
@@ -54,7 +48,7 @@ Pair make_pair(int nsocks, std::vector<double> lanes = {}) {
   CHECK(t->sockets_per_connection() == nsocks);
   std::vector<int> fa, fb;
   socket_pairs(nsocks, &fa, &fb);
-  PeerContext ca = ctx(0, 1), cb = ctx(1, 0);
+  PeerContext ca = peer_ctx(0, 1), cb = peer_ctx(1, 0);
   for (double g : lanes) {
     for (PeerContext* c : {&ca, &cb}) {
       c->lane_gbps.push_back(g);
@@ -73,24 +67,8 @@ Pair make_pair(int nsocks, std::vector<double> lanes = {}) {
 }
 
 // Drives both endpoints until done() or the time limit; returns false on timeout.
-bool drive(Pair& p, const std::function<bool()>& done, double limit_s = 30) {
-  double deadline = now_s() + limit_s;
-  while (!done()) {
-    if (p.a) p.a->progress();
-    if (p.b) p.b->progress();
-    if (now_s() > deadline) return false;
-  }
-  return true;
-}
-
-Envelope env(uint64_t op_seq, uint64_t count, uint8_t coll = 0) {
-  Envelope e;
-  e.op_seq = op_seq;
-  e.count = count;
-  e.coll = coll;
-  e.dtype = static_cast<uint8_t>(DataType::kFloat32);
-  return e;
-}
+using uccl_test::drive;
+using uccl_test::env;
 
 std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   std::vector<uint8_t> v(n);
@@ -283,7 +261,7 @@ TEST_CASE("garbage on the stream -> kRemoteError") {
   std::vector<int> fa, fb;
   socket_pairs(1, &fa, &fb);
   std::string answer;
-  auto eb = t->accept(ctx(1, 0), "tcp1", &answer, fb);
+  auto eb = t->accept(peer_ctx(1, 0), "tcp1", &answer, fb);
   REQUIRE_OK(eb.status());
   std::unique_ptr<Endpoint> b(eb.value());
   std::vector<uint8_t> dst(16);
@@ -301,7 +279,7 @@ TEST_CASE("garbage on the stream -> kRemoteError") {
   // A wrong protocol version is refused before any byte moves.
   std::vector<int> fc, fd;
   socket_pairs(1, &fc, &fd);
-  auto bad = t->accept(ctx(1, 0), "tcp9", &answer, fd);
+  auto bad = t->accept(peer_ctx(1, 0), "tcp9", &answer, fd);
   CHECK((!bad.ok() && bad.status().code() == Code::kNotSupported));
   close(fc[0]);
 }
@@ -439,7 +417,7 @@ TEST_CASE("a peer that trickles bytes") {
   std::vector<int> fa, fb;
   socket_pairs(1, &fa, &fb);
   std::string answer;
-  std::unique_ptr<Endpoint> b(t->accept(ctx(1, 0), "tcp1", &answer, fb).value());
+  std::unique_ptr<Endpoint> b(t->accept(peer_ctx(1, 0), "tcp1", &answer, fb).value());
   const size_t kCount = 2048 + 3;  // floats; two parts: [4096, end) first, then [0, 4096)
   std::vector<float> in(kCount), dst(kCount);
   for (size_t i = 0; i < kCount; ++i) in[i] = float(i), dst[i] = 0.25f;
