@@ -166,12 +166,18 @@ def body_zero_copy_reduce(ctx):
 
 @pytest.mark.parametrize("transport", ["tcp", "shm"])
 def test_reducing_receives_read_the_slot_without_a_device_temporary(transport):
-    results = run_world(3, "test_device:body_zero_copy_reduce", env={"UCCL_STAGED": "on", "UCCL_ALGO": "ring"},
-                        transport=transport, timeout=120)
+    env = {"UCCL_STAGED": "on", "UCCL_ALGO": "ring"}
+    results = run_world(3, "test_device:body_zero_copy_reduce", env=env, transport=transport, timeout=120)
     assert "staged (chunks of" in results[0]["describe"], results[0]["describe"]
     for r in results:
         assert r["ok"], r
         assert r["device_bytes_added"] == 0, r
+    # A device that copies first (as cuda does) makes its chunk-sized temporaries: the check sees them.
+    results = run_world(3, "test_device:body_zero_copy_reduce", env={**env, "UCCL_SIM_REDUCE_FROM_HOST": "0"},
+                        transport=transport, timeout=120)
+    for r in results:
+        assert r["ok"], r
+        assert r["device_bytes_added"] > 0, r
 
 
 def body_either_form(ctx, send_n=0, recv_n=0):
@@ -393,7 +399,9 @@ def body_wait_then_larger_op(ctx):
 
 
 def test_allocations_behind_a_signal_wait_do_not_deadlock():
-    env = {"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"}
+    # The device copies first, as cuda does: its staged receives allocate device temporaries
+    # behind the wait (a device that reduces from host memory may allocate nothing there).
+    env = {"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20", "UCCL_SIM_REDUCE_FROM_HOST": "0"}
     results = run_world(2, "test_device:body_wait_then_larger_op", env=env, transport="tcp", timeout=60)
     r = results[0]
     assert r["ok"], r

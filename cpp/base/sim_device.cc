@@ -26,12 +26,17 @@ const DoubleSetting kSimCopyLatencyUs("device", "UCCL_SIM_COPY_LATENCY_US", "0",
                                       number_at_least(0));
 const IntSetting kSimDevices("device", "UCCL_SIM_DEVICES", "2", "simulated device: number of devices",
                              int_in(1, 64));
+const BoolSetting kSimReduceFromHost("device", "UCCL_SIM_REDUCE_FROM_HOST", "1",
+                                     "simulated device: its kernels read host memory (staged receives reduce straight "
+                                     "out of their slots); 0 copies to the device first, as the cuda backend does",
+                                     boolean());
 
 SimBackend::SimBackend(SimOptions opt)
     : name_(std::move(opt.name)),
       devices_(opt.devices),
       gbps_(opt.copy_gbps),
       latency_us_(opt.copy_latency_us),
+      reduces_from_host_(opt.reduces_from_host),
       mem_(SignalSafeMemory::Ops{
           [this](int o, size_t n) {
             device_sync();
@@ -173,6 +178,17 @@ std::mutex g_default_mu;
 // kept for the life of the process (like a device's legacy stream).
 auto* g_default_streams = new std::map<std::pair<const SimBackend*, int>, std::unique_ptr<SimStream>>();
 
+// Runs body, which moves `bytes` over the simulated bus, taking at least what the bus allows:
+// latency_us plus bytes at gbps (0: unthrottled; then the clock is not even read).
+template <class F>
+void over_the_bus(size_t bytes, double gbps, double latency_us, F&& body) {
+  const double us = latency_us + (gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e3) : 0.0);
+  if (us <= 0) return body();
+  const auto start = std::chrono::steady_clock::now();
+  body();
+  std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3)));
+}
+
 // Tasks that do work skip themselves on a broken stream.
 template <class F>
 std::function<Status(const Status&)> work(F f) {
@@ -231,10 +247,8 @@ Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir 
     lat = copy_latency_us();
   }
   st->enqueue(work([d, sr, bytes, gbps, lat]() {
-    const auto start = std::chrono::steady_clock::now();
-    std::memmove(d, sr, bytes);  // a device-to-device copy may overlap (memmove semantics)
-    double us = lat + (gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e3) : 0.0);
-    if (us > 0) std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3)));
+    // a device-to-device copy may overlap (memmove semantics)
+    over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); });
     return Status::Ok();
   }));
   return Status::Ok();
@@ -257,10 +271,7 @@ Status SimBackend::enqueue_kernel(DeviceStream* s, size_t bytes, std::initialize
   const double gbps = host_operands ? copy_gbps() : 0, lat = host_operands ? copy_latency_us() : 0;
   const size_t bus_bytes = host_operands * bytes;
   st->enqueue(work([p, fn = std::move(fn), gbps, lat, bus_bytes]() {
-    const auto start = std::chrono::steady_clock::now();
-    fn(p.data());
-    double us = lat + (gbps > 0 ? static_cast<double>(bus_bytes) / (gbps * 1e3) : 0.0);
-    if (us > 0) std::this_thread::sleep_until(start + std::chrono::nanoseconds(static_cast<int64_t>(us * 1e3)));
+    over_the_bus(bus_bytes, gbps, lat, [&] { fn(p.data()); });
     return Status::Ok();
   }));
   return Status::Ok();
@@ -396,6 +407,7 @@ SimBackend* sim_backend() {
     o.devices = kSimDevices.get();
     o.copy_gbps = kSimCopyGbps.get();
     o.copy_latency_us = kSimCopyLatencyUs.get();
+    o.reduces_from_host = kSimReduceFromHost.get();
     return new SimBackend(o);  // process lifetime: streams of any thread may still use it at exit
   }();
   return b;

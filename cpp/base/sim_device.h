@@ -7,13 +7,15 @@
 // Each stream is a worker thread executing its copies and kernels in order (the kernels are
 // the host ones of reduce.h on the worker, so results are bitwise those of the host), events
 // are markers in that queue, stream_wait makes the worker wait. A kernel may read host memory
-// for its last operand (reduces_from_host(), a GPU's zero-copy loads of mapped pinned memory);
-// those bytes are charged at the copy speed. Copies touching device memory are throttled to a settable bandwidth and latency (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US
-// for the process-wide "sim" backend; per-instance options for a test that wants two vendors
-// with different copy speeds in one process). Like CUDA's cudaMalloc / cudaFree / cudaHostAlloc /
-// cudaFreeHost, alloc, free, alloc_pinned and free_pinned wait for every stream of the device
-// to run dry, behind the same SignalSafeMemory policy as the cuda backend: code that would
-// deadlock a GPU behind a signal wait deadlocks here too.
+// for its last operand (reduces_from_host(), a GPU's zero-copy loads of mapped pinned memory;
+// UCCL_SIM_REDUCE_FROM_HOST=0 turns it off, as cuda has it); those bytes are charged at the
+// copy speed. Copies touching device memory are throttled to a settable bandwidth and latency
+// (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US for the process-wide "sim" backend; per-instance
+// options for a test that wants two vendors with different copy speeds in one process). Like
+// CUDA's cudaMalloc / cudaFree / cudaHostAlloc / cudaFreeHost, alloc, free, alloc_pinned and
+// free_pinned wait for every stream of the device to run dry, behind the same SignalSafeMemory
+// policy as the cuda backend: code that would deadlock a GPU behind a signal wait deadlocks
+// here too.
 #pragma once
 
 #include <cstddef>
@@ -34,12 +36,16 @@ namespace uccl {
 extern const DoubleSetting kSimCopyGbps;       // UCCL_SIM_COPY_GBPS (0 = unthrottled)
 extern const DoubleSetting kSimCopyLatencyUs;  // UCCL_SIM_COPY_LATENCY_US
 extern const IntSetting kSimDevices;           // UCCL_SIM_DEVICES
+extern const BoolSetting kSimReduceFromHost;   // UCCL_SIM_REDUCE_FROM_HOST
 
 struct SimOptions {
   std::string name = "sim";
   int devices = 2;
   double copy_gbps = 0;        // GB/s (1e9 bytes/s) of copies touching device memory; 0: memcpy speed
   double copy_latency_us = 0;  // added to every such copy
+  // Kernels read host memory (zero-copy); false models a device that copies first, as the cuda
+  // backend does today (tests of what the copy-then-reduce path allocates).
+  bool reduces_from_host = true;
 };
 
 class SimBackend final : public DeviceBackend {
@@ -68,7 +74,7 @@ class SimBackend final : public DeviceBackend {
   Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override;
-  bool reduces_from_host() const override { return true; }
+  bool reduces_from_host() const override { return reduces_from_host_; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override;
   Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) override;
@@ -114,6 +120,7 @@ class SimBackend final : public DeviceBackend {
   size_t allocated_ = 0;
   std::atomic<size_t> live_allocs_{0};
   double gbps_, latency_us_;
+  bool reduces_from_host_;
   std::atomic<int> waits_outstanding_{0};  // signal waits queued and not passed yet
   SignalSafeMemory mem_;                   // last: its calls use the members above
 };
