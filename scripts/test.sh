@@ -19,7 +19,7 @@ ctest --test-dir build/ctest --output-on-failure --no-tests=error
 
 echo "== Python tests (pytest)"
 set +e
-"$PYTHON" -m pytest -q tests "$@"
+"$PYTHON" -m pytest -q --durations=25 tests "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -1,4 +1,4 @@
-// UcclBackend lifecycle, point-to-point and coalescing. Collectives are in collectives.cc.
+// UcclBackend lifecycle, point-to-point and coalescing. Collectives are in collectives.cc and collectives_move.cc.
 #include "backend.h"
 
 #include <algorithm>

@@ -3,7 +3,8 @@
 // Each op checks its tensors (CPU, dense, dtypes and sizes agree), stages non-contiguous
 // tensors through contiguous copies, issues one or more uccl operations and returns a UcclWork
 // whose Future completes with the output tensors. Lifecycle (construction over torch's store,
-// abort/shutdown, coalescing, p2p, split) lives in backend.cc; collectives in collectives.cc.
+// abort/shutdown, coalescing, p2p, split) lives in backend.cc; the collectives in collectives.cc
+// (reductions) and collectives_move.cc (the rest).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -41,7 +42,7 @@ class UcclBackend : public c10d::Backend {
   bool supportsCoalescing() const override { return true; }
   void setTimeout(std::chrono::milliseconds timeout) override;
 
-  // Collectives (collectives.cc).
+  // Collectives (collectives.cc, collectives_move.cc).
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -103,7 +104,7 @@ class UcclBackend : public c10d::Backend {
   // Bytes moved by this group's finished ops so far (TrafficTotals).
   const std::shared_ptr<TrafficTotals>& traffic() const { return traffic_; }
 
-  // Building blocks of every op (used by backend.cc and collectives.cc). Callers hold mu_.
+  // Building blocks of every op (used by backend.cc and the collectives). Callers hold mu_.
   std::recursive_mutex& issue_mutex() { return mu_; }
   // The communicator, or a DistBackendError if the group was shut down or aborted.
   uccl::Communicator& comm(const char* op);

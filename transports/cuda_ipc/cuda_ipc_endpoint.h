@@ -101,6 +101,7 @@ class CudaIpcEndpoint final : public Endpoint {
   Result<bool> work_done(DeviceWork& w);
   void fail_everything(const Status& why);
   Envelope fixed_env() const { return Envelope{}; }
+  static bool is_cuda(const MemoryLoc& l) { return l.kind == MemoryKind::kCuda && l.backend; }
 
   std::unique_ptr<Transport> inner_transport_;  // declared first: destroyed after inner_
   std::unique_ptr<Endpoint> inner_;
