@@ -1,10 +1,11 @@
 """Staged all_reduce of simulated-device buffers against host all_reduce, measured in the same run.
 
     python benchmarks/staged_bench.py [--world 2] [--transport tcp|shm|auto] [--sizes 1M,4M,16M,64M]
-        [--iters 20] [--copy-gbps 0]
+        [--iters 20] [--copy-gbps 0] [--copy-latency-us 0]
 
 Each size: the host all_reduce (numpy arrays) and the staged one (uccl.sim.SimArray, the
-simulated device unthrottled unless --copy-gbps: the cost measured is the staging itself:
+simulated device unthrottled unless --copy-gbps / --copy-latency-us (a GPU-like bus:
+bandwidth and a fixed cost per copy, which is what makes the chunk size matter): the cost measured is the staging itself:
 bounce-buffer copies, chunking, events), interleaved in one process per rank, the median over
 --iters of each. Prints time, algorithm bandwidth and the ratio staged / host (goal: <= 1.25 from
 1 MiB up, issue 14). UCCL_STAGED=on so every pair is split into staging chunks.
@@ -35,7 +36,7 @@ def _rank(rank, world, port, args, q):
     from uccl.sim import SimArray
     store = uccl.TcpStore("127.0.0.1", port, is_server=rank == 0)
     comm = uccl.Communicator(rank, world, store, transport=None if args.transport == "auto" else args.transport)
-    uccl.sim.set_copy_speed(args.copy_gbps, 0)
+    uccl.sim.set_copy_speed(args.copy_gbps, args.copy_latency_us)
     rows = []
     for size in [_parse_size(s) for s in args.sizes.split(",")]:
         n = size // 4
@@ -61,6 +62,7 @@ def main():
     p.add_argument("--sizes", default="1M,4M,16M,64M")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--copy-gbps", type=float, default=0.0)
+    p.add_argument("--copy-latency-us", type=float, default=0.0)
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -71,7 +73,8 @@ def main():
     res = dict(q.get(timeout=600) for _ in procs)
     for pr in procs:
         pr.join(30)
-    print(f"staged all_reduce (sim device, copy {args.copy_gbps or 'unthrottled'} GB/s) vs host, world {args.world}, "
+    print(f"staged all_reduce (sim device, copy {args.copy_gbps or 'unthrottled'} GB/s, "
+          f"{args.copy_latency_us} us per copy) vs host, world {args.world}, "
           f"{args.transport}, median of {args.iters}; load: {os.getloadavg()[0]:.2f}")
     print(f"{'bytes':>10} {'host ms':>9} {'staged ms':>10} {'host GB/s':>10} {'staged GB/s':>12} {'ratio':>6}")
     for i, (size, th, td) in enumerate(res[0]):

@@ -192,6 +192,7 @@ class CudaBackend final : public DeviceBackend {
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     return launched("reduce kernel", launch_reduce(dst, a, b, count, dt, op, raw(s)));
   }
+  size_t staging_chunk_bytes() const override { return 2u << 20; }  // see device.h
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override {
     DeviceGuard g;

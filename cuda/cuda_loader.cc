@@ -132,6 +132,7 @@ class CudaProxy final : public DeviceBackend {
     return b() ? b()->reduce_async(dst, a, bb, count, dt, op, s) : unavailable();
   }
   bool reduces_from_host() const override { return b() && b()->reduces_from_host(); }
+  size_t staging_chunk_bytes() const override { return b() ? b()->staging_chunk_bytes() : 0; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override {
     return b() ? b()->scale_async(dst, src, count, dt, factor, s) : unavailable();

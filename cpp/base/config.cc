@@ -96,6 +96,18 @@ Setting<size_t>::Parser bytes_at_least(size_t lo) {
   };
 }
 
+Setting<size_t>::Parser bytes_or_auto(size_t lo) {
+  auto bytes = bytes_at_least(std::max<size_t>(lo, 1));
+  return [bytes](const std::string& text, size_t* out) -> std::string {
+    if (trim(text) == "auto") {
+      *out = 0;
+      return "";
+    }
+    std::string expected = bytes(text, out);
+    return expected.empty() ? "" : "auto or " + expected;
+  };
+}
+
 Setting<bool>::Parser boolean() {
   return [](const std::string& text, bool* out) -> std::string {
     std::string t = trim(text);

@@ -111,6 +111,8 @@ class SecretSetting : public Setting<std::string> {
 Setting<int>::Parser int_in(int lo, int hi);
 // Plain numbers or K/M/G suffixes (binary): "4M", "256K", "1048576".
 Setting<size_t>::Parser bytes_at_least(size_t lo);
+// "auto" (stored as 0: the code that reads the setting picks the value) or as bytes_at_least(lo).
+Setting<size_t>::Parser bytes_or_auto(size_t lo);
 // 1/0, true/false, yes/no, on/off (any case); empty is false.
 Setting<bool>::Parser boolean();
 Setting<double>::Parser number_above(double lo);

@@ -37,6 +37,7 @@ SimBackend::SimBackend(SimOptions opt)
       gbps_(opt.copy_gbps),
       latency_us_(opt.copy_latency_us),
       reduces_from_host_(opt.reduces_from_host),
+      staging_chunk_bytes_(opt.staging_chunk_bytes),
       mem_(SignalSafeMemory::Ops{
           [this](int o, size_t n) {
             device_sync();

@@ -46,6 +46,7 @@ struct SimOptions {
   // Kernels read host memory (zero-copy); false models a device that copies first, as the cuda
   // backend does today (tests of what the copy-then-reduce path allocates).
   bool reduces_from_host = true;
+  size_t staging_chunk_bytes = 0;  // DeviceBackend::staging_chunk_bytes (0: no preference)
 };
 
 class SimBackend final : public DeviceBackend {
@@ -75,6 +76,7 @@ class SimBackend final : public DeviceBackend {
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override;
   bool reduces_from_host() const override { return reduces_from_host_; }
+  size_t staging_chunk_bytes() const override { return staging_chunk_bytes_; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override;
   Status divide_async(void* dst, const void* src, size_t count, DataType dt, int n, DeviceStream* s) override;
@@ -121,6 +123,7 @@ class SimBackend final : public DeviceBackend {
   std::atomic<size_t> live_allocs_{0};
   double gbps_, latency_us_;
   bool reduces_from_host_;
+  size_t staging_chunk_bytes_;
   std::atomic<int> waits_outstanding_{0};  // signal waits queued and not passed yet
   SignalSafeMemory mem_;                   // last: its calls use the members above
 };

@@ -146,14 +146,15 @@ Endpoint* ConnectionManager::wrap_staged(int peer, Endpoint* ep) {
   // Shared slots: one host (shm), both ranks offering them; both sides see the same facts.
   const bool shared = ep->kind() == TransportKind::kShm && me_.staging_shared && info.ok() &&
                       info.value()->staging_shared;
-  return new StagedEndpoint(std::unique_ptr<Endpoint>(ep), chunk, kStagedBounce.get(), shared, peer);
+  return new StagedEndpoint(std::unique_ptr<Endpoint>(ep), chunk, staged_bounce_for(chunk), shared, peer);
 }
 
 Result<Endpoint*> ConnectionManager::staged_endpoint(int peer) {
   auto ep = endpoint(peer);
   if (!ep.ok() || !ep.value() || staged_[peer] || native_device_memory(ep.value())) return ep;
   staged_[peer] = 1;
-  endpoints_[peer] = std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, kStagedBounce.get(), false, peer);
+  endpoints_[peer] =
+      std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, staged_bounce_for(0), false, peer);
   return endpoints_[peer].get();
 }
 

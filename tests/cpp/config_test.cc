@@ -46,6 +46,14 @@ TEST_CASE("parsers take what they document and refuse the rest") {
   CHECK(b == 1u << 20);
   CHECK(parse<size_t>(bytes_at_least(0), "12Q", &b) != "");
   CHECK(parse<size_t>(bytes_at_least(0), "-4K", &b) != "");
+  // auto is 0 (the reader picks); anything else is a byte count, named with auto in the error.
+  CHECK(parse<size_t>(bytes_or_auto(4096), " auto ", &b) == "");
+  CHECK(b == 0);
+  CHECK(parse<size_t>(bytes_or_auto(4096), "2M", &b) == "");
+  CHECK(b == (2u << 20));
+  CHECK(parse<size_t>(bytes_or_auto(4096), "1K", &b).find("auto or a byte count of at least 4096") == 0);
+  CHECK(parse<size_t>(bytes_or_auto(4096), "0", &b) != "");
+  CHECK(parse<size_t>(bytes_or_auto(4096), "Auto", &b) != "");
   CHECK(parse<size_t>(bytes_at_least(1), "0", &b) != "");
   bool f = true;
   CHECK(parse<bool>(boolean(), "off", &f) == "");

@@ -1,11 +1,14 @@
 // Shared staging slots (transports/staged/staged_slots.h): the sender's segment and the
 // receiver's mapping of it, the consumed words that give slots back, and the checks on notes.
+// Also the staged transport's sizes where its settings say auto (staged_endpoint.h).
 #include <sys/stat.h>
 
 #include <cstring>
 #include <string>
 
+#include "base/sim_device.h"
 #include "test_util.h"
+#include "transports/staged/staged_endpoint.h"
 #include "transports/staged/staged_slots.h"
 
 using namespace uccl;
@@ -106,4 +109,27 @@ TEST_CASE("a note from a new segment replaces the mapping and hands the old one 
   SharedMapping old = peer.take_retired();
   REQUIRE(old.base() == first);  // not unmapped yet: it may still be registered for DMA
   CHECK(old.base()[4096] == 1);  // slot 0 of segment a, after its header page: still readable
+}
+
+TEST_CASE("the auto staging chunk is what a device backend owning memory asks for, and the bounce 8 of it") {
+  // Nothing else here owns device memory (the default sim backend has no allocation).
+  CHECK(staged_chunk_wanted() == kStagedDefaultChunk);
+  static SimBackend* chunky = [] {
+    SimOptions o;
+    o.name = "sim_chunky";
+    o.devices = 1;
+    o.staging_chunk_bytes = (3u << 20) + 5;  // rounded down to 64 bytes, as the offer is
+    auto* b = new SimBackend(o);             // registered for the process's lifetime
+    register_device_backend(b);
+    return b;
+  }();
+  CHECK(staged_chunk_wanted() == kStagedDefaultChunk);  // registered, but owns no memory yet
+  auto mem = chunky->alloc(0, 4096);
+  REQUIRE(mem.ok());
+  CHECK(staged_chunk_wanted() == 3u << 20);
+  CHECK(staged_bounce_for(3u << 20) == 24u << 20);
+  CHECK(staged_bounce_for(kStagedDefaultChunk) == 8u << 20);
+  CHECK(staged_bounce_for(0) == 8u << 20);  // whole mode
+  chunky->free(mem.value());
+  CHECK(staged_chunk_wanted() == kStagedDefaultChunk);
 }

@@ -14,12 +14,14 @@ const TextSetting kStaged("staged", "UCCL_STAGED", "auto",
                           "pinned bounce buffers): auto = when a device backend may own memory at communicator "
                           "creation, on, off (device buffers are then staged whole)",
                           one_of({"auto", "on", "off"}));
-const BytesSetting kStagedChunk("staged", "UCCL_STAGED_CHUNK_BYTES", "512K",
-                                "staging chunk: the pipeline's unit (the smaller of the two ranks' values)",
-                                bytes_at_least(4096));
-const BytesSetting kStagedBounce("staged", "UCCL_STAGED_BOUNCE_BYTES", "8M",
-                                 "bounce buffers per staged connection (half per direction, at least 2 chunks each)",
-                                 bytes_at_least(8192));
+const BytesSetting kStagedChunk("staged", "UCCL_STAGED_CHUNK_BYTES", "auto",
+                                "staging chunk: the pipeline's unit (the smaller of the two ranks' values); auto = "
+                                "what the device backends that may own memory here ask for (cuda 2M), else 512K",
+                                bytes_or_auto(4096));
+const BytesSetting kStagedBounce("staged", "UCCL_STAGED_BOUNCE_BYTES", "auto",
+                                 "bounce buffers per staged connection (half per direction, at least 2 chunks each); "
+                                 "auto = 8 chunks, at least 8M",
+                                 bytes_or_auto(8192));
 
 const TextSetting kStagedShared("staged", "UCCL_STAGED_SHARED", "on",
                                  "on one host (shm), device chunks go through shared-memory slots the peer reads "
@@ -41,11 +43,26 @@ void release_mapping(DeviceBackend* registered, char* base, Mapping&& m) {
 
 bool staged_shared_offer() { return kStagedShared.get() == "on"; }
 
+size_t staged_chunk_wanted() {
+  if (size_t set = kStagedChunk.get()) return set / 64 * 64;
+  size_t chunk = 0;
+  for (DeviceBackend* b : device_backends()) {
+    std::string why;
+    if (b->may_own_memory() && b->available(&why)) chunk = std::max(chunk, b->staging_chunk_bytes() / 64 * 64);
+  }
+  return chunk ? chunk : kStagedDefaultChunk;
+}
+
 size_t staged_offer() {
   const std::string& mode = kStaged.get();
   if (mode == "off") return 0;
-  if (mode == "on" || any_device_memory()) return kStagedChunk.get() / 64 * 64;
+  if (mode == "on" || any_device_memory()) return staged_chunk_wanted();
   return 0;
+}
+
+size_t staged_bounce_for(size_t chunk) {
+  if (size_t set = kStagedBounce.get()) return set;
+  return std::max<size_t>(8u << 20, 8 * chunk);
 }
 
 size_t staged_bounce_bytes() { return g_bounce_bytes.load(); }

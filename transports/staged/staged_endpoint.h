@@ -29,7 +29,11 @@
 //    not negotiated stages whole messages (one bounce buffer per message, then one send), the
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
 //
-// Bounded and released: each direction holds at most UCCL_STAGED_BOUNCE_BYTES / 2 of pooled
+// Sizes: the chunk is UCCL_STAGED_CHUNK_BYTES, or where auto what the device backends that may
+// own memory ask for (DeviceBackend::staging_chunk_bytes: cuda 2 MiB), else 512 KiB; the bounce
+// bytes UCCL_STAGED_BOUNCE_BYTES, or where auto 8 chunks (at least 8 MiB).
+//
+// Bounded and released: each direction holds at most the bounce bytes / 2 of pooled
 // slots (whole mode: one message-sized slot per direction at a time; shared slots: the sending
 // direction's pool is the segment's slots). fail_all() waits for the copies already queued on
 // the device (they are finite), then frees every slot, unregisters and unmaps the segment and
@@ -60,8 +64,17 @@ extern const BytesSetting kStagedChunk;     // UCCL_STAGED_CHUNK_BYTES
 extern const BytesSetting kStagedBounce;    // UCCL_STAGED_BOUNCE_BYTES
 extern const TextSetting kStagedShared;     // UCCL_STAGED_SHARED: on | off
 
+// The host's staging chunk: what UCCL_STAGED_CHUNK_BYTES=auto offers when no device backend
+// that may own memory here asks for another (DeviceBackend::staging_chunk_bytes).
+constexpr size_t kStagedDefaultChunk = 512u << 10;
 // The chunk this process offers for split mode in its PeerInfo, or 0 for none (UCCL_STAGED).
 size_t staged_offer();
+// UCCL_STAGED_CHUNK_BYTES, or where auto the largest chunk a device backend that may own
+// memory here asks for, else kStagedDefaultChunk.
+size_t staged_chunk_wanted();
+// Bounce bytes of a staged connection whose chunk is `chunk` (UCCL_STAGED_BOUNCE_BYTES, or
+// where auto 8 chunks and at least 8 MiB).
+size_t staged_bounce_for(size_t chunk);
 // Whether this process offers shared staging slots in its PeerInfo (UCCL_STAGED_SHARED).
 bool staged_shared_offer();
 // Bytes of bounce buffers (pinned host and device slots) held by all staged endpoints now.
