@@ -3,12 +3,13 @@
     python benchmarks/staged_bench.py [--world 2] [--transport tcp|shm|auto] [--sizes 1M,4M,16M,64M]
         [--iters 20] [--copy-gbps 0] [--copy-latency-us 0]
 
-Each size: the host all_reduce (numpy arrays) and the staged one (uccl.sim.SimArray, the
-simulated device unthrottled unless --copy-gbps / --copy-latency-us (a GPU-like bus:
-bandwidth and a fixed cost per copy, which is what makes the chunk size matter): the cost measured is the staging itself:
-bounce-buffer copies, chunking, events), interleaved in one process per rank, the median over
---iters of each. Prints time, algorithm bandwidth and the ratio staged / host (goal: <= 1.25 from
-1 MiB up, issue 14). UCCL_STAGED=on so every pair is split into staging chunks.
+Each size: the host all_reduce (numpy arrays) and the staged one (uccl.sim.SimArray: the
+simulated device, unthrottled unless --copy-gbps / --copy-latency-us give it a GPU-like bus, a
+bandwidth and a fixed cost per copy, which is what makes the chunk size matter; unthrottled, the
+cost measured is the staging itself: bounce-buffer copies, chunking, events), interleaved in one
+process per rank, the median over --iters of each. Prints time, algorithm bandwidth and the ratio
+staged / host (goal: <= 1.25 from 1 MiB up, issue 14). UCCL_STAGED=on so every pair is split
+into staging chunks.
 """
 import argparse
 import multiprocessing as mp
