@@ -145,8 +145,9 @@ def test_every_collective_on_cuda(world, path):
     else:
         # The pipelined chunks on one host go through shared slots (staged_slots.h): registered
         # with cudaHostRegister, the device copies read and write them directly.
-        # (no stream waits here, so nothing defers the registration).
-        mode = ("chunks of 524288 bytes, shared slots: ours pinned, the peer's pinned" if path == "staged"
+        # (no stream waits here, so nothing defers the registration). The chunk is the cuda
+        # backend's staging_chunk_bytes (2 MiB: UCCL_STAGED_CHUNK_BYTES=auto follows the device).
+        mode = ("chunks of 2097152 bytes, shared slots: ours pinned, the peer's pinned" if path == "staged"
                 else "whole messages")
         assert all(mode in ln and "cuda_ipc" not in ln for ln in peers), desc[0]
 
