@@ -34,8 +34,8 @@ inline std::vector<size_t> packed_displs(const std::vector<size_t>& counts) {
 }
 
 // Checks a per-rank list (all_gather's output list, scatter's input list, ...).
-inline void check_list(const std::vector<at::Tensor>& ts, int size, at::ScalarType dtype, const char* op, const char* name,
-                const char* ref) {
+inline void check_list(const std::vector<at::Tensor>& ts, int size, at::ScalarType dtype, const char* op,
+                       const char* name, const char* ref) {
   TORCH_CHECK_VALUE(static_cast<int>(ts.size()) == size, "uccl ", op, ": ", name, " has ", ts.size(),
                     " tensors but the group has ", size, " ranks");
   for (size_t i = 0; i < ts.size(); ++i) {
