@@ -192,7 +192,7 @@ class CudaBackend final : public DeviceBackend {
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     return launched("reduce kernel", launch_reduce(dst, a, b, count, dt, op, raw(s)));
   }
-  size_t staging_chunk_bytes() const override { return 2u << 20; }  // see device.h
+  size_t staging_chunk_bytes() const override { return 8u << 20; }  // see device.h
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override {
     DeviceGuard g;
@@ -284,13 +284,18 @@ class CudaBackend final : public DeviceBackend {
     if (ordinal < 0 || ordinal >= 64) return;
     std::call_once(preloaded_[ordinal], [] { cuda::preload_kernels(); });
   }
+  // Never, for now (device.h): the wait is a flag only the host raises, and the device work that
+  // completes the operation is queued after it, on other streams, a dependency CUDA cannot see.
   bool signal_waits_safe(std::string* why) const override {
-    if (!available(nullptr) || !lazy_loading_) return true;
-    if (why)
-      *why = "CUDA lazy module loading: a kernel's first launch waits for the device to drain under the "
-             "context's lock, which a stream waiting on uccl's progress thread never does (set "
-             "CUDA_MODULE_LOADING=EAGER before CUDA starts, or UCCL_STREAM_WAIT=signal with every kernel "
-             "already loaded)";
+    if (!available(nullptr)) return true;
+    if (why) {
+      *why = "CUDA cannot see that a stream waiting on uccl's flag (cuStreamWaitValue32) depends on device work "
+             "queued after the wait, and may serialize the two (NVIDIA's warning on stream memory operations; "
+             "on an H200 a broadcast into a fresh tensor hung so, with eager module loading too)";
+      if (lazy_loading_)
+        *why += "; and under lazy module loading a kernel's first launch waits for the whole device to drain";
+      *why += ". The host waits for the operation; UCCL_STREAM_WAIT=signal queues the stream wait anyway";
+    }
     return false;
   }
   Result<bool> capturing(DeviceStream* s) override {

@@ -164,7 +164,19 @@ def native_stacks(pid, timeout=45.0, limit=8000):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    text = "\n".join(ln[:200] for ln in out.splitlines() if ln.startswith(("Thread ", "#")))
+    # Threads that only idle (OpenMP's pool, the debugger's own) are left out, and uccl's come
+    # first: a 2026-11-28 dump was cut at the limit before reaching the progress thread.
+    threads, cur = [], None
+    for ln in out.splitlines():
+        if ln.startswith("Thread "):
+            cur = [ln[:200]]
+            threads.append(cur)
+        elif ln.startswith("#") and cur is not None:
+            cur.append(ln[:200])
+    idle = ("gomp_", "libcudadebugger", "libgomp")
+    busy = [t for t in threads if len(t) > 1 and not any(m in ln for ln in t[1:] for m in idle)]
+    busy.sort(key=lambda t: not any("uccl" in ln for ln in t))
+    text = "\n".join(ln for t in busy for ln in t)
     return text[:limit] + ("\n..." if len(text) > limit else "")
 
 

@@ -306,7 +306,7 @@ def body_wait_stream(ctx, kill_peer):
 
 
 def body_wait_stream_host(ctx, kill_peer):
-    """UCCL_STREAM_WAIT=host (what auto picks for CUDA with lazy module loading): wait(stream=)
+    """UCCL_STREAM_WAIT=host (what auto picks for CUDA): wait(stream=)
     returns only once the operation is done, so the stream has nothing left to wait for and reads
     the reduced values; a dead peer's error comes from wait(stream=) itself, naming it."""
     import os

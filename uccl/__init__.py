@@ -25,7 +25,7 @@ def build_info():
 def stream_wait_mode(backend="cuda"):
     """How ``Work.wait(stream=)`` and the torch backend's ``work.wait()`` hold back a stream of a
     device backend ("cuda", "sim"): "signal" (the host returns at once) or "host (why)" (the host
-    waits for the operation; CUDA with lazy module loading), per UCCL_STREAM_WAIT; "" when that
+    waits for the operation; CUDA unless UCCL_STREAM_WAIT=signal), per UCCL_STREAM_WAIT; "" when that
     backend is unavailable here."""
     for b in _core.device_backends():
         if b["name"] == backend:

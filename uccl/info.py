@@ -30,7 +30,9 @@ def main(out=sys.stdout):
     print(f"  encryption: {sec['encryption']}", file=out)
     print("device backends:", file=out)
     for b in info.get("device_backends", []):
-        state = (f"available, {b['devices']} device(s), streams wait by {b['stream_wait']}" if b["available"]
+        chunk = b.get("staging_chunk_bytes") or 0
+        state = (f"available, {b['devices']} device(s), streams wait by {b['stream_wait']}"
+                 + (f", staging chunk {chunk >> 10} KiB" if chunk else "") if b["available"]
                  else f"not available ({b['why_not']})")
         print(f"  {b['name']:6s} {b['kind']:6s} {state}", file=out)
     print("\nsettings (UCCL_*):", file=out)

@@ -116,7 +116,7 @@ void add_device_host_threads(int delta) { g_device_host_threads.fetch_add(delta,
 const TextSetting kStreamWait("device", "UCCL_STREAM_WAIT", "auto",
                               "how wait(stream=) / the torch backend's work.wait() hold a stream back: signal (the "
                               "host returns at once), host (the host waits for the op), auto (signal where the "
-                              "device runtime cannot deadlock on it: CUDA with eager module loading)",
+                              "device runtime cannot deadlock on it: the simulated device; not CUDA, device.h)",
                               one_of({"auto", "signal", "host"}));
 
 bool stream_wait_policy(DeviceBackend* b, std::string* why) {
@@ -139,6 +139,7 @@ std::vector<DeviceBackendInfo> device_backend_infos() {
     i.devices = i.available ? b->device_count() : 0;
     std::string why;
     if (i.available) i.stream_wait = stream_wait_policy(b, &why) ? "signal" : "host (" + why + ")";
+    if (i.available) i.staging_chunk = b->staging_chunk_bytes();
     out.push_back(i);
   }
   return out;

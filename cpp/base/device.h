@@ -134,8 +134,9 @@ class DeviceBackend {
   // The staging chunk this backend's copies want (transports/staged: the pipeline's unit when
   // UCCL_STAGED_CHUNK_BYTES is auto), 0 for no preference (the host default, 512 KiB). cuda: a
   // copy's fixed cost (its call, an event, the progress thread's turn) must stay small beside
-  // its bytes at PCIe speed: 2 MiB (the H200 runs: 2.4 GB/s with 512 KiB chunks, 4.7 with 2 MiB,
-  // 4.8 with 8 MiB).
+  // its bytes at PCIe speed: 8 MiB (H200, two ranks on one GPU, 64 MiB all_reduce busbw through
+  // registered shared slots: 3.9 GB/s with 512 KiB chunks, 11.7 with 2 MiB, 22.2 with 8 MiB of
+  // the 27.6 the shared PCIe link allows; benchmarks/RESULTS.md).
   virtual size_t staging_chunk_bytes() const { return 0; }
   virtual Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                              DeviceStream* s) = 0;
@@ -156,14 +157,17 @@ class DeviceBackend {
   virtual Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal);
   virtual Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig);
   // Whether a stream of this backend may wait on a signal that only uccl's progress thread raises
-  // without risking a deadlock in the device runtime itself; false with *why when not. CUDA:
-  // with lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2 and what
-  // PyTorch sets), any thread's first launch of a kernel loads its module under the context's
-  // lock and waits for the whole device to drain; a stream waiting on our signal never drains,
-  // and the progress thread's next CUDA call (the copy or reduce that would complete the
-  // operation) waits for that lock: a deadlock no uccl code can break (torchcomms #2334; it hung
-  // the H200 runs of Work.wait(stream=) and of the torch backend). Eager loading has no such
-  // load. Work::wait_stream asks stream_wait_policy() (below), which reads this.
+  // without risking a deadlock in the device runtime itself; false with *why when not. CUDA: no.
+  // (1) The device work that completes the operation (copies, reduce kernels on uccl's streams)
+  // is queued after the wait, and CUDA cannot see that the waiting stream depends on it: NVIDIA
+  // warns that the scheduler may then serialize them in the wrong order (cuStreamWaitValue32's
+  // documentation), and the H200 run of 2026-11-28 hung so with eager module loading, over IPC
+  // and staged alike (a broadcast into a freshly allocated tensor, benchmarks/RESULTS.md).
+  // (2) With lazy module loading (CUDA_MODULE_LOADING=LAZY, PyTorch's default) any thread's first
+  // launch of a kernel loads its module under the context's lock and waits for the whole device
+  // to drain, which a stream waiting on our signal never does (torchcomms #2334). A safe wait
+  // needs every device step of the operation queued before it (NCCL's kernels, which wait inside
+  // a running kernel). Work::wait_stream asks stream_wait_policy() (below), which reads this.
   virtual bool signal_waits_safe(std::string* why) const { return true; }
   // Whether `s` is recording a graph (a CUDA graph capture): work queued there is recorded to
   // be replayed later, not run. uccl's operations run on its progress thread and cannot be
@@ -216,7 +220,7 @@ int device_host_threads();
 void add_device_host_threads(int delta);
 
 // One line per registered backend for build_info / `python -m uccl.info`:
-// {name, kind, available, why-not, device count}.
+// {name, kind, available, why-not, device count, stream waits, staging chunk}.
 struct DeviceBackendInfo {
   std::string name;
   MemoryKind kind;
@@ -224,6 +228,7 @@ struct DeviceBackendInfo {
   std::string why_not;
   int devices;
   std::string stream_wait;  // "signal", or "host (why)": stream_wait_policy(); "" when unavailable
+  size_t staging_chunk = 0;  // DeviceBackend::staging_chunk_bytes() (0: none; "" when unavailable)
 };
 std::vector<DeviceBackendInfo> device_backend_infos();
 

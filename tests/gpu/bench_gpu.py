@@ -168,8 +168,9 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     ap.add_argument("--sizes", default=None, help="comma-separated MiB (default 1,4,16,64,256)")
     ap.add_argument("--no-ddp", action="store_true", help="skip the DDP step times")
-    ap.add_argument("--chunk-sweep", default="512K,2M,8M",
-                    help="staged all_reduce of 64 MiB with these UCCL_STAGED_CHUNK_BYTES (bounce 64M); '' skips")
+    ap.add_argument("--chunk-sweep", default="512K,2M,4M,8M/32M,8M,16M",
+                    help="staged all_reduce of 64 MiB with these UCCL_STAGED_CHUNK_BYTES, each CHUNK or "
+                         "CHUNK/BOUNCE (UCCL_STAGED_BOUNCE_BYTES; default auto: 4 chunks, at least 8M); '' skips")
     a = ap.parse_args()
     global SIZES
     if a.sizes:
@@ -210,15 +211,17 @@ def main():
     # The staged pipeline's chunk: per-chunk costs against the overlap a smaller one gives.
     chunks = [c for c in a.chunk_sweep.split(",") if c]
     if chunks:
-        lines += ["", "## staged all_reduce of 64 MiB by chunk size (UCCL_STAGED_CHUNK_BYTES, bounce 64M)", "",
-                  "| chunk | busbw (GB/s) | peer 1's path |", "|---|---|---|"]
+        lines += ["", "## staged all_reduce of 64 MiB by chunk size (UCCL_STAGED_CHUNK_BYTES / UCCL_STAGED_BOUNCE_BYTES)",
+                  "", "| chunk / bounce | busbw (GB/s) | peer 1's path |", "|---|---|---|"]
         for c in chunks:
-            env = {"UCCL_STAGED_CHUNK_BYTES": c, "UCCL_STAGED_BOUNCE_BYTES": "64M", "BENCH_GPU_SIZES_MIB": "64"}
+            chunk, _, bounce = c.partition("/")
+            env = {"UCCL_STAGED_CHUNK_BYTES": chunk, "UCCL_STAGED_BOUNCE_BYTES": bounce or "auto",
+                   "BENCH_GPU_SIZES_MIB": "64"}
             with mock.patch.dict(os.environ, env):  # the spawned ranks inherit it
                 r = run("staged", world)
             if isinstance(r, dict):
                 path = next((ln.strip() for ln in r["describe"].splitlines() if ln.strip().startswith("peer 1:")), "?")
-                lines.append(f"| {c} | {(64 << 20) / r[64 << 20] / 1e9 * factor:.2f} | {path} |")
+                lines.append(f"| {chunk} / {bounce or 'auto'} | {(64 << 20) / r[64 << 20] / 1e9 * factor:.2f} | {path} |")
             else:
                 lines.append(f"| {c} | FAILED: {r} | |")
     # DDP step time, the same model and data with each backend (issue 15's DDP measure).

@@ -23,7 +23,8 @@
 # UCCL_GPU_PYTEST_WORKERS (default 4) pytest-xdist's workers. On the H200 of 2026-11-27 the build
 # took ~1 minute and everything ~520 s in one device call (whose limit is 600 s); on 2026-11-28 the
 # build ~50 s, the whole call 477 s of which ~150 s were hangs since fixed, the Python tests alone 73 s
-# with 6 workers (benchmarks/results/gpu_h200_20261128). Run the parts in one call, results under a
+# with 6 workers (benchmarks/results/gpu_h200_20261128); that evening the whole recipe 266 s, of which
+# the Python tests 99 s (benchmarks/results/gpu_h200_20261128b). Run the parts in one call, results under a
 # folder that is then packed into one file of $OUT (8 files come back):
 #     export UCCL_GPU_SMOKE_S=60 UCCL_GPU_TEST_S=200; R=/tmp/gpu
 #     UCCL_GPU_PARTS=smoke,cpp,bench timeout 330 bash tests/gpu/run.sh $R/a

@@ -14,7 +14,7 @@ compared bit for bit with numpy. Scenarios:
   * a kernel writes the buffer on the current stream right before the collective (no host
     synchronisation in between: the `stream=` ordering must cover it);
   * Work.wait(stream=) makes another stream wait: without blocking the host (cuStreamWaitValue32)
-    with signal waits, by the host under CUDA's lazy module loading (UCCL_STREAM_WAIT=auto).
+    with UCCL_STREAM_WAIT=signal, by the host with auto (CUDA: cuda_backend.cc's signal_waits_safe).
 """
 import os
 
@@ -146,8 +146,11 @@ def test_every_collective_on_cuda(world, path):
         # The pipelined chunks on one host go through shared slots (staged_slots.h): registered
         # with cudaHostRegister, the device copies read and write them directly.
         # (no stream waits here, so nothing defers the registration). The chunk is the cuda
-        # backend's staging_chunk_bytes (2 MiB: UCCL_STAGED_CHUNK_BYTES=auto follows the device).
-        mode = ("chunks of 2097152 bytes, shared slots: ours pinned, the peer's pinned" if path == "staged"
+        # backend's staging_chunk_bytes (UCCL_STAGED_CHUNK_BYTES=auto follows the device; with
+        # UCCL_STAGED=on also where the communicator was made before the ranks touched CUDA).
+        chunk = next(b["staging_chunk_bytes"] for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
+        assert chunk > 0
+        mode = (f"chunks of {chunk} bytes, shared slots: ours pinned, the peer's pinned" if path == "staged"
                 else "whole messages")
         assert all(mode in ln and "cuda_ipc" not in ln for ln in peers), desc[0]
 
@@ -237,7 +240,7 @@ def wait_on_stream(ctx):
     """Work.wait(stream=s2) makes s2 wait: a kernel queued on s2 afterwards reads the reduced
     values (a stream that did not wait would read rank 0's own input). With signal waits it returns
     without blocking the host: rank 1 joins only after rank 0's wait returned (a blocking wait
-    would deadlock). With host waits (auto under CUDA's lazy module loading) it returns once the
+    would deadlock). With host waits (auto on CUDA) it returns once the
     operation is done. The kernel queued behind the wait is launched once before: under signal
     waits its lazy load would wait for s2 under the context's lock (cpp/base/device.h)."""
     torch.cuda.set_device(ctx.rank % NGPU)
@@ -269,8 +272,7 @@ def wait_on_stream(ctx):
 def test_work_wait_makes_a_stream_wait(ipc, wait):
     modes = run_world(2, "test_gpu_collectives:wait_on_stream", env={"UCCL_CUDA_IPC": ipc, "UCCL_STREAM_WAIT": wait},
                       timeout=300)
-    lazy = os.environ.get("CUDA_MODULE_LOADING", "LAZY").upper() != "EAGER"
-    want = "host (CUDA lazy module loading" if wait == "auto" and lazy else "signal"
+    want = "host (CUDA cannot see" if wait == "auto" else "signal"
     assert all(m.startswith(want) for m in modes), modes
 
 

@@ -20,7 +20,7 @@ const BytesSetting kStagedChunk("staged", "UCCL_STAGED_CHUNK_BYTES", "auto",
                                 bytes_or_auto(4096));
 const BytesSetting kStagedBounce("staged", "UCCL_STAGED_BOUNCE_BYTES", "auto",
                                  "bounce buffers per staged connection (half per direction, at least 2 chunks each); "
-                                 "auto = 8 chunks, at least 8M",
+                                 "auto = 4 chunks, at least 8M",
                                  bytes_or_auto(8192));
 
 const TextSetting kStagedShared("staged", "UCCL_STAGED_SHARED", "on",
@@ -43,26 +43,29 @@ void release_mapping(DeviceBackend* registered, char* base, Mapping&& m) {
 
 bool staged_shared_offer() { return kStagedShared.get() == "on"; }
 
-size_t staged_chunk_wanted() {
+size_t staged_chunk_wanted(bool idle_too) {
   if (size_t set = kStagedChunk.get()) return set / 64 * 64;
-  size_t chunk = 0;
+  size_t chunk = 0, idle = 0;
   for (DeviceBackend* b : device_backends()) {
     std::string why;
-    if (b->may_own_memory() && b->available(&why)) chunk = std::max(chunk, b->staging_chunk_bytes() / 64 * 64);
+    if (!b->available(&why)) continue;
+    size_t& to = b->may_own_memory() ? chunk : idle;
+    to = std::max(to, b->staging_chunk_bytes() / 64 * 64);
   }
+  if (!chunk && idle_too) chunk = idle;
   return chunk ? chunk : kStagedDefaultChunk;
 }
 
 size_t staged_offer() {
   const std::string& mode = kStaged.get();
   if (mode == "off") return 0;
-  if (mode == "on" || any_device_memory()) return staged_chunk_wanted();
+  if (mode == "on" || any_device_memory()) return staged_chunk_wanted(mode == "on");
   return 0;
 }
 
 size_t staged_bounce_for(size_t chunk) {
   if (size_t set = kStagedBounce.get()) return set;
-  return std::max<size_t>(8u << 20, 8 * chunk);
+  return std::max<size_t>(8u << 20, 4 * chunk);
 }
 
 size_t staged_bounce_bytes() { return g_bounce_bytes.load(); }

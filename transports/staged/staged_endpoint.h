@@ -30,8 +30,11 @@
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
 //
 // Sizes: the chunk is UCCL_STAGED_CHUNK_BYTES, or where auto what the device backends that may
-// own memory ask for (DeviceBackend::staging_chunk_bytes: cuda 2 MiB), else 512 KiB; the bounce
-// bytes UCCL_STAGED_BOUNCE_BYTES, or where auto 8 chunks (at least 8 MiB).
+// own memory ask for (DeviceBackend::staging_chunk_bytes: cuda 8 MiB), else 512 KiB; with
+// UCCL_STAGED=on and no device memory yet (a process that makes its communicator before it
+// touches its GPU), what the available backends ask for. The bounce bytes are
+// UCCL_STAGED_BOUNCE_BYTES, or where auto 4 chunks (at least 8 MiB; H200, 8 MiB chunks: 32 MiB
+// of bounce 21.2 GB/s, 64 MiB 21.8, the same within the noise at half the memory per peer).
 //
 // Bounded and released: each direction holds at most the bounce bytes / 2 of pooled
 // slots (whole mode: one message-sized slot per direction at a time; shared slots: the sending
@@ -70,10 +73,11 @@ constexpr size_t kStagedDefaultChunk = 512u << 10;
 // The chunk this process offers for split mode in its PeerInfo, or 0 for none (UCCL_STAGED).
 size_t staged_offer();
 // UCCL_STAGED_CHUNK_BYTES, or where auto the largest chunk a device backend that may own
-// memory here asks for, else kStagedDefaultChunk.
-size_t staged_chunk_wanted();
+// memory here asks for; where none may, and `idle_too`, the largest an available backend asks
+// for (UCCL_STAGED=on before the process touched its device); else kStagedDefaultChunk.
+size_t staged_chunk_wanted(bool idle_too = false);
 // Bounce bytes of a staged connection whose chunk is `chunk` (UCCL_STAGED_BOUNCE_BYTES, or
-// where auto 8 chunks and at least 8 MiB).
+// where auto 4 chunks and at least 8 MiB).
 size_t staged_bounce_for(size_t chunk);
 // Whether this process offers shared staging slots in its PeerInfo (UCCL_STAGED_SHARED).
 bool staged_shared_offer();
