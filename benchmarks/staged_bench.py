@@ -8,8 +8,9 @@ simulated device, unthrottled unless --copy-gbps / --copy-latency-us give it a G
 bandwidth and a fixed cost per copy, which is what makes the chunk size matter; unthrottled, the
 cost measured is the staging itself: bounce-buffer copies, chunking, events), interleaved in one
 process per rank, the median over --iters of each. Prints time, algorithm bandwidth and the ratio
-staged / host (goal: <= 1.25 from 1 MiB up, issue 14). UCCL_STAGED=on so every pair is split
-into staging chunks.
+staged / host (goal: <= 1.25 from 1 MiB up, issue 14), then rank 0's staged pairs as describe()
+gives them, with where the device chunks' time went (the mean of each stage over the run).
+UCCL_STAGED=on so every pair is split into staging chunks.
 """
 import argparse
 import multiprocessing as mp
@@ -52,7 +53,8 @@ def _rank(rank, world, port, args, q):
                 if i >= 2:
                     out.append(time.perf_counter() - t0)
         rows.append((size, statistics.median(th), statistics.median(td)))
-    q.put((rank, rows))
+    peers = [ln.strip() for ln in comm.describe().splitlines() if ln.strip().startswith("peer ")]
+    q.put((rank, (rows, peers)))
     comm.barrier()
 
 
@@ -78,10 +80,11 @@ def main():
           f"{args.copy_latency_us} us per copy) vs host, world {args.world}, "
           f"{args.transport}, median of {args.iters}; load: {os.getloadavg()[0]:.2f}")
     print(f"{'bytes':>10} {'host ms':>9} {'staged ms':>10} {'host GB/s':>10} {'staged GB/s':>12} {'ratio':>6}")
-    for i, (size, th, td) in enumerate(res[0]):
-        th = max(r[i][1] for r in res.values())
-        td = max(r[i][2] for r in res.values())
+    for i, (size, th, td) in enumerate(res[0][0]):
+        th = max(r[0][i][1] for r in res.values())
+        td = max(r[0][i][2] for r in res.values())
         print(f"{size:>10} {th*1e3:>9.3f} {td*1e3:>10.3f} {size/th/1e9:>10.2f} {size/td/1e9:>12.2f} {td/th:>6.2f}")
+    print("rank 0:\n  " + "\n  ".join(res[0][1]))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ communicators (host ranks, sim ranks, a second "vendor" with slower copies; the 
 results must be bitwise equal on every rank), the stream argument, typed errors, a peer killed
 during a staged transfer, and a measured overlap of copies with the wire."""
 import os
+import re
 import signal
 import sys
 import threading
@@ -169,6 +170,11 @@ def test_reducing_receives_read_the_slot_without_a_device_temporary(transport):
     env = {"UCCL_STAGED": "on", "UCCL_ALGO": "ring"}
     results = run_world(3, "test_device:body_zero_copy_reduce", env=env, transport=transport, timeout=120)
     assert "staged (chunks of" in results[0]["describe"], results[0]["describe"]
+    # Where the chunks' time went (a ring: rank 0 sends to one peer, receives from the other).
+    d = results[0]["describe"]
+    sent = re.search(r"per chunk sent \((\d+)\), mean us: to host \d+, to the peer \d+, waiting for a slot \d+", d)
+    got = re.search(r"per chunk received \((\d+)\), mean us: arriving \d+, to the device \d+", d)
+    assert sent and got and int(sent.group(1)) > 0 and int(got.group(1)) > 0, d
     for r in results:
         assert r["ok"], r
         assert r["device_bytes_added"] == 0, r

@@ -141,7 +141,7 @@ if part pytest; then
   "$PY" -c "import xdist" 2> /dev/null && popts+=(-n "${UCCL_GPU_PYTEST_WORKERS:-4}")
   "$PY" -c "import pytest_timeout" 2> /dev/null && popts+=(--timeout "${UCCL_GPU_TEST_S:-240}")
   say "pytest ${popts[*]}"
-  if (cd /tmp && timeout "${UCCL_GPU_PYTEST_S:-600}" "$PY" -m pytest "${popts[@]}" -p no:cacheprovider --rootdir "$ROOT" \
+  if (cd /tmp && UCCL_GPU_OUT="$OUT" timeout "${UCCL_GPU_PYTEST_S:-600}" "$PY" -m pytest "${popts[@]}" -p no:cacheprovider --rootdir "$ROOT" \
         "${files[@]}" --junitxml "$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1); then
     say "python GPU tests: passed"
   else

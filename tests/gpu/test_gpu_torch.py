@@ -238,15 +238,24 @@ def signal_worker(rank, world, port):
 
 @pytest.mark.xfail(raises=TimeoutError, strict=True,
                    reason="known hang (H200, 2026-11-28): signal waits on CUDA; auto has the host wait")
-def test_signal_waits_into_a_fresh_tensor(monkeypatch):
+def test_signal_waits_into_a_fresh_tensor(monkeypatch, capfd):
     """UCCL_STREAM_WAIT=signal, eager loading, 2 ranks on one GPU: all_reduce, then a broadcast into
     a tensor just allocated, each wait() queued on the current stream. It hung at the first or
     second broadcast over IPC and staged alike, on the default and on a side stream (diagnosis
     runs of 2026-11-28, benchmarks/results/gpu_h200_20261128b). Kept so that every GPU run shows
-    whether it still hangs and where: on the hang spawn() prints both ranks' native stacks."""
+    whether it still hangs and where: on the hang spawn() prints both ranks' native stacks, kept
+    in UCCL_GPU_OUT/signal_wait_hang.txt (run.sh sets it: an expected failure's output is not
+    shown)."""
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
     monkeypatch.setenv("UCCL_STREAM_WAIT", "signal")
-    U.spawn(signal_worker, 2, deadline_s=60)
+    try:
+        U.spawn(signal_worker, 2, deadline_s=60)
+    except TimeoutError:
+        if os.environ.get("UCCL_GPU_OUT"):
+            cap = capfd.readouterr()
+            with open(os.path.join(os.environ["UCCL_GPU_OUT"], "signal_wait_hang.txt"), "w") as f:
+                f.write(cap.out + cap.err)
+        raise
 
 
 def parallel_worker(rank, world, port):

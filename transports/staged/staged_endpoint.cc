@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "base/log.h"
+#include "base/net.h"
 
 namespace uccl {
 
@@ -16,7 +17,7 @@ const TextSetting kStaged("staged", "UCCL_STAGED", "auto",
                           one_of({"auto", "on", "off"}));
 const BytesSetting kStagedChunk("staged", "UCCL_STAGED_CHUNK_BYTES", "auto",
                                 "staging chunk: the pipeline's unit (the smaller of the two ranks' values); auto = "
-                                "what the device backends that may own memory here ask for (cuda 2M), else 512K",
+                                "what the device backends that may own memory here ask for (cuda 8M), else 512K",
                                 bytes_or_auto(4096));
 const BytesSetting kStagedBounce("staged", "UCCL_STAGED_BOUNCE_BYTES", "auto",
                                  "bounce buffers per staged connection (half per direction, at least 2 chunks each); "
@@ -103,10 +104,19 @@ std::string StagedEndpoint::describe() const {
     return std::string(", shared slots: ours ") + (out_seg_registered_ ? "pinned" : "pageable") + ", the peer's " +
            (peer_slots_registered_ ? "pinned" : "pageable");
   };
-  return (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes" + (shared_ ? slots() : "") +
-                        ") over "
-                  : "staged (whole messages) over ") +
-         inner_->describe();
+  std::string s = (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes" + (shared_ ? slots() : "") +
+                                ") over "
+                          : "staged (whole messages) over ") +
+                  inner_->describe();
+  const ChunkTimes& t = times_;
+  auto us = [](double sum, uint64_t n) { return std::to_string(static_cast<long long>(sum / n * 1e6 + 0.5)); };
+  if (t.sent)
+    s += "; per chunk sent (" + std::to_string(t.sent) + "), mean us: to host " + us(t.to_host, t.sent) +
+         ", to the peer " + us(t.to_peer, t.sent) + ", waiting for a slot " + us(t.slot_wait, t.sent);
+  if (t.received)
+    s += "; per chunk received (" + std::to_string(t.received) + "), mean us: arriving " +
+         us(t.data_wait, t.received) + ", to the device " + us(t.to_device, t.received);
+  return s;
 }
 
 void StagedEndpoint::free_slots(Dir& d) {
@@ -366,6 +376,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       Chunk& c = op.chunks[op.started];
       Slot* sl = acquire(d, c.len);
       if (!sl) {
+        if (op.starved_since == 0) op.starved_since = now_s();
         // Waiting for the peer to consume shared slots, with nothing posted on the inner
         // endpoint: it checks the peer's liveness only while requests are pending, so ask it.
         if (!unconsumed_.empty() && !inner_->has_pending()) {
@@ -377,6 +388,11 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         break;
       }
       c.slot = sl;
+      c.t = now_s();
+      if (op.starved_since != 0) {
+        times_.slot_wait += c.t - op.starved_since;
+        op.starved_since = 0;
+      }
       Status s = backend_->copy_async(sl->host, static_cast<const char*>(op.s->data) + c.off, c.len,
                                       CopyDir::kDeviceToHost, d.stream.get());
       if (s.ok()) s = backend_->record(sl->ev.get(), d.stream.get());
@@ -395,6 +411,9 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         break;
       }
       if (op.error.ok()) {
+        const double now = now_s();
+        times_.to_host += now - c.t;
+        c.t = now;
         c.s.env = op.s->env;
         c.s.duplex = op.s->duplex && !c.slot->in_segment;  // a note is never pushed
         if (c.slot->in_segment) {  // the peer reads the slot: send the note
@@ -421,7 +440,12 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     while (op.finished < op.posted) {
       Chunk& c = op.chunks[op.finished];
       if (c.s.pending()) break;
-      if (c.s.state == ReqState::kFailed) keep_first_error(op, c.s);
+      if (c.s.state == ReqState::kFailed) {
+        keep_first_error(op, c.s);
+      } else {
+        times_.to_peer += now_s() - c.t;
+        ++times_.sent;
+      }
       if (c.via_slot) unconsumed_.push_back(c.slot);  // free again once the peer consumed it
       else release(d, c.slot);
       c.stage = Stage::kDone;

@@ -136,6 +136,7 @@ class StagedEndpoint final : public Endpoint {
     bool via_slot = false;         // shared slots: this chunk travels (or came) as `note`
     const char* src = nullptr;     // receiving: the peer's slot it is read from
     SlotNote note;
+    double t = 0;                  // when its current stage began (ChunkTimes)
   };
   struct Op {
     SendRequest* s = nullptr;  // exactly one of s / r
@@ -145,6 +146,17 @@ class StagedEndpoint final : public Endpoint {
     size_t started = 0, posted = 0, finished = 0;
     Status error;
     bool register_tried = false;  // shared slots: one try per op to register them for DMA
+    double starved_since = 0;     // sending: when a chunk first found no free slot (ChunkTimes)
+  };
+  // Where device chunks' time goes, summed over the endpoint's life; describe() prints the
+  // means, so a benchmark's path line says which stage a slow pipeline waits in. Each stage runs
+  // from when it was queued to the progress pass that saw it done: polling delays count too.
+  struct ChunkTimes {
+    uint64_t sent = 0, received = 0;                 // device chunks timed
+    double to_host = 0, to_peer = 0, slot_wait = 0;  // sending: device->host copy, the wire (or
+                                                     // the note), waiting for a free slot
+    double data_wait = 0, to_device = 0;             // receiving: the chunk's arrival, the copy
+                                                     // (and reduce) on the device
   };
   struct Dir {
     std::deque<Op> ops;
@@ -205,6 +217,7 @@ class StagedEndpoint final : public Endpoint {
   DeviceBackend* peer_slots_registered_ = nullptr;
   bool failed_ = false;
   Status why_failed_;
+  ChunkTimes times_;
 };
 
 }  // namespace uccl

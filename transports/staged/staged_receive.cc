@@ -6,11 +6,13 @@
 
 #include <cstring>
 
+#include "base/net.h"
 #include "base/reduce.h"
 
 namespace uccl {
 
 void StagedEndpoint::post_chunk_recv(Op& op, Chunk& c) {
+  c.t = now_s();
   inner_->post_recv(&c.r);
   c.stage = Stage::kPosted;
   ++op.started;
@@ -57,6 +59,9 @@ bool StagedEndpoint::advance_device_recv(Dir& d, Op& op, bool ready, bool may_po
 
 Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
   char* dst = static_cast<char*>(op.r->dst) + c.off;
+  const double now = now_s();
+  times_.data_wait += now - c.t;
+  c.t = now;
   Status s;
   const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
   const size_t count = op.r->reduce ? c.len / dtype_size(op.r->dtype) : 0;
@@ -167,6 +172,10 @@ bool StagedEndpoint::give_back_landed(Dir& d, Op& op) {
       Result<bool> q = backend_->query(c.slot->ev.get());
       if (!q.ok() && op.error.ok()) op.error = q.status().with_context("staging a receive to the device");
       if (q.ok() && !q.value()) break;
+      if (q.ok() && op.error.ok()) {
+        times_.to_device += now_s() - c.t;
+        ++times_.received;
+      }
       release(d, c.slot);
     }
     if (c.src) peer_slots_.consume(c.note);  // read out of the peer's slot: the sender may reuse it
