@@ -173,7 +173,7 @@ def native_stacks(pid, timeout=45.0, limit=8000):
             threads.append(cur)
         elif ln.startswith("#") and cur is not None:
             cur.append(ln[:200])
-    idle = ("gomp_", "libcudadebugger", "libgomp")
+    idle = ("gomp_thread_start", "libcudadebugger")  # an OpenMP worker, the debugger's helper
     busy = [t for t in threads if len(t) > 1 and not any(m in ln for ln in t[1:] for m in idle)]
     busy.sort(key=lambda t: not any("uccl" in ln for ln in t))
     text = "\n".join(ln for t in busy for ln in t)

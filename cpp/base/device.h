@@ -228,7 +228,7 @@ struct DeviceBackendInfo {
   std::string why_not;
   int devices;
   std::string stream_wait;  // "signal", or "host (why)": stream_wait_policy(); "" when unavailable
-  size_t staging_chunk = 0;  // DeviceBackend::staging_chunk_bytes() (0: none; "" when unavailable)
+  size_t staging_chunk = 0;  // DeviceBackend::staging_chunk_bytes(); 0: no preference, or unavailable
 };
 std::vector<DeviceBackendInfo> device_backend_infos();
 
