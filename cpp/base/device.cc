@@ -137,9 +137,11 @@ std::vector<DeviceBackendInfo> device_backend_infos() {
     i.kind = b->kind();
     i.available = b->available(&i.why_not);
     i.devices = i.available ? b->device_count() : 0;
-    std::string why;
-    if (i.available) i.stream_wait = stream_wait_policy(b, &why) ? "signal" : "host (" + why + ")";
-    if (i.available) i.staging_chunk = b->staging_chunk_bytes();
+    if (i.available) {
+      std::string why;
+      i.stream_wait = stream_wait_policy(b, &why) ? "signal" : "host (" + why + ")";
+      i.staging_chunk = b->staging_chunk_bytes();
+    }
     out.push_back(i);
   }
   return out;
