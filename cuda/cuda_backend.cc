@@ -251,18 +251,29 @@ class CudaBackend final : public DeviceBackend {
     mark_context();
     return std::shared_ptr<DeviceSignal>(std::make_shared<CudaSignal>(w.value()));
   }
-  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
+  // kSignal: cuStreamWaitValue32, a semaphore acquire that blocks the stream's hardware queue.
+  // kKernel: a one-thread kernel polling the word (cuda_kernels.h): the queue moves on and
+  // only that stream's later work waits, as behind any running kernel - NCCL's way of waiting
+  // for the host. Which of the two avoids the H200 hang (device.h) is for a GPU run to say.
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig, StreamWaitMode how) override {
     auto cs = std::dynamic_pointer_cast<CudaSignal>(sig);
     if (!cs) return InvalidArgument("cuda: not a CUDA signal");
+    if (how != StreamWaitMode::kSignal && how != StreamWaitMode::kKernel)
+      return InvalidArgument(std::string("cuda: a stream cannot wait by '") + stream_wait_mode_name(how) + "'");
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     preload_kernels(s->ordinal());
     // Under the lock of the synchronizing memory calls: none may be waiting while this is queued.
     return mem_.enqueue_wait([&]() -> Status {
-      CUresult r = driver().stream_wait_value32(reinterpret_cast<CUstream>(raw(s)), cs->device_address(), 1,
-                                                CU_STREAM_WAIT_VALUE_GEQ);
-      if (r != CUDA_SUCCESS)
-        return Status(Code::kSystemError, "cuda: cuStreamWaitValue32 failed (CUresult " + std::to_string(r) + ")");
+      if (how == StreamWaitMode::kKernel) {
+        UCCL_RETURN_IF_ERROR(launched("stream wait kernel",
+                                      launch_wait_flag(reinterpret_cast<const void*>(cs->device_address()), raw(s))));
+      } else {
+        CUresult r = driver().stream_wait_value32(reinterpret_cast<CUstream>(raw(s)), cs->device_address(), 1,
+                                                  CU_STREAM_WAIT_VALUE_GEQ);
+        if (r != CUDA_SUCCESS)
+          return Status(Code::kSystemError, "cuda: cuStreamWaitValue32 failed (CUresult " + std::to_string(r) + ")");
+      }
       // The word must outlive the wait: keep the signal until an event recorded behind it completed.
       cudaEvent_t done = nullptr;
       if (cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) return cuda_error("cudaEventCreate", e);
@@ -294,7 +305,7 @@ class CudaBackend final : public DeviceBackend {
              "on an H200 a broadcast into a fresh tensor hung so, with eager module loading too)";
       if (lazy_loading_)
         *why += "; and under lazy module loading a kernel's first launch waits for the whole device to drain";
-      *why += ". The host waits for the operation; UCCL_STREAM_WAIT=signal queues the stream wait anyway";
+      *why += ". The host waits for the operation; UCCL_STREAM_WAIT=signal|kernel queues the stream wait anyway";
     }
     return false;
   }

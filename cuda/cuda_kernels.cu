@@ -187,8 +187,32 @@ int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, 
   }
 }
 
+namespace {
+__global__ void wait_flag_kernel(const uint32_t* flag) {
+  unsigned ns = 64;
+  for (;;) {
+    uint32_t v;
+    // Acquire at system scope: the host's release store, and what the operation wrote before it.
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if (v >= 1u) return;
+    __nanosleep(ns);
+    if (ns < 4096) ns *= 2;
+  }
+}
+}  // namespace
+
+int launch_wait_flag(const void* flag, void* stream) {
+  if (t_preload) {
+    cudaFuncAttributes attr;
+    return static_cast<int>(cudaFuncGetAttributes(&attr, wait_flag_kernel));
+  }
+  wait_flag_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint32_t*>(flag));
+  return static_cast<int>(cudaGetLastError());
+}
+
 void preload_kernels() {
   t_preload = true;
+  launch_wait_flag(nullptr, nullptr);
   static const DataType kTypes[] = {DataType::kInt8,     DataType::kUint8,     DataType::kInt32,   DataType::kInt64,
                                     DataType::kFloat16,  DataType::kBFloat16,  DataType::kFloat32, DataType::kFloat64};
   static const RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMin, RedOp::kMax,

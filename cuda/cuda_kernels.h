@@ -26,6 +26,12 @@ int launch_reduce(void* dst, const void* a, const void* b, size_t count, DataTyp
                   void* stream);
 int launch_scale(void* dst, const void* src, size_t count, DataType dt, double factor, void* stream);
 int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, void* stream);
+// One thread on `stream` that returns once the 32-bit word at `flag` (a device address of mapped
+// pinned host memory, which the host sets to 1) is >= 1: a stream wait the way NCCL's kernels
+// wait for their proxy, as a running kernel polling host memory (acquire, system scope, with a
+// backoff of up to ~4 us between reads) instead of a semaphore acquire in the stream's hardware
+// queue (cuStreamWaitValue32). UCCL_STREAM_WAIT=kernel; cuda_backend.cc says why.
+int launch_wait_flag(const void* flag, void* stream);
 // Loads every kernel above on the current device now (cudaFuncGetAttributes), so that no launch
 // loads one later: with CUDA's lazy loading a load may synchronize the device (cuda_backend.cc).
 void preload_kernels();

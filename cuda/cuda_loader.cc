@@ -156,8 +156,8 @@ class CudaProxy final : public DeviceBackend {
     if (!b()) return unavailable();
     return b()->create_signal(ordinal);
   }
-  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
-    return b() ? b()->stream_wait_signal(s, sig) : unavailable();
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig, StreamWaitMode how) override {
+    return b() ? b()->stream_wait_signal(s, sig, how) : unavailable();
   }
   bool signal_waits_safe(std::string* why) const override {
     if (!b()) return true;  // unavailable: no stream to wait

@@ -296,7 +296,8 @@ def body_wait_stream(ctx, kill_peer):
     done_at_return = w.is_completed()
     ctx.store.set("waiting", b"1")
     got = x.numpy(stream=s)  # queued behind the wait; returns when the copy ran
-    out = {"done_at_return": done_at_return, "first": float(got[0]), "all_same": bool(np.all(got == got[0]))}
+    out = {"done_at_return": done_at_return, "first": float(got[0]), "all_same": bool(np.all(got == got[0])),
+           "stream_wait": uccl.stream_wait_mode("sim")}
     try:
         w.wait()
     except uccl.UcclError as e:
@@ -469,11 +470,16 @@ def test_stream_wait_by_the_host(kill_peer):
         assert "error" in r and "rank 1" in r["error"][1], r
 
 
-@pytest.mark.parametrize("kill_peer", [False, True], ids=["completes", "peer-killed"])
-def test_work_makes_a_stream_wait_without_blocking(kill_peer):
-    results = run_world(2, "test_device:body_wait_stream", (kill_peer,), env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20"},
+@pytest.mark.parametrize("kill_peer,wait", [(False, "auto"), (True, "auto"), (False, "kernel")],
+                         ids=["completes", "peer-killed", "completes-kernel-wait"])
+def test_work_makes_a_stream_wait_without_blocking(kill_peer, wait):
+    """auto: the simulated device's signal wait; kernel: UCCL_STREAM_WAIT=kernel (CUDA's polling
+    kernel; the simulated stream's worker waits the same way for both) reaches the backend."""
+    results = run_world(2, "test_device:body_wait_stream", (kill_peer,),
+                        env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "20", "UCCL_STREAM_WAIT": wait},
                         transport="tcp", timeout=90, expect_exit={1} if kill_peer else None)
     r = results[0]
+    assert r["stream_wait"] == ("signal" if wait == "auto" else wait), r
     assert r["done_at_return"] is False, r
     if not kill_peer:
         assert r["first"] == 3.0 and r["all_same"], r  # 1 + 2: the copy ran after the operation

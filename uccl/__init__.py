@@ -24,9 +24,10 @@ def build_info():
 
 def stream_wait_mode(backend="cuda"):
     """How ``Work.wait(stream=)`` and the torch backend's ``work.wait()`` hold back a stream of a
-    device backend ("cuda", "sim"): "signal" (the host returns at once) or "host (why)" (the host
-    waits for the operation; CUDA unless UCCL_STREAM_WAIT=signal), per UCCL_STREAM_WAIT; "" when that
-    backend is unavailable here."""
+    device backend ("cuda", "sim"): "signal" or "kernel" (the stream waits on a flag uccl raises, by
+    the device runtime's wait or by a polling kernel; the host returns at once) or "host (why)" (the
+    host waits for the operation; CUDA unless UCCL_STREAM_WAIT=signal|kernel), per UCCL_STREAM_WAIT;
+    "" when that backend is unavailable here."""
     for b in _core.device_backends():
         if b["name"] == backend:
             return b["stream_wait"]

@@ -16,7 +16,7 @@ class Work:
         operations' own ``stream=`` takes): returns at once, and work queued on that stream from
         now on runs only after the operation finished (NCCL's ``work.wait()``). Errors then come
         from a later ``wait()`` / ``is_completed()``; the stream is released on failure too. Where a
-        stream must not wait on uccl's thread (CUDA, unless ``UCCL_STREAM_WAIT=signal``;
+        stream must not wait on uccl's thread (CUDA, unless ``UCCL_STREAM_WAIT=signal`` or ``kernel``;
         ``uccl.stream_wait_mode()`` says), the host waits for the operation instead and
         its error is raised here.
         """

@@ -25,8 +25,17 @@ Result<std::shared_ptr<DeviceSignal>> DeviceBackend::create_signal(int) {
   return NotSupported(std::string(name()) + ": streams cannot wait for a host signal");
 }
 
-Status DeviceBackend::stream_wait_signal(DeviceStream*, const std::shared_ptr<DeviceSignal>&) {
+Status DeviceBackend::stream_wait_signal(DeviceStream*, const std::shared_ptr<DeviceSignal>&, StreamWaitMode) {
   return NotSupported(std::string(name()) + ": streams cannot wait for a host signal");
+}
+
+const char* stream_wait_mode_name(StreamWaitMode m) {
+  switch (m) {
+    case StreamWaitMode::kHost: return "host";
+    case StreamWaitMode::kSignal: return "signal";
+    case StreamWaitMode::kKernel: return "kernel";
+  }
+  return "unknown";
 }
 
 const char* memory_kind_name(MemoryKind k) {
@@ -115,18 +124,21 @@ void add_device_host_threads(int delta) { g_device_host_threads.fetch_add(delta,
 
 const TextSetting kStreamWait("device", "UCCL_STREAM_WAIT", "auto",
                               "how wait(stream=) / the torch backend's work.wait() hold a stream back: signal (the "
-                              "host returns at once), host (the host waits for the op), auto (signal where the "
-                              "device runtime cannot deadlock on it: the simulated device; not CUDA, device.h)",
-                              one_of({"auto", "signal", "host"}));
+                              "device runtime waits on a flag uccl raises; the host returns at once), kernel (a "
+                              "one-thread kernel on the stream polls that flag), host (the host waits for the op), "
+                              "auto (signal where the device runtime cannot deadlock on it: the simulated device; "
+                              "host on CUDA, device.h)",
+                              one_of({"auto", "signal", "kernel", "host"}));
 
-bool stream_wait_policy(DeviceBackend* b, std::string* why) {
+StreamWaitMode stream_wait_policy(DeviceBackend* b, std::string* why) {
   const std::string& mode = kStreamWait.get();
-  if (mode == "signal") return true;
+  if (mode == "signal") return StreamWaitMode::kSignal;
+  if (mode == "kernel") return StreamWaitMode::kKernel;
   if (mode == "host") {
     if (why) *why = "UCCL_STREAM_WAIT=host";
-    return false;
+    return StreamWaitMode::kHost;
   }
-  return b->signal_waits_safe(why);
+  return b->signal_waits_safe(why) ? StreamWaitMode::kSignal : StreamWaitMode::kHost;
 }
 
 std::vector<DeviceBackendInfo> device_backend_infos() {
@@ -139,7 +151,8 @@ std::vector<DeviceBackendInfo> device_backend_infos() {
     i.devices = i.available ? b->device_count() : 0;
     if (i.available) {
       std::string why;
-      i.stream_wait = stream_wait_policy(b, &why) ? "signal" : "host (" + why + ")";
+      const StreamWaitMode m = stream_wait_policy(b, &why);
+      i.stream_wait = m == StreamWaitMode::kHost ? "host (" + why + ")" : stream_wait_mode_name(m);
       i.staging_chunk = b->staging_chunk_bytes();
     }
     out.push_back(i);

@@ -64,6 +64,17 @@ class DeviceEvent {
   virtual ~DeviceEvent() = default;
 };
 
+// How Work::wait_stream holds a user's stream back until an operation completes
+// (UCCL_STREAM_WAIT; stream_wait_policy() below). Values are stable (logs print them).
+enum class StreamWaitMode : uint8_t {
+  kHost = 0,    // the host waits for the operation, then the stream has nothing to wait for (Gloo's way)
+  kSignal = 1,  // the device runtime's own wait on a word the host raises (cuda: cuStreamWaitValue32,
+                // a semaphore acquire in the stream's hardware queue)
+  kKernel = 2,  // a one-thread kernel queued on the stream polls that word (cuda: the way NCCL's
+                // kernels wait for the host: a running kernel, not a blocked queue)
+};
+const char* stream_wait_mode_name(StreamWaitMode m);
+
 // A flag the host raises once, that device streams can wait on without a host thread blocking
 // (Work::wait_stream: a user's stream waits for an operation the way NCCL's work.wait() makes
 // the current stream wait). The backend keeps whatever the device still reads alive, so the
@@ -152,10 +163,11 @@ class DeviceBackend {
   // Work enqueued on `s` after this call starts only once `e` completed (no host wait).
   virtual Status stream_wait(DeviceStream* s, DeviceEvent* e) = 0;
   // A fresh signal for streams of device `ordinal`, and a wait on it: work enqueued on `s` after
-  // stream_wait_signal() starts only once the signal was raised (cuda: cuStreamWaitValue32 on
-  // mapped pinned memory; sim: the stream's worker waits). Backends without it: kNotSupported.
+  // stream_wait_signal() starts only once the signal was raised. `how` (kSignal or kKernel, see
+  // StreamWaitMode) picks the device's way of waiting; sim: its stream's worker waits either way.
+  // Backends without it: kNotSupported.
   virtual Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal);
-  virtual Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig);
+  virtual Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig, StreamWaitMode how);
   // Whether a stream of this backend may wait on a signal that only uccl's progress thread raises
   // without risking a deadlock in the device runtime itself; false with *why when not. CUDA: no.
   // (1) The device work that completes the operation (copies, reduce kernels on uccl's streams)
@@ -189,12 +201,13 @@ DeviceBackend* find_device_backend(const std::string& name);
 // operation would be recorded into the user's graph half-done, or a replay would skip its wait.
 Status refuse_capture(DeviceBackend* b, DeviceStream* s, const std::string& what);
 
-// How Work::wait_stream makes a stream wait on `b` (UCCL_STREAM_WAIT: auto | signal | host):
-// true = a signal the progress thread raises (the host returns at once, NCCL's work.wait()),
-// false = the host waits for the operation, after which the stream has nothing left to wait
-// for (Gloo's behaviour; never deadlocks). auto: signal where b->signal_waits_safe(). *why
-// says why the host waits (the setting, or the backend's reason).
-bool stream_wait_policy(DeviceBackend* b, std::string* why);
+// How Work::wait_stream makes a stream wait on `b` (UCCL_STREAM_WAIT: auto | signal | kernel |
+// host): kSignal / kKernel = the stream waits for a signal the progress thread raises (the host
+// returns at once, NCCL's work.wait()), kHost = the host waits for the operation, after which the
+// stream has nothing left to wait for (Gloo's behaviour; never deadlocks). auto: kSignal where
+// b->signal_waits_safe(), else kHost. *why says why the host waits (the setting, or the backend's
+// reason).
+StreamWaitMode stream_wait_policy(DeviceBackend* b, std::string* why);
 
 // Where a pointer lives: asks each *available* registered backend's owns(); host when none
 // claims it.
@@ -227,7 +240,7 @@ struct DeviceBackendInfo {
   bool available;
   std::string why_not;
   int devices;
-  std::string stream_wait;  // "signal", or "host (why)": stream_wait_policy(); "" when unavailable
+  std::string stream_wait;  // "signal", "kernel", or "host (why)": stream_wait_policy(); "" when unavailable
   size_t staging_chunk = 0;  // DeviceBackend::staging_chunk_bytes(); 0: no preference, or unavailable
 };
 std::vector<DeviceBackendInfo> device_backend_infos();

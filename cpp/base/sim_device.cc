@@ -365,7 +365,7 @@ Result<std::shared_ptr<DeviceSignal>> SimBackend::create_signal(int ordinal) {
   return std::shared_ptr<DeviceSignal>(std::make_shared<SimSignal>());
 }
 
-Status SimBackend::stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) {
+Status SimBackend::stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig, StreamWaitMode) {
   SimStream* st = sim_stream_of(s);
   auto sim = std::dynamic_pointer_cast<SimSignal>(sig);
   if (!st || !sim) return InvalidArgument(name_ + ": not a simulated stream / signal");
@@ -448,8 +448,8 @@ class SimProxy final : public DeviceBackend {
   Result<bool> query(DeviceEvent* e) override { return sim_backend()->query(e); }
   Status stream_wait(DeviceStream* s, DeviceEvent* e) override { return sim_backend()->stream_wait(s, e); }
   Result<std::shared_ptr<DeviceSignal>> create_signal(int o) override { return sim_backend()->create_signal(o); }
-  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override {
-    return sim_backend()->stream_wait_signal(s, sig);
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig, StreamWaitMode how) override {
+    return sim_backend()->stream_wait_signal(s, sig, how);
   }
   Result<bool> capturing(DeviceStream* s) override { return sim_backend()->capturing(s); }
   Status synchronize(DeviceStream* s) override { return sim_backend()->synchronize(s); }

@@ -85,7 +85,8 @@ class SimBackend final : public DeviceBackend {
   Result<bool> query(DeviceEvent* e) override;
   Status stream_wait(DeviceStream* s, DeviceEvent* e) override;
   Result<std::shared_ptr<DeviceSignal>> create_signal(int ordinal) override;
-  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig) override;
+  // kSignal and kKernel alike: the stream's worker waits (what a GPU's queue or a polling kernel does).
+  Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig, StreamWaitMode how) override;
   Result<bool> capturing(DeviceStream* s) override;
   // Tests: makes `s` report a graph capture in progress (CUDA's cudaStreamBeginCapture), or not.
   Status set_capturing(DeviceStream* s, bool on);

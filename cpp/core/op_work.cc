@@ -43,10 +43,11 @@ Status OpWork::wait_stream(uintptr_t stream) {
   UCCL_RETURN_IF_ERROR(refuse_capture(mem.backend, st.value().get(), label() + ": wait_stream"));
   // Where a signal wait could deadlock the device runtime (device.h, signal_waits_safe), the
   // host waits: once the operation is done its results are in place for every stream.
-  if (!stream_wait_policy(mem.backend, nullptr)) return wait(-1.0);
+  const StreamWaitMode how = stream_wait_policy(mem.backend, nullptr);
+  if (how == StreamWaitMode::kHost) return wait(-1.0);
   auto sig = mem.backend->create_signal(mem.ordinal);
   if (!sig.ok()) return sig.status().with_context(label() + ": wait_stream");
-  UCCL_RETURN_IF_ERROR(mem.backend->stream_wait_signal(st.value().get(), sig.value()));
+  UCCL_RETURN_IF_ERROR(mem.backend->stream_wait_signal(st.value().get(), sig.value(), how));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!done()) {

@@ -14,6 +14,7 @@
 #include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -227,13 +228,16 @@ TEST_CASE("cuda backend on a GPU: memory calls while a stream waits on a signal 
     MESSAGE("skipped: no usable CUDA device here");
     return;
   }
+  StreamWaitMode how = StreamWaitMode::kSignal;
+  SUBCASE("cuStreamWaitValue32") { how = StreamWaitMode::kSignal; }
+  SUBCASE("a polling kernel") { how = StreamWaitMode::kKernel; }
   auto s = b->create_stream(0);
   REQUIRE_OK(s.status());
   auto keep = b->alloc(0, 1 << 20);  // freed below while the wait is outstanding: deferred
   REQUIRE_OK(keep.status());
   auto sig = b->create_signal(0);
   REQUIRE_OK(sig.status());
-  REQUIRE_OK(b->stream_wait_signal(s.value().get(), sig.value()));
+  REQUIRE_OK(b->stream_wait_signal(s.value().get(), sig.value(), how));
   auto fut = std::async(std::launch::async, [&] {
     auto d = b->alloc(0, 4096 * sizeof(float));
     auto h = b->alloc_pinned(1 << 20);
@@ -247,5 +251,63 @@ TEST_CASE("cuda backend on a GPU: memory calls while a stream waits on a signal 
   sig.value()->raise();
   CHECK(fut.get());
   CHECK_OK(b->synchronize(s.value().get()));
+}
+
+TEST_CASE("cuda backend on a GPU: a stream waiting on a signal holds its later work until the host raises it") {
+  // Both device waits (StreamWaitMode kSignal, kKernel): a copy queued behind the wait has not run
+  // while the signal is down, and runs once it is raised; a copy on another stream meanwhile is
+  // not held up (a wait must hold back only its own stream: device.h, the H200 hang).
+  DeviceBackend* b = find_device_backend("cuda");
+  REQUIRE(b != nullptr);
+  if (!b->available(nullptr)) {
+    MESSAGE("skipped: no usable CUDA device here");
+    return;
+  }
+  StreamWaitMode how = StreamWaitMode::kSignal;
+  SUBCASE("cuStreamWaitValue32") { how = StreamWaitMode::kSignal; }
+  SUBCASE("a polling kernel") { how = StreamWaitMode::kKernel; }
+  auto held = b->create_stream(0);
+  auto other = b->create_stream(0);
+  REQUIRE_OK(held.status());
+  REQUIRE_OK(other.status());
+  const size_t n = 1 << 20;
+  auto dev = b->alloc(0, n);
+  auto host = b->alloc_pinned(n);
+  auto host2 = b->alloc_pinned(n);
+  REQUIRE_OK(dev.status());
+  REQUIRE_OK(host.status());
+  REQUIRE_OK(host2.status());
+  std::memset(host.value(), 7, n);
+  REQUIRE_OK(b->copy_async(dev.value(), host.value(), n, CopyDir::kHostToDevice, held.value().get()));
+  REQUIRE_OK(b->synchronize(held.value().get()));
+  std::memset(host.value(), 0, n);
+  std::memset(host2.value(), 0, n);
+  auto sig = b->create_signal(0);
+  REQUIRE_OK(sig.status());
+  REQUIRE_OK(b->stream_wait_signal(held.value().get(), sig.value(), how));
+  auto ev = b->create_event();
+  REQUIRE_OK(ev.status());
+  REQUIRE_OK(b->copy_async(host.value(), dev.value(), n, CopyDir::kDeviceToHost, held.value().get()));
+  REQUIRE_OK(b->record(ev.value().get(), held.value().get()));
+  // Another stream's copy completes while `held` waits.
+  REQUIRE_OK(b->copy_async(host2.value(), dev.value(), n, CopyDir::kDeviceToHost, other.value().get()));
+  auto fut = std::async(std::launch::async, [&] { return b->synchronize(other.value().get()).ok(); });
+  const bool other_done = fut.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  CHECK_MESSAGE(other_done, "a copy on another stream waited behind the signal wait");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto q = b->query(ev.value().get());
+  REQUIRE_OK(q.status());
+  CHECK_FALSE(q.value());  // held back
+  CHECK(static_cast<unsigned char*>(host.value())[n - 1] == 0);
+  sig.value()->raise();
+  CHECK_OK(b->synchronize(held.value().get()));
+  CHECK(static_cast<unsigned char*>(host.value())[n - 1] == 7);
+  if (other_done) {
+    CHECK(fut.get());
+    CHECK(static_cast<unsigned char*>(host2.value())[n - 1] == 7);
+  }
+  b->free(dev.value());
+  b->free_pinned(host.value());
+  b->free_pinned(host2.value());
 }
 #endif

@@ -175,7 +175,7 @@ TEST_CASE("sim device: allocating while a stream waits on a signal does not wait
   REQUIRE(s.ok());
   auto sig = b.create_signal(0);
   REQUIRE(sig.ok());
-  REQUIRE(b.stream_wait_signal(s.value().get(), sig.value()).ok());
+  REQUIRE(b.stream_wait_signal(s.value().get(), sig.value(), StreamWaitMode::kSignal).ok());
   // Without the policy each of these would wait for the stream, which waits for the signal
   // that only this thread raises (below): the test would hang (ctest's timeout).
   auto fut = std::async(std::launch::async, [&] {

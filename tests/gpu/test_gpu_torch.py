@@ -7,9 +7,10 @@ the simulated device's streams wait instead, tests/torch/test_torch_device.py). 
 2 ranks of one GPU (NCCL refuses that) and, where there are two GPUs, one GPU per rank:
   * every op on CUDA tensors against the same op on CPU tensors (both through uccl);
   * a kernel writes the tensor on a side stream right before the collective, no host sync;
-  * wait() with signal waits returns without blocking the host (known to hang on CUDA: an xfail
-    test keeps the case); the input dropped right after an async collective stays alive until the
-    device is done;
+  * wait() with stream waits returns without blocking the host: UCCL_STREAM_WAIT=kernel (a polling
+    kernel) runs the whole test; signal waits (cuStreamWaitValue32) are known to hang on CUDA (an
+    xfail test keeps the case, beside the kernel's); the input dropped right after an async
+    collective stays alive until the device is done;
   * one rank on CPU tensors, the other on CUDA tensors;
   * DDP on CUDA against DDP on CPU: the same parameters after three steps; DDP with comm hooks
     (allreduce, fp16 compression) and FSDP2 (fully_shard) on CUDA against the same on CPU;
@@ -105,7 +106,7 @@ def check_wait_and_lifetime(rank, world, d):
     x = torch.full((1 << 20,), float(rank + 1), device=d)
     torch.cuda.synchronize()
     want = float(sum(r + 1 for r in range(world)))
-    if uccl.stream_wait_mode("cuda") == "signal":
+    if uccl.stream_wait_mode("cuda") in ("signal", "kernel"):
         U.all_reduce_while_peers_wait(rank, x, "gpu/waiting")  # wait() must not block the host
     else:  # the host waits (UCCL_STREAM_WAIT=auto on CUDA) until the op is done
         dist.all_reduce(x, async_op=True).wait()
@@ -191,7 +192,7 @@ def check_training(rank, world, d):
 def worker(rank, world, port, one_gpu, wait_mode=None):
     d = _dev(rank, one_gpu)
     torch.cuda.set_device(d)
-    if wait_mode:  # how work.wait() holds the stream back ("host (why)" or "signal")
+    if wait_mode:  # how work.wait() holds the stream back ("host (why)", "signal" or "kernel")
         assert uccl.stream_wait_mode("cuda").startswith(wait_mode), uccl.stream_wait_mode("cuda")
     U.init_uccl(rank, world, port)
     check_ops(rank, world, d)
@@ -214,46 +215,75 @@ def test_torch_backend_on_cuda(one_gpu):
 def test_torch_backend_on_cuda_with_eager_module_loading(monkeypatch):
     """With CUDA_MODULE_LOADING=EAGER (set before the ranks start CUDA) the same checks pass, the
     host still waiting in work.wait() (UCCL_STREAM_WAIT=auto: signal waits can deadlock CUDA whatever
-    the loading mode, test_signal_waits_into_a_fresh_tensor below)."""
+    the loading mode, test_stream_waits_into_a_fresh_tensor below)."""
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
     U.spawn(worker, 2, True, "host (", deadline_s=150)
 
 
-def signal_worker(rank, world, port):
+def test_torch_backend_on_cuda_with_kernel_waits(monkeypatch):
+    """UCCL_STREAM_WAIT=kernel (a one-thread kernel on the current stream polls uccl's flag, the way
+    NCCL's kernels wait for the host; cuda_kernels.h), eager loading: every check of the test above
+    with work.wait() returning at once. The hypothesis of 2026-11-28: what hangs the signal waits is
+    the semaphore acquire blocking the stream's hardware queue, which a running kernel does not."""
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
+    monkeypatch.setenv("UCCL_STREAM_WAIT", "kernel")
+    U.spawn(worker, 2, True, "kernel", deadline_s=150)
+
+
+def fresh_tensor_worker(rank, world, port, mode, reads):
+    """all_reduce, then a broadcast into a tensor just allocated, each wait() queued on the current
+    stream; reads: "pageable" checks with tensor.cpu() (a synchronous copy to pageable memory, queued
+    behind the wait), "pinned" with a non-blocking copy into pinned memory and a stream synchronize."""
     torch.cuda.set_device(0)
-    assert uccl.stream_wait_mode("cuda") == "signal", uccl.stream_wait_mode("cuda")
+    assert uccl.stream_wait_mode("cuda") == mode, uccl.stream_wait_mode("cuda")
     U.init_uccl(rank, world, port, timeout_s=300)  # the spawn deadline comes first: stacks
     d = torch.device("cuda", 0)
+
+    def read(t):
+        if reads == "pageable":
+            return t.cpu()
+        h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        h.copy_(t, non_blocking=True)
+        torch.cuda.current_stream().synchronize()
+        return h
+
     for i in range(3):
         a = torch.full((1 << 20,), float(rank + 1), device=d)
         dist.all_reduce(a)  # the current stream waits; the host goes on
         b = torch.ones(8)
         dist.all_reduce(b)
-        assert a.cpu().eq(3).all() and b.eq(2).all()
+        assert read(a).eq(3).all() and b.eq(2).all()
         c = torch.full((4099 + 64 * i,), float(rank), device=d)
         dist.broadcast(c, src=1)
-        assert c.cpu().eq(1).all()
+        assert read(c).eq(1).all()
     dist.destroy_process_group()
 
 
-@pytest.mark.xfail(raises=TimeoutError, strict=True,
-                   reason="known hang (H200, 2026-11-28): signal waits on CUDA; auto has the host wait")
-def test_signal_waits_into_a_fresh_tensor(monkeypatch, capfd):
-    """UCCL_STREAM_WAIT=signal, eager loading, 2 ranks on one GPU: all_reduce, then a broadcast into
-    a tensor just allocated, each wait() queued on the current stream. It hung at the first or
-    second broadcast over IPC and staged alike, on the default and on a side stream (diagnosis
-    runs of 2026-11-28, benchmarks/results/gpu_h200_20261128b). Kept so that every GPU run shows
-    whether it still hangs and where: on the hang spawn() prints both ranks' native stacks, kept
-    in UCCL_GPU_OUT/signal_wait_hang.txt (run.sh sets it: an expected failure's output is not
-    shown)."""
+@pytest.mark.parametrize("mode,reads", [
+    pytest.param("signal", "pageable", marks=pytest.mark.xfail(
+        raises=TimeoutError, strict=True,
+        reason="known hang (H200, 2026-11-28): signal waits on CUDA; auto has the host wait")),
+    pytest.param("signal", "pinned", marks=pytest.mark.xfail(
+        raises=TimeoutError, strict=False,
+        reason="a hypothesis: the pageable read-back (a driver-staged copy behind the wait) takes part in the hang")),
+    ("kernel", "pageable"),
+], ids=["signal", "signal-pinned-reads", "kernel"])
+def test_stream_waits_into_a_fresh_tensor(monkeypatch, capfd, mode, reads):
+    """UCCL_STREAM_WAIT=signal|kernel, eager loading, 2 ranks on one GPU (fresh_tensor_worker).
+    With signal waits it hung at the first or second broadcast over IPC and staged alike, on the
+    default and on a side stream (diagnosis runs of 2026-11-28, benchmarks/results/
+    gpu_h200_20261128b). Kept so that every GPU run shows whether it still hangs and where: on a
+    hang spawn() prints both ranks' native stacks, kept in UCCL_GPU_OUT/stream_wait_hang_<id>.txt
+    (run.sh sets it: an expected failure's output is not shown)."""
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
-    monkeypatch.setenv("UCCL_STREAM_WAIT", "signal")
+    monkeypatch.setenv("UCCL_STREAM_WAIT", mode)
     try:
-        U.spawn(signal_worker, 2, deadline_s=60)
+        U.spawn(fresh_tensor_worker, 2, mode, reads, deadline_s=45)
     except TimeoutError:
         if os.environ.get("UCCL_GPU_OUT"):
             cap = capfd.readouterr()
-            with open(os.path.join(os.environ["UCCL_GPU_OUT"], "signal_wait_hang.txt"), "w") as f:
+            name = f"stream_wait_hang_{mode}_{reads}.txt"
+            with open(os.path.join(os.environ["UCCL_GPU_OUT"], name), "w") as f:
                 f.write(cap.out + cap.err)
         raise
 
