@@ -139,7 +139,12 @@ class CudaBackend final : public DeviceBackend {
     if (!available(nullptr) || !ptr || bytes == 0) return false;
     bool ok = false;
     mem_.run_if_quiet([&] {
-      cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+      // Mapped too: the reduce kernel may read a landed chunk where it lies (kernel_view_of_host).
+      cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
+      if (e != cudaSuccess) {  // pinned but unmapped is still worth having: copies at pinned speed
+        cudaGetLastError();
+        e = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+      }
       if (e == cudaSuccess) {
         ok = true;
         return;
@@ -191,6 +196,20 @@ class CudaBackend final : public DeviceBackend {
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
     return launched("reduce kernel", launch_reduce(dst, a, b, count, dt, op, raw(s)));
+  }
+  // Pinned or registered host memory (registered with cudaHostRegisterMapped, allocated by
+  // cudaHostAlloc: mapped under unified addressing) at its device address; pageable: nullptr.
+  // Whether to use it is the loader's (UCCL_CUDA_REDUCE_FROM_HOST).
+  const void* kernel_view_of_host(const void* host, int ordinal) const override {
+    if (!available(nullptr) || !host) return nullptr;
+    DeviceGuard g;
+    if (!use_device(ordinal, &g).ok()) return nullptr;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return a.type == cudaMemoryTypeHost ? a.devicePointer : nullptr;
   }
   size_t staging_chunk_bytes() const override { return 8u << 20; }  // see device.h
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/config.h"
 #include "base/device.h"
 #include "base/log.h"
 #include "cuda/cuda_module.h"
@@ -87,6 +88,13 @@ Status unavailable() {
   return NotSupported("cuda: " + why);
 }
 
+// Declared here, in libuccl.so, so that `python -m uccl.info` lists it without loading CUDA.
+const BoolSetting kCudaReduceFromHost("device", "UCCL_CUDA_REDUCE_FROM_HOST", "0",
+                                      "cuda: staged receives that reduce read each chunk straight out of its pinned "
+                                      "host slot in the reduce kernel (zero-copy; 0: copied to the device first, "
+                                      "until a GPU run measures the two: tests/gpu/bench_gpu.py staged-zc)",
+                                      boolean());
+
 // The registered backend: forwards to the module's once it is loaded and available.
 class CudaProxy final : public DeviceBackend {
  public:
@@ -131,7 +139,9 @@ class CudaProxy final : public DeviceBackend {
                       DeviceStream* s) override {
     return b() ? b()->reduce_async(dst, a, bb, count, dt, op, s) : unavailable();
   }
-  bool reduces_from_host() const override { return b() && b()->reduces_from_host(); }
+  const void* kernel_view_of_host(const void* host, int ordinal) const override {
+    return kCudaReduceFromHost.get() && b() ? b()->kernel_view_of_host(host, ordinal) : nullptr;
+  }
   size_t staging_chunk_bytes() const override { return b() ? b()->staging_chunk_bytes() : 0; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override {

@@ -150,7 +150,7 @@ def test_shared_slots_carry_every_form_of_chunk():
 
 def body_zero_copy_reduce(ctx):
     """A staged all_reduce of device buffers on every rank, whose reducing receives read each
-    chunk straight out of its host slot (the sim backend reduces_from_host): the device memory
+    chunk straight out of its host slot (the sim backend's kernel_view_of_host): the device memory
     allocated during the operation is only what the collective itself needs (nothing with a
     ring in place: the chunk-sized device temporaries of copy-then-reduce are gone), and the
     result is exact."""

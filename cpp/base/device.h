@@ -133,15 +133,19 @@ class DeviceBackend {
   // memcpy in the given direction; host pointers may be pageable or pinned.
   virtual Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) = 0;
   // The kernels of cpp/base/reduce.h on device memory of this backend (dst may alias a or b).
-  // Where reduces_from_host(), `b` may also be pinned or registered host memory, read by the
-  // kernel over the bus (zero-copy): the staged transport then reduces a landed chunk straight
-  // out of its bounce slot instead of copying it to a device temporary first.
+  // `b` may also be host memory as kernel_view_of_host() gives it (zero-copy, below).
   virtual Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt,
                               RedOp op, DeviceStream* s) = 0;
-  // The sim backend: yes (its kernels read host memory at its copy speed, as a GPU's loads of
-  // mapped pinned memory go at the bus's). cuda: not yet, kept to copy-then-reduce until the
-  // zero-copy kernel (registered slots mapped with cudaHostRegisterMapped) is measured on a GPU.
-  virtual bool reduces_from_host() const { return false; }
+  // Where this backend's kernels can read the host memory at `host` directly from device
+  // `ordinal` (pinned memory mapped into the device: a registered bounce slot), the address they
+  // read it at; nullptr where they cannot. The staged transport then reduces a landed chunk
+  // straight out of its slot (zero-copy: one pass over the device's data) instead of copying it
+  // to a device temporary first. sim: `host` itself (its kernels read host memory at its copy
+  // speed, as a GPU's loads of mapped pinned memory go at the bus's); nullptr with
+  // UCCL_SIM_REDUCE_FROM_HOST=0. cuda: the mapped device address of registered or pinned memory
+  // with UCCL_CUDA_REDUCE_FROM_HOST=on (off by default until a GPU run measures it against
+  // copy-then-reduce: tests/gpu/bench_gpu.py's staged-zc mode); pageable memory: nullptr.
+  virtual const void* kernel_view_of_host(const void* /*host*/, int /*ordinal*/) const { return nullptr; }
   // The staging chunk this backend's copies want (transports/staged: the pipeline's unit when
   // UCCL_STAGED_CHUNK_BYTES is auto), 0 for no preference (the host default, 512 KiB). cuda: a
   // copy's fixed cost (its call, an event, the progress thread's turn) must stay small beside

@@ -28,7 +28,7 @@ const IntSetting kSimDevices("device", "UCCL_SIM_DEVICES", "2", "simulated devic
                              int_in(1, 64));
 const BoolSetting kSimReduceFromHost("device", "UCCL_SIM_REDUCE_FROM_HOST", "1",
                                      "simulated device: its kernels read host memory (staged receives reduce straight "
-                                     "out of their slots); 0 copies to the device first, as the cuda backend does",
+                                     "out of their slots); 0 copies to the device first, as the cuda backend does by default",
                                      boolean());
 
 SimBackend::SimBackend(SimOptions opt)
@@ -268,7 +268,7 @@ Status SimBackend::enqueue_kernel(DeviceStream* s, size_t bytes, std::initialize
     UCCL_RETURN_IF_ERROR(resolve(q, bytes, false, &p[i]));
     host_operands += p[i++] == q;  // not remapped: host memory, read over the "bus"
   }
-  // Host operands (reduces_from_host) cost what a copy of their bytes would.
+  // Host operands (kernel_view_of_host) cost what a copy of their bytes would.
   const double gbps = host_operands ? copy_gbps() : 0, lat = host_operands ? copy_latency_us() : 0;
   const size_t bus_bytes = host_operands * bytes;
   st->enqueue(work([p, fn = std::move(fn), gbps, lat, bus_bytes]() {
@@ -436,7 +436,9 @@ class SimProxy final : public DeviceBackend {
   Status reduce_async(void* d, const void* a, const void* b, size_t c, DataType dt, RedOp op, DeviceStream* s) override {
     return sim_backend()->reduce_async(d, a, b, c, dt, op, s);
   }
-  bool reduces_from_host() const override { return sim_backend()->reduces_from_host(); }
+  const void* kernel_view_of_host(const void* host, int ordinal) const override {
+    return sim_backend()->kernel_view_of_host(host, ordinal);
+  }
   Status scale_async(void* d, const void* s, size_t c, DataType dt, double f, DeviceStream* st) override {
     return sim_backend()->scale_async(d, s, c, dt, f, st);
   }

@@ -7,7 +7,7 @@
 // Each stream is a worker thread executing its copies and kernels in order (the kernels are
 // the host ones of reduce.h on the worker, so results are bitwise those of the host), events
 // are markers in that queue, stream_wait makes the worker wait. A kernel may read host memory
-// for its last operand (reduces_from_host(), a GPU's zero-copy loads of mapped pinned memory;
+// for its last operand (kernel_view_of_host(), a GPU's zero-copy loads of mapped pinned memory;
 // UCCL_SIM_REDUCE_FROM_HOST=0 turns it off, as cuda has it); those bytes are charged at the
 // copy speed. Copies touching device memory are throttled to a settable bandwidth and latency
 // (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US for the process-wide "sim" backend; per-instance
@@ -75,7 +75,7 @@ class SimBackend final : public DeviceBackend {
   Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override;
-  bool reduces_from_host() const override { return reduces_from_host_; }
+  const void* kernel_view_of_host(const void* host, int) const override { return reduces_from_host_ ? host : nullptr; }
   size_t staging_chunk_bytes() const override { return staging_chunk_bytes_; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override;

@@ -2,7 +2,8 @@
 
 In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
   * uccl all_reduce busbw on CUDA tensors, staged through the host (UCCL_CUDA_IPC=off; through
-    shared slots, and without them: UCCL_STAGED_SHARED=off) and over
+    shared slots, and without them: UCCL_STAGED_SHARED=off; through the slots with the reduce
+    kernel reading each landed chunk where it lies: UCCL_CUDA_REDUCE_FROM_HOST=1) and over
     CUDA IPC (UCCL_CUDA_IPC=on), 1 MiB .. 256 MiB float32;
   * torch.distributed with backend "uccl" on the same CUDA tensors (issue 15: in place, ordered
     on the current stream), and PyTorch Gloo's all_reduce (it copies to the host, reduces
@@ -35,7 +36,7 @@ import torch.multiprocessing as mp
 
 # The ranks are spawned processes: they read the sizes main() chose from the environment.
 SIZES = [int(m) << 20 for m in os.environ.get("BENCH_GPU_SIZES_MIB", "1,4,16,64,256").split(",")]
-MODES = ("staged", "staged-noslots", "ipc", "torch-uccl", "gloo", "host")
+MODES = ("staged", "staged-noslots", "staged-zc", "ipc", "torch-uccl", "gloo", "host")
 
 
 def free_port():
@@ -55,13 +56,16 @@ def timed(fn, iters, sync):
 
 
 def rank_main(rank, world, port, upath, mode, q):
-    staged = mode in ("staged", "staged-noslots")
+    staged = mode in ("staged", "staged-noslots", "staged-zc")
     os.environ["UCCL_CUDA_IPC"] = "off" if staged else "on"
     if staged:
         os.environ["UCCL_STAGED"] = "on"  # the pipelined chunks, whatever the context's timing
         # staged-noslots: the chunks cross as bytes (D2H, a host copy between the processes, H2D)
         # instead of through shared slots (D2H into the slot the peer reads with its H2D).
         os.environ["UCCL_STAGED_SHARED"] = "off" if mode == "staged-noslots" else "on"
+        # staged-zc: a reducing receive's kernel reads the chunk out of its (registered, mapped)
+        # slot instead of a copy to a device temporary first (DeviceBackend::kernel_view_of_host).
+        os.environ["UCCL_CUDA_REDUCE_FROM_HOST"] = "1" if mode == "staged-zc" else "0"
     ngpu = torch.cuda.device_count()
     dev = torch.device("cuda", rank % ngpu)
     torch.cuda.set_device(dev)
@@ -198,11 +202,13 @@ def main():
              f"pinned PCIe host->device copy: {pcie:.1f} GB/s (torch, same run); the staged path's bound "
              f"here: {link_bound:.1f} GB/s busbw ({'one rank per GPU' if link_bound == pcie else 'both ranks share one GPU link'})",
              "",
-             "| size | uccl staged busbw (GB/s) | staged without shared slots | uccl IPC busbw | torch 'uccl' busbw | "
+             "| size | uccl staged busbw (GB/s) | staged without shared slots | staged, zero-copy reduce | "
+             "uccl IPC busbw | torch 'uccl' busbw | "
              "Gloo busbw | staged / Gloo | torch 'uccl' / Gloo | staged / PCIe | staged / its bound | uccl on host tensors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size, bw in rows:
-        lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['staged-noslots']:.2f} | {bw['ipc']:.2f} | "
+        lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['staged-noslots']:.2f} | {bw['staged-zc']:.2f} | "
+                     f"{bw['ipc']:.2f} | "
                      f"{bw['torch-uccl']:.2f} | "
                      f"{bw['gloo']:.2f} | {bw['staged'] / bw['gloo']:.1f}x | {bw['torch-uccl'] / bw['gloo']:.1f}x | "
                      f"{100 * bw['staged'] / pcie:.0f}% | {100 * bw['staged'] / link_bound:.0f}% | {bw['host']:.2f} |")

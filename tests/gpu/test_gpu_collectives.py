@@ -7,14 +7,16 @@ Values are small integers (exact in every dtype and in any summation order), so 
 compared bit for bit with numpy. Scenarios:
   * every collective x dtype x op, counts 0, 1, 7, 1023, 2^20+3, in place and out of place,
     worlds 2 and 3, through CUDA IPC (one host: the default) and staged through the host
-    (UCCL_CUDA_IPC=off: the staged path over shm, pipelined in chunks through shared slots and
-    whole messages);
+    (UCCL_CUDA_IPC=off: the staged path over shm, pipelined in chunks through shared slots, the
+    same with the reduce kernel reading the slots (UCCL_CUDA_REDUCE_FROM_HOST=1), and whole
+    messages);
   * several ranks on one GPU (world 4, all on cuda:0; NCCL refuses this);
   * mixed ranks: even ranks pass CUDA tensors, odd ranks numpy arrays;
   * a kernel writes the buffer on the current stream right before the collective (no host
     synchronisation in between: the `stream=` ordering must cover it);
-  * Work.wait(stream=) makes another stream wait: without blocking the host (cuStreamWaitValue32)
-    with UCCL_STREAM_WAIT=signal, by the host with auto (CUDA: cuda_backend.cc's signal_waits_safe).
+  * Work.wait(stream=) makes another stream wait: without blocking the host with
+    UCCL_STREAM_WAIT=signal (cuStreamWaitValue32) and kernel (a polling kernel), by the host with
+    auto (CUDA: cuda_backend.cc's signal_waits_safe).
 """
 import os
 
@@ -128,12 +130,15 @@ def sweep(ctx, one_gpu, counts, dtypes):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("path", ["ipc", "staged", "staged-whole"])
+@pytest.mark.parametrize("path", ["ipc", "staged", "staged-zc", "staged-whole"])
 def test_every_collective_on_cuda(world, path):
     # staged: the pipelined chunks (UCCL_STAGED=on; auto offers them only when the process has
-    # a CUDA context when the communicator is made, and the harness makes it first); staged-whole:
-    # whole messages through one bounce buffer each (what auto gives these ranks).
-    env = {"ipc": {"UCCL_CUDA_IPC": "on"}, "staged": {"UCCL_CUDA_IPC": "off", "UCCL_STAGED": "on"},
+    # a CUDA context when the communicator is made, and the harness makes it first); staged-zc:
+    # the same with reducing receives read by the kernel out of their mapped slots
+    # (UCCL_CUDA_REDUCE_FROM_HOST=1); staged-whole: whole messages through one bounce buffer
+    # each (what auto gives these ranks).
+    staged = {"UCCL_CUDA_IPC": "off", "UCCL_STAGED": "on"}
+    env = {"ipc": {"UCCL_CUDA_IPC": "on"}, "staged": staged, "staged-zc": dict(staged, UCCL_CUDA_REDUCE_FROM_HOST="1"),
            "staged-whole": {"UCCL_CUDA_IPC": "off"}}[path]
     desc = run_world(world, "test_gpu_collectives:sweep", args=(False, COUNTS, DTYPES), env=env, timeout=900)
     # The path each peer took (describe()'s "peer N: ..." lines; the topology part may name
@@ -150,7 +155,7 @@ def test_every_collective_on_cuda(world, path):
         # UCCL_STAGED=on also where the communicator was made before the ranks touched CUDA).
         chunk = next(b["staging_chunk_bytes"] for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
         assert chunk > 0
-        mode = (f"chunks of {chunk} bytes, shared slots: ours pinned, the peer's pinned" if path == "staged"
+        mode = (f"chunks of {chunk} bytes, shared slots: ours pinned, the peer's pinned" if path != "staged-whole"
                 else "whole messages")
         assert all(mode in ln and "cuda_ipc" not in ln for ln in peers), desc[0]
 
@@ -252,7 +257,7 @@ def wait_on_stream(ctx):
     torch.cuda.synchronize()
     mode = uccl.stream_wait_mode("cuda")
     if ctx.rank == 1:
-        if mode == "signal":
+        if mode in ("signal", "kernel"):
             ctx.store.get("waiting", 60)
         ctx.comm.all_reduce(x, op="sum")
         return mode
@@ -268,11 +273,11 @@ def wait_on_stream(ctx):
 
 
 @pytest.mark.parametrize("ipc", ["on", "off"])
-@pytest.mark.parametrize("wait", ["auto", "signal"])
+@pytest.mark.parametrize("wait", ["auto", "signal", "kernel"])
 def test_work_wait_makes_a_stream_wait(ipc, wait):
     modes = run_world(2, "test_gpu_collectives:wait_on_stream", env={"UCCL_CUDA_IPC": ipc, "UCCL_STREAM_WAIT": wait},
                       timeout=300)
-    want = "host (CUDA cannot see" if wait == "auto" else "signal"
+    want = "host (CUDA cannot see" if wait == "auto" else wait
     assert all(m.startswith(want) for m in modes), modes
 
 

@@ -67,10 +67,10 @@ Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from
   const size_t count = op.r->reduce ? c.len / dtype_size(op.r->dtype) : 0;
   if (!op.r->reduce) {
     s = backend_->copy_async(dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
-  } else if (backend_->reduces_from_host()) {
+  } else if (const void* view = backend_->kernel_view_of_host(from, ordinal_)) {
     // Zero-copy: the kernel reads the chunk out of its slot (one pass over the device's data
     // instead of a copy to a temporary and a second pass).
-    s = backend_->reduce_async(dst, acc, from, count, op.r->dtype, op.r->op, d.stream.get());
+    s = backend_->reduce_async(dst, acc, view, count, op.r->dtype, op.r->op, d.stream.get());
   } else {
     s = device_temp(c.slot);
     if (s.ok()) s = backend_->copy_async(c.slot->dev, from, c.len, CopyDir::kHostToDevice, d.stream.get());
