@@ -191,6 +191,27 @@ class CudaBackend final : public DeviceBackend {
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, raw(s))) return cuda_error("cudaMemcpyAsync", e);
     return Status::Ok();
   }
+  // The copy kernel where the device reaches both sides (its memory, a peer's IPC mapping, pinned
+  // host memory at its mapped address); pageable host memory, and overlapping ranges, by the
+  // engines as copy_async (device.h says what that risks while a user's stream waits on uccl).
+  Status copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override {
+    if (bytes == 0 || dst == src) return Status::Ok();
+    DeviceGuard g;
+    UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
+    bool host = false;
+    void* d = const_cast<void*>(device_view(dst, &host));
+    const void* sr = device_view(src, &host);
+    const char* a = static_cast<const char*>(dst);
+    const char* b = static_cast<const char*>(src);
+    if (d && sr && !(a < b + bytes && b < a + bytes)) return launched("copy kernel", launch_copy(d, sr, bytes, raw(s)));
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      UCCL_INFO("cuda: a copy of %zu bytes from %s memory to %s memory goes by the copy engines (%s)", bytes,
+                sr ? "reachable" : "pageable host", d ? "reachable" : "pageable host",
+                d && sr ? "the ranges overlap" : "a kernel cannot reach pageable memory");
+    });
+    return copy_async(dst, src, bytes, dir, s);
+  }
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override {
     DeviceGuard g;
@@ -204,12 +225,9 @@ class CudaBackend final : public DeviceBackend {
     if (!available(nullptr) || !host) return nullptr;
     DeviceGuard g;
     if (!use_device(ordinal, &g).ok()) return nullptr;
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    return a.type == cudaMemoryTypeHost ? a.devicePointer : nullptr;
+    bool is_host = false;
+    const void* v = device_view(host, &is_host);
+    return is_host ? v : nullptr;
   }
   size_t staging_chunk_bytes() const override { return 8u << 20; }  // see device.h
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
@@ -390,6 +408,19 @@ class CudaBackend final : public DeviceBackend {
                              std::to_string(count_) + " devices)");
     if (cudaError_t e = g->set(ordinal)) return cuda_error("cudaSetDevice", e);
     return Status::Ok();
+  }
+  // Where a kernel on the current device reads `p`: device memory (a peer's IPC mapping too) and
+  // pinned host memory (its mapped address; *host set) have one, pageable memory none (nullptr).
+  static const void* device_view(const void* p, bool* host) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    if (a.type == cudaMemoryTypeHost) *host = true;
+    const bool reachable =
+        a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeHost;
+    return reachable ? a.devicePointer : nullptr;
   }
   static Status launched(const char* what, int err) {
     if (err == 0) return Status::Ok();

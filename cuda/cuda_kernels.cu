@@ -1,4 +1,4 @@
-// The CUDA kernels: reduce, scale, divide (see cuda/cuda_kernels.h for the contract).
+// The CUDA kernels: reduce, scale, divide, copy, and the stream wait (see cuda/cuda_kernels.h).
 //
 // Every kernel is a grid-stride loop. When all its pointers are 16-byte aligned it moves
 // 16-byte vectors (uint4: 16 int8, 8 halves, 4 floats, 2 doubles per load), so a warp issues
@@ -188,6 +188,29 @@ int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, 
 }
 
 namespace {
+__global__ void copy_kernel(char* d, const char* s, size_t n, bool vec) {
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t nvec = vec ? n / 16 : 0;
+  for (size_t i = tid; i < nvec; i += stride) reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(s)[i];
+  for (size_t i = nvec * 16 + tid; i < n; i += stride) d[i] = s[i];
+}
+}  // namespace
+
+int launch_copy(void* dst, const void* src, size_t bytes, void* stream) {
+  if (t_preload) {
+    cudaFuncAttributes attr;
+    return static_cast<int>(cudaFuncGetAttributes(&attr, copy_kernel));
+  }
+  if (bytes == 0) return 0;
+  const bool vec = aligned16(dst) && aligned16(src);
+  const size_t items = vec ? bytes / 16 + 1 : bytes;
+  copy_kernel<<<grid_for(items), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<char*>(dst), static_cast<const char*>(src), bytes, vec);
+  return static_cast<int>(cudaGetLastError());
+}
+
+namespace {
 __global__ void wait_flag_kernel(const uint32_t* flag) {
   unsigned ns = 64;
   for (;;) {
@@ -213,6 +236,7 @@ int launch_wait_flag(const void* flag, void* stream) {
 void preload_kernels() {
   t_preload = true;
   launch_wait_flag(nullptr, nullptr);
+  launch_copy(nullptr, nullptr, 0, nullptr);
   static const DataType kTypes[] = {DataType::kInt8,     DataType::kUint8,     DataType::kInt32,   DataType::kInt64,
                                     DataType::kFloat16,  DataType::kBFloat16,  DataType::kFloat32, DataType::kFloat64};
   static const RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMin, RedOp::kMax,

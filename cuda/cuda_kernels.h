@@ -4,8 +4,9 @@
 // compiled by the host compiler; only the .cu file goes through nvcc. Streams travel as
 // void* (a cudaStream_t) and results as the cudaError_t value of the launch (0 = success).
 //
-// Copies are cudaMemcpyAsync (the copy engines, which also read a peer's IPC mapping); no
-// copy or pack kernel exists yet because no schedule needs a strided one.
+// Copies are cudaMemcpyAsync (the copy engines, which also read a peer's IPC mapping), or the copy
+// kernel below where uccl must keep off the engines (DeviceBackend::copy_by_kernel_async); no
+// strided pack kernel exists because no schedule needs one.
 // Semantics are those of cpp/base/reduce.h, element for element and bit for bit: the kernels
 // instantiate the shared arithmetic of cpp/base/elementwise.h (fp16/bf16 in float, rounded
 // once; NaN propagation; integer wrap-around; llround'ed integer factors; truncating integer
@@ -24,6 +25,10 @@ namespace cuda {
 
 int launch_reduce(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                   void* stream);
+// dst[0, bytes) = src[0, bytes) by the device's cores (16-byte vectors where both are 16-byte
+// aligned, bytes otherwise); either side may be device memory, a peer's IPC mapping or mapped
+// pinned host memory (its device address). The ranges must not overlap.
+int launch_copy(void* dst, const void* src, size_t bytes, void* stream);
 int launch_scale(void* dst, const void* src, size_t count, DataType dt, double factor, void* stream);
 int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, void* stream);
 // One thread on `stream` that returns once the 32-bit word at `flag` (a device address of mapped

@@ -135,6 +135,9 @@ class CudaProxy final : public DeviceBackend {
   Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override {
     return b() ? b()->copy_async(dst, src, bytes, dir, s) : unavailable();
   }
+  Status copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override {
+    return b() ? b()->copy_by_kernel_async(dst, src, bytes, dir, s) : unavailable();
+  }
   Status reduce_async(void* dst, const void* a, const void* bb, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override {
     return b() ? b()->reduce_async(dst, a, bb, count, dt, op, s) : unavailable();

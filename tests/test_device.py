@@ -312,6 +312,56 @@ def body_wait_stream(ctx, kill_peer):
     return out
 
 
+def body_copy_behind_a_wait(ctx):
+    """The H200 hang, on the simulated device: rank 0's stream waits on its all_reduce
+    (wait(stream=s)), then rank 0 copies the buffer out on s (x.numpy(stream=s): a copy by the
+    copy engine, queued behind the wait, as tensor.cpu() after torch's work.wait()). Rank 1 joins
+    0.5 s later, so the copies rank 0's operation still needs come after that one. Returns what
+    rank 0 read and the operation's error, if any."""
+    import time
+    from uccl.sim import SimArray, Stream
+    comm, me = ctx.comm, ctx.rank
+    x = SimArray.from_numpy(np.full(1 << 18, me + 1, np.float32))
+    if me == 1:
+        ctx.store.get("waiting", 30)
+        time.sleep(0.5)
+        try:
+            comm.all_reduce(x)
+        except uccl.UcclError as e:
+            return {"error": type(e).__name__}
+        return {}
+    s = Stream(0)
+    w = comm.all_reduce(x, async_op=True)
+    w.wait(stream=s)
+    ctx.store.set("waiting", b"1")
+    got = x.numpy(stream=s)
+    out = {"first": float(got[0]), "copies": next(b["copies"] for b in uccl.build_info()["device_backends"]
+                                                  if b["name"] == "sim")}
+    try:
+        w.wait()
+    except uccl.UcclError as e:
+        out["error"] = (type(e).__name__, str(e))
+    return out
+
+
+@pytest.mark.parametrize("copies", ["auto", "engine"])
+def test_a_copy_queued_behind_a_stream_wait(copies):
+    """auto: uccl's own copies run as kernels on its streams (base/device.h, device_copy_async),
+    so the user's copy holding the simulated copy engine behind the wait cannot stop them: the
+    read sees the sum. engine (UCCL_DEVICE_COPIES=engine, the old way): uccl's copies queue on the
+    engine behind the user's, which waits for the operation: it times out (UCCL_TIMEOUT_S), and
+    the stream is released with rank 0's own values - the hang the H200 showed, reproduced here."""
+    results = run_world(2, "test_device:body_copy_behind_a_wait",
+                        env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "5", "UCCL_DEVICE_COPIES": copies},
+                        transport="tcp", timeout=90)
+    r = results[0]
+    if copies == "auto":
+        assert r["copies"] == "kernel" and r["first"] == 3.0 and "error" not in r, r
+    else:
+        assert r["copies"] == "engine", r
+        assert r.get("error", ("",))[0] == "TimeoutError" and r["first"] == 1.0, r
+
+
 def body_wait_stream_host(ctx, kill_peer):
     """UCCL_STREAM_WAIT=host (what auto picks for CUDA): wait(stream=)
     returns only once the operation is done, so the stream has nothing left to wait for and reads

@@ -32,6 +32,7 @@ def main(out=sys.stdout):
     for b in info.get("device_backends", []):
         chunk = b.get("staging_chunk_bytes") or 0
         state = (f"available, {b['devices']} device(s), streams wait by {b['stream_wait']}"
+                 + f", uccl's copies by {b['copies']}"
                  + (f", staging chunk {chunk >> 10} KiB" if chunk else "") if b["available"]
                  else f"not available ({b['why_not']})")
         print(f"  {b['name']:6s} {b['kind']:6s} {state}", file=out)

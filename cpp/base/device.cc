@@ -141,6 +141,24 @@ StreamWaitMode stream_wait_policy(DeviceBackend* b, std::string* why) {
   return b->signal_waits_safe(why) ? StreamWaitMode::kSignal : StreamWaitMode::kHost;
 }
 
+const TextSetting kDeviceCopies("device", "UCCL_DEVICE_COPIES", "auto",
+                                "how uccl's own copies of device memory run: engine (the copy engines, DMA), kernel "
+                                "(the device's cores, as NCCL moves data: a copy a user queued behind a wait on uccl "
+                                "holds the shared engine queues, not a running kernel; base/device.h), auto (kernel "
+                                "where user streams may wait on uccl's signals, UCCL_STREAM_WAIT; else engine)",
+                                one_of({"auto", "engine", "kernel"}));
+
+bool copies_by_kernel(DeviceBackend* b) {
+  const std::string& mode = kDeviceCopies.get();
+  if (mode == "engine") return false;
+  if (mode == "kernel") return true;
+  return stream_wait_policy(b, nullptr) != StreamWaitMode::kHost;
+}
+
+Status device_copy_async(DeviceBackend* b, void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
+  return copies_by_kernel(b) ? b->copy_by_kernel_async(dst, src, bytes, dir, s) : b->copy_async(dst, src, bytes, dir, s);
+}
+
 std::vector<DeviceBackendInfo> device_backend_infos() {
   std::vector<DeviceBackendInfo> out;
   for (DeviceBackend* b : device_backends()) {
@@ -154,6 +172,7 @@ std::vector<DeviceBackendInfo> device_backend_infos() {
       const StreamWaitMode m = stream_wait_policy(b, &why);
       i.stream_wait = m == StreamWaitMode::kHost ? "host (" + why + ")" : stream_wait_mode_name(m);
       i.staging_chunk = b->staging_chunk_bytes();
+      i.copies = copies_by_kernel(b) ? "kernel" : "engine";
     }
     out.push_back(i);
   }

@@ -130,8 +130,21 @@ class DeviceBackend {
   virtual Result<std::unique_ptr<DeviceStream>> wrap_stream(int ordinal, uintptr_t handle) = 0;
 
   // --- asynchronous work on a stream (enqueue and return; never wait) ------------------------
-  // memcpy in the given direction; host pointers may be pageable or pinned.
+  // memcpy in the given direction by the device's copy engines (cudaMemcpyAsync: DMA); host
+  // pointers may be pageable or pinned. What a user's copy is; uccl's own copies go through
+  // device_copy_async() (below), which picks this or copy_by_kernel_async().
   virtual Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) = 0;
+  // The same copy done by the device's cores (a kernel), not its copy engines. Why both: the copy
+  // engines' queues are shared by every stream of the device, and a copy a user queued behind a
+  // wait on uccl (work.wait(), then tensor.cpu()) holds the engine queue it lands in until that
+  // wait passes; a copy uccl queues later on any stream waits behind it, and the operation the
+  // user waits for never completes (mscclpp #503 saw the same with its proxy's cudaMemcpyAsync;
+  // the H200 hang of 2026-11-28 fits it). A running kernel holds no engine queue: NCCL moves all
+  // its data with kernels. Host memory a kernel cannot reach (pageable, on CUDA) still goes by
+  // the engines. Default: copy_async (a backend without kernels of its own).
+  virtual Status copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
+    return copy_async(dst, src, bytes, dir, s);
+  }
   // The kernels of cpp/base/reduce.h on device memory of this backend (dst may alias a or b).
   // `b` may also be host memory as kernel_view_of_host() gives it (zero-copy, below).
   virtual Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt,
@@ -213,6 +226,13 @@ Status refuse_capture(DeviceBackend* b, DeviceStream* s, const std::string& what
 // reason).
 StreamWaitMode stream_wait_policy(DeviceBackend* b, std::string* why);
 
+// How uccl's own copies of device memory run (the executor's local copies, the staged and IPC
+// transports): by kernel (copy_by_kernel_async) where a user's stream may wait on uccl's signals
+// (stream_wait_policy() is not kHost), else by the copy engines (copy_async: DMA, no cores
+// taken). UCCL_DEVICE_COPIES=engine|kernel forces one (auto: as said).
+bool copies_by_kernel(DeviceBackend* b);
+Status device_copy_async(DeviceBackend* b, void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s);
+
 // Where a pointer lives: asks each *available* registered backend's owns(); host when none
 // claims it.
 struct MemoryLoc {
@@ -237,7 +257,7 @@ int device_host_threads();
 void add_device_host_threads(int delta);
 
 // One line per registered backend for build_info / `python -m uccl.info`:
-// {name, kind, available, why-not, device count, stream waits, staging chunk}.
+// {name, kind, available, why-not, device count, stream waits, staging chunk, uccl's copies}.
 struct DeviceBackendInfo {
   std::string name;
   MemoryKind kind;
@@ -246,6 +266,7 @@ struct DeviceBackendInfo {
   int devices;
   std::string stream_wait;  // "signal", "kernel", or "host (why)": stream_wait_policy(); "" when unavailable
   size_t staging_chunk = 0;  // DeviceBackend::staging_chunk_bytes(); 0: no preference, or unavailable
+  std::string copies;        // "kernel" or "engine": copies_by_kernel(); "" when unavailable
 };
 std::vector<DeviceBackendInfo> device_backend_infos();
 

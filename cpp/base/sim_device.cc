@@ -231,25 +231,80 @@ Status SimBackend::resolve(const void* ptr, size_t bytes, bool want_device, char
   return Status::Ok();
 }
 
+Status SimBackend::resolve_copy(void* dst, const void* src, size_t bytes, CopyDir dir, char** d, char** sr,
+                                double* gbps, double* lat) const {
+  const bool dst_dev = dir == CopyDir::kHostToDevice || dir == CopyDir::kDeviceToDevice;
+  const bool src_dev = dir == CopyDir::kDeviceToHost || dir == CopyDir::kDeviceToDevice;
+  UCCL_RETURN_IF_ERROR(resolve(dst, bytes, dst_dev, d));
+  UCCL_RETURN_IF_ERROR(resolve(src, bytes, src_dev, sr));
+  if ((!dst_dev && *d != dst) || (!src_dev && *sr != src))
+    return InvalidArgument(name_ + ": copy direction says host memory but the pointer is device memory");
+  *gbps = dst_dev || src_dev ? copy_gbps() : 0;
+  *lat = dst_dev || src_dev ? copy_latency_us() : 0;
+  return Status::Ok();
+}
+
+SimStream* SimBackend::engine(int ordinal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& e = engines_[ordinal];
+  if (!e) e = std::make_unique<SimStream>(this, ordinal);
+  return e.get();
+}
+
+namespace {
+// A copy's two halves: its stream lets it go once the work queued before it there is done, and
+// waits until the engine has made it; the engine takes its copies in the order they came.
+struct CopyGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false, skip = false, done = false;
+};
+}  // namespace
+
 Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
   SimStream* st = sim_stream_of(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   if (bytes == 0) return Status::Ok();
-  const bool dst_dev = dir == CopyDir::kHostToDevice || dir == CopyDir::kDeviceToDevice;
-  const bool src_dev = dir == CopyDir::kDeviceToHost || dir == CopyDir::kDeviceToDevice;
   char *d = nullptr, *sr = nullptr;
-  UCCL_RETURN_IF_ERROR(resolve(dst, bytes, dst_dev, &d));
-  UCCL_RETURN_IF_ERROR(resolve(src, bytes, src_dev, &sr));
-  if ((!dst_dev && d != dst) || (!src_dev && sr != src))
-    return InvalidArgument(name_ + ": copy direction says host memory but the pointer is device memory");
   double gbps = 0, lat = 0;
-  if (dst_dev || src_dev) {
-    gbps = copy_gbps();
-    lat = copy_latency_us();
-  }
-  st->enqueue(work([d, sr, bytes, gbps, lat]() {
+  UCCL_RETURN_IF_ERROR(resolve_copy(dst, src, bytes, dir, &d, &sr, &gbps, &lat));
+  auto gate = std::make_shared<CopyGate>();
+  SimStream* eng = engine(st->ordinal());
+  // Queued on both under the engine's lock of its queue order: two threads' copies reach the
+  // engine in the order their stream halves were queued.
+  std::lock_guard<std::mutex> order(engine_order_mu_);
+  st->enqueue([gate](const Status& sticky) {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    gate->go = true;
+    gate->skip = !sticky.ok();  // a broken stream's copy does not run (as its kernels do not)
+    gate->cv.notify_all();
+    gate->cv.wait(lock, [&] { return gate->done; });
+    return Status::Ok();
+  });
+  eng->enqueue([gate, d, sr, bytes, gbps, lat](const Status&) {
+    {
+      std::unique_lock<std::mutex> lock(gate->mu);
+      gate->cv.wait(lock, [&] { return gate->go; });  // the head of the queue holds the engine
+    }
     // a device-to-device copy may overlap (memmove semantics)
-    over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); });
+    if (!gate->skip) over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); });
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->done = true;
+    gate->cv.notify_all();
+    return Status::Ok();
+  });
+  return Status::Ok();
+}
+
+Status SimBackend::copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
+  SimStream* st = sim_stream_of(s);
+  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
+  if (bytes == 0) return Status::Ok();
+  char *d = nullptr, *sr = nullptr;
+  double gbps = 0, lat = 0;
+  UCCL_RETURN_IF_ERROR(resolve_copy(dst, src, bytes, dir, &d, &sr, &gbps, &lat));
+  st->enqueue(work([d, sr, bytes, gbps, lat]() {
+    over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); });  // may overlap (memmove)
     return Status::Ok();
   }));
   return Status::Ok();
@@ -432,6 +487,9 @@ class SimProxy final : public DeviceBackend {
   Result<std::unique_ptr<DeviceStream>> wrap_stream(int o, uintptr_t h) override { return sim_backend()->wrap_stream(o, h); }
   Status copy_async(void* d, const void* s, size_t n, CopyDir dir, DeviceStream* st) override {
     return sim_backend()->copy_async(d, s, n, dir, st);
+  }
+  Status copy_by_kernel_async(void* d, const void* s, size_t n, CopyDir dir, DeviceStream* st) override {
+    return sim_backend()->copy_by_kernel_async(d, s, n, dir, st);
   }
   Status reduce_async(void* d, const void* a, const void* b, size_t c, DataType dt, RedOp op, DeviceStream* s) override {
     return sim_backend()->reduce_async(d, a, b, c, dt, op, s);

@@ -4,9 +4,13 @@
 // Why it is faithful: device memory is an memfd mapped twice. The address handed out is
 // mapped PROT_NONE, so host code that dereferences a "device pointer" by mistake crashes in
 // the tests exactly as it would on a GPU; the stream workers use the second, writable mapping.
-// Each stream is a worker thread executing its copies and kernels in order (the kernels are
-// the host ones of reduce.h on the worker, so results are bitwise those of the host), events
-// are markers in that queue, stream_wait makes the worker wait. A kernel may read host memory
+// Each stream is a worker thread executing its kernels in order (the kernels are the host ones
+// of reduce.h on the worker, so results are bitwise those of the host), events are markers in
+// that queue, stream_wait makes the worker wait. Copies go as on a GPU: copy_async through the
+// device's copy engine, one queue shared by every stream of the device (a copy waits there, in
+// order, for the work queued before it on its own stream, so a copy behind a stream that waits
+// holds every later copy of the device: the hazard device.h describes, which CI sees here),
+// copy_by_kernel_async on the stream's own worker like any kernel. A kernel may read host memory
 // for its last operand (kernel_view_of_host(), a GPU's zero-copy loads of mapped pinned memory;
 // UCCL_SIM_REDUCE_FROM_HOST=0 turns it off, as cuda has it); those bytes are charged at the
 // copy speed. Copies touching device memory are throttled to a settable bandwidth and latency
@@ -37,6 +41,8 @@ extern const DoubleSetting kSimCopyGbps;       // UCCL_SIM_COPY_GBPS (0 = unthro
 extern const DoubleSetting kSimCopyLatencyUs;  // UCCL_SIM_COPY_LATENCY_US
 extern const IntSetting kSimDevices;           // UCCL_SIM_DEVICES
 extern const BoolSetting kSimReduceFromHost;   // UCCL_SIM_REDUCE_FROM_HOST
+
+class SimStream;  // sim_stream.h
 
 struct SimOptions {
   std::string name = "sim";
@@ -73,6 +79,7 @@ class SimBackend final : public DeviceBackend {
   Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override;
   Result<std::unique_ptr<DeviceStream>> wrap_stream(int ordinal, uintptr_t handle) override;
   Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;
+  Status copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override;
   const void* kernel_view_of_host(const void* host, int) const override { return reduces_from_host_ ? host : nullptr; }
@@ -112,6 +119,11 @@ class SimBackend final : public DeviceBackend {
   void device_sync();
   // Resolves a pointer that is either device memory of this backend or host memory.
   Status resolve(const void* ptr, size_t bytes, bool want_device, char** out) const;
+  // Both sides of a copy resolved and checked against its direction; the bus's speed for it.
+  Status resolve_copy(void* dst, const void* src, size_t bytes, CopyDir dir, char** d, char** sr, double* gbps,
+                      double* lat) const;
+  // Device `ordinal`'s copy engine: one worker for the copies of every stream (made at first use).
+  SimStream* engine(int ordinal);
   // Checks the stream, resolves each operand (at most 3) and queues fn(operands) on the stream.
   Status enqueue_kernel(DeviceStream* s, size_t bytes, std::initializer_list<const void*> operands,
                         std::function<void(char* const*)> fn);
@@ -126,6 +138,8 @@ class SimBackend final : public DeviceBackend {
   bool reduces_from_host_;
   size_t staging_chunk_bytes_;
   std::atomic<int> waits_outstanding_{0};  // signal waits queued and not passed yet
+  std::map<int, std::unique_ptr<SimStream>> engines_;  // by ordinal, under mu_
+  std::mutex engine_order_mu_;  // copy_async queues a copy's two halves under it
   SignalSafeMemory mem_;                   // last: its calls use the members above
 };
 

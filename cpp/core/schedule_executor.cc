@@ -271,12 +271,12 @@ Status ScheduleTask::run_locals_on_device(const Phase& ph) {
   for (const Action& a : ph.actions) {
     Status s;
     switch (a.kind) {
-      case Action::Kind::kCopy: s = b->copy_async(a.dst, a.src, a.bytes, CopyDir::kDeviceToDevice, st); break;
+      case Action::Kind::kCopy: s = device_copy_async(b, a.dst, a.src, a.bytes, CopyDir::kDeviceToDevice, st); break;
       case Action::Kind::kReduce: s = b->reduce_async(a.dst, a.src, a.src2, a.bytes / esize, dt, op_, st); break;
       case Action::Kind::kScale: s = b->scale_async(a.dst, a.src, a.bytes / esize, dt, a.factor, st); break;
       case Action::Kind::kDivide: s = b->divide_async(a.dst, a.src, a.bytes / esize, dt, a.divisor, st); break;
       case Action::Kind::kSend:
-        if (a.tee) s = b->copy_async(a.tee, a.src, a.bytes, CopyDir::kDeviceToDevice, st);
+        if (a.tee) s = device_copy_async(b, a.tee, a.src, a.bytes, CopyDir::kDeviceToDevice, st);
         break;
       default: break;
     }

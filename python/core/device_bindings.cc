@@ -45,6 +45,7 @@ py::list device_backend_list() {
     d["why_not"] = i.why_not;
     d["devices"] = i.devices;
     d["stream_wait"] = i.stream_wait;
+    d["copies"] = i.copies;
     d["staging_chunk_bytes"] = i.staging_chunk;
     out.append(d);
   }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -125,6 +126,43 @@ TEST_CASE("stream_wait orders two streams; wrap_stream finds a live stream by ha
   CHECK_FALSE(b->wrap_stream(0, 12345).ok());
   CHECK(b->wrap_stream(0, 0).ok());  // the default stream
   b->free(d);
+}
+
+TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later copies, kernels do not wait") {
+  // The model of device.h's hazard (copy_async vs copy_by_kernel_async): stream `user` waits on a
+  // signal and has a copy queued behind the wait; an engine copy on another stream then waits for
+  // it (head of the engine's queue), a copy by kernel on a third stream does not.
+  SimOptions o;
+  o.name = "sim-engine";
+  o.devices = 1;
+  SimBackend b(o);
+  auto user = b.create_stream(0).take();
+  auto other = b.create_stream(0).take();
+  auto third = b.create_stream(0).take();
+  std::vector<char> host(4096, 'h'), back(4096, 0), out1(4096, 0), out2(4096, 0);
+  void* d = b.alloc(0, host.size()).take();
+  REQUIRE(b.copy_async(d, host.data(), host.size(), CopyDir::kHostToDevice, user.get()).ok());
+  REQUIRE(b.synchronize(user.get()).ok());
+  auto sig = b.create_signal(0).take();
+  REQUIRE(b.stream_wait_signal(user.get(), sig, StreamWaitMode::kSignal).ok());
+  REQUIRE(b.copy_async(back.data(), d, back.size(), CopyDir::kDeviceToHost, user.get()).ok());  // behind the wait
+  auto e_engine = b.create_event().take();
+  auto e_kernel = b.create_event().take();
+  REQUIRE(b.copy_async(out1.data(), d, out1.size(), CopyDir::kDeviceToHost, other.get()).ok());
+  REQUIRE(b.record(e_engine.get(), other.get()).ok());
+  REQUIRE(b.copy_by_kernel_async(out2.data(), d, out2.size(), CopyDir::kDeviceToHost, third.get()).ok());
+  REQUIRE(b.record(e_kernel.get(), third.get()).ok());
+  REQUIRE(b.synchronize(third.get()).ok());  // the kernel's copy is not held
+  CHECK(out2[0] == 'h');
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(b.query(e_engine.get()).value());  // held behind the user's copy
+  CHECK(out1[0] == 0);
+  sig->raise();
+  REQUIRE(b.synchronize(other.get()).ok());
+  REQUIRE(b.synchronize(user.get()).ok());
+  CHECK(out1[0] == 'h');
+  CHECK(back[0] == 'h');
+  b.free(d);
 }
 
 TEST_CASE("copy bandwidth and latency are applied, per instance") {

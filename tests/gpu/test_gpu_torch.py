@@ -7,10 +7,10 @@ the simulated device's streams wait instead, tests/torch/test_torch_device.py). 
 2 ranks of one GPU (NCCL refuses that) and, where there are two GPUs, one GPU per rank:
   * every op on CUDA tensors against the same op on CPU tensors (both through uccl);
   * a kernel writes the tensor on a side stream right before the collective, no host sync;
-  * wait() with stream waits returns without blocking the host: UCCL_STREAM_WAIT=kernel (a polling
-    kernel) runs the whole test; signal waits (cuStreamWaitValue32) are known to hang on CUDA (an
-    xfail test keeps the case, beside the kernel's); the input dropped right after an async
-    collective stays alive until the device is done;
+  * wait() with stream waits (UCCL_STREAM_WAIT=signal|kernel, uccl's copies then by kernel) returns
+    without blocking the host, the whole test again; with uccl's copies on the copy engines such
+    waits hang (an xfail test keeps the case); the input dropped right after an async collective
+    stays alive until the device is done;
   * one rank on CPU tensors, the other on CUDA tensors;
   * DDP on CUDA against DDP on CPU: the same parameters after three steps; DDP with comm hooks
     (allreduce, fp16 compression) and FSDP2 (fully_shard) on CUDA against the same on CPU;
@@ -220,69 +220,65 @@ def test_torch_backend_on_cuda_with_eager_module_loading(monkeypatch):
     U.spawn(worker, 2, True, "host (", deadline_s=150)
 
 
-def test_torch_backend_on_cuda_with_kernel_waits(monkeypatch):
-    """UCCL_STREAM_WAIT=kernel (a one-thread kernel on the current stream polls uccl's flag, the way
-    NCCL's kernels wait for the host; cuda_kernels.h), eager loading: every check of the test above
-    with work.wait() returning at once. The hypothesis of 2026-11-28: what hangs the signal waits is
-    the semaphore acquire blocking the stream's hardware queue, which a running kernel does not."""
+@pytest.mark.parametrize("wait", ["signal", "kernel"])
+def test_torch_backend_on_cuda_with_stream_waits(monkeypatch, wait):
+    """UCCL_STREAM_WAIT=signal (cuStreamWaitValue32) or kernel (a one-thread kernel on the current
+    stream polls uccl's flag, cuda_kernels.h), eager loading: every check of the test above with
+    work.wait() returning at once. uccl's own copies then run as kernels (UCCL_DEVICE_COPIES=auto;
+    base/device.h): the hypothesis of 2026-11-28 is that the earlier hangs were a user's copy
+    (tensor.cpu()) queued behind the wait holding the copy engines' shared queue, in front of
+    uccl's copies (test_stream_waits_into_a_fresh_tensor below)."""
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
-    monkeypatch.setenv("UCCL_STREAM_WAIT", "kernel")
-    U.spawn(worker, 2, True, "kernel", deadline_s=150)
+    monkeypatch.setenv("UCCL_STREAM_WAIT", wait)
+    U.spawn(worker, 2, True, wait, deadline_s=150)
 
 
-def fresh_tensor_worker(rank, world, port, mode, reads):
+def fresh_tensor_worker(rank, world, port, mode, copies):
     """all_reduce, then a broadcast into a tensor just allocated, each wait() queued on the current
-    stream; reads: "pageable" checks with tensor.cpu() (a synchronous copy to pageable memory, queued
-    behind the wait), "pinned" with a non-blocking copy into pinned memory and a stream synchronize."""
+    stream and each result read with tensor.cpu() (a copy by the engines, queued behind the wait)."""
     torch.cuda.set_device(0)
     assert uccl.stream_wait_mode("cuda") == mode, uccl.stream_wait_mode("cuda")
+    cuda = next(b for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
+    assert cuda["copies"] == copies, cuda
     U.init_uccl(rank, world, port, timeout_s=300)  # the spawn deadline comes first: stacks
     d = torch.device("cuda", 0)
-
-    def read(t):
-        if reads == "pageable":
-            return t.cpu()
-        h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        h.copy_(t, non_blocking=True)
-        torch.cuda.current_stream().synchronize()
-        return h
-
     for i in range(3):
         a = torch.full((1 << 20,), float(rank + 1), device=d)
         dist.all_reduce(a)  # the current stream waits; the host goes on
         b = torch.ones(8)
         dist.all_reduce(b)
-        assert read(a).eq(3).all() and b.eq(2).all()
+        assert a.cpu().eq(3).all() and b.eq(2).all()
         c = torch.full((4099 + 64 * i,), float(rank), device=d)
         dist.broadcast(c, src=1)
-        assert read(c).eq(1).all()
+        assert c.cpu().eq(1).all()
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("mode,reads", [
-    pytest.param("signal", "pageable", marks=pytest.mark.xfail(
+@pytest.mark.parametrize("mode,copies", [
+    pytest.param("signal", "engine", marks=pytest.mark.xfail(
         raises=TimeoutError, strict=True,
-        reason="known hang (H200, 2026-11-28): signal waits on CUDA; auto has the host wait")),
-    pytest.param("signal", "pinned", marks=pytest.mark.xfail(
-        raises=TimeoutError, strict=False,
-        reason="a hypothesis: the pageable read-back (a driver-staged copy behind the wait) takes part in the hang")),
-    ("kernel", "pageable"),
-], ids=["signal", "signal-pinned-reads", "kernel"])
-def test_stream_waits_into_a_fresh_tensor(monkeypatch, capfd, mode, reads):
+        reason="known hang (H200, 2026-11-28): stream waits with uccl's copies on the copy engines")),
+    ("signal", "kernel"),
+    ("kernel", "kernel"),
+], ids=["signal-engine-copies", "signal", "kernel"])
+def test_stream_waits_into_a_fresh_tensor(monkeypatch, capfd, mode, copies):
     """UCCL_STREAM_WAIT=signal|kernel, eager loading, 2 ranks on one GPU (fresh_tensor_worker).
-    With signal waits it hung at the first or second broadcast over IPC and staged alike, on the
-    default and on a side stream (diagnosis runs of 2026-11-28, benchmarks/results/
-    gpu_h200_20261128b). Kept so that every GPU run shows whether it still hangs and where: on a
-    hang spawn() prints both ranks' native stacks, kept in UCCL_GPU_OUT/stream_wait_hang_<id>.txt
-    (run.sh sets it: an expected failure's output is not shown)."""
+    With uccl's copies on the copy engines (UCCL_DEVICE_COPIES=engine, what every stream wait used
+    until 2026-11-28) it hung at the first or second broadcast over IPC and staged alike, on the
+    default and on a side stream (benchmarks/results/gpu_h200_20261128b); with its copies by
+    kernel (auto under stream waits) it must not. The simulated device's model of it:
+    tests/test_device.py::test_a_copy_queued_behind_a_stream_wait. On a hang spawn() prints both
+    ranks' native stacks, kept in UCCL_GPU_OUT/stream_wait_hang_<id>.txt (run.sh sets it: an
+    expected failure's output is not shown)."""
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
     monkeypatch.setenv("UCCL_STREAM_WAIT", mode)
+    monkeypatch.setenv("UCCL_DEVICE_COPIES", "engine" if copies == "engine" else "auto")
     try:
-        U.spawn(fresh_tensor_worker, 2, mode, reads, deadline_s=45)
+        U.spawn(fresh_tensor_worker, 2, mode, copies, deadline_s=45)
     except TimeoutError:
         if os.environ.get("UCCL_GPU_OUT"):
             cap = capfd.readouterr()
-            name = f"stream_wait_hang_{mode}_{reads}.txt"
+            name = f"stream_wait_hang_{mode}_{copies}_copies.txt"
             with open(os.path.join(os.environ["UCCL_GPU_OUT"], name), "w") as f:
                 f.write(cap.out + cap.err)
         raise

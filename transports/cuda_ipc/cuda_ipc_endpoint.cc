@@ -118,7 +118,7 @@ void CudaIpcEndpoint::post_send(SendRequest* r) {
       auto s = stream_for(loc.backend, loc.ordinal);
       auto ev = loc.backend->create_event();
       Status st = !s.ok() ? s.status() : !ev.ok() ? ev.status() : Status::Ok();
-      if (st.ok()) st = loc.backend->copy_async(op->stage.data(), r->data, r->bytes, CopyDir::kDeviceToHost, s.value());
+      if (st.ok()) st = device_copy_async(loc.backend, op->stage.data(), r->data, r->bytes, CopyDir::kDeviceToHost, s.value());
       if (st.ok()) {
         op->work.event = ev.take();
         st = loc.backend->record(op->work.event.get(), s.value());

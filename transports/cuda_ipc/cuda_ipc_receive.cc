@@ -93,7 +93,7 @@ Status CudaIpcEndpoint::start_ipc_read(RecvOp& op) {
     if (!s.ok()) return s.status();
     Status st = r->reduce ? cuda_->reduce_async(r->dst, r->acc ? r->acc : r->dst, src.value(),
                                                 c.bytes / dtype_size(r->dtype), r->dtype, r->op, s.value())
-                          : cuda_->copy_async(r->dst, src.value(), c.bytes, CopyDir::kDeviceToDevice, s.value());
+                          : device_copy_async(cuda_, r->dst, src.value(), c.bytes, CopyDir::kDeviceToDevice, s.value());
     if (st.ok()) st = cuda_->record(op.work.event.get(), s.value());
     op.state = RecvOp::kDevice;
     return st;
@@ -107,7 +107,7 @@ Status CudaIpcEndpoint::start_ipc_read(RecvOp& op) {
   if (!s.ok()) return s.status();
   op.stage.get(&pool_, c.bytes);
   op.stage_pending = true;
-  Status st = cuda_->copy_async(op.stage.data(), src.value(), c.bytes, CopyDir::kDeviceToHost, s.value());
+  Status st = device_copy_async(cuda_, op.stage.data(), src.value(), c.bytes, CopyDir::kDeviceToHost, s.value());
   if (st.ok()) st = cuda_->record(op.work.event.get(), s.value());
   op.state = RecvOp::kDevice;
   return st;
@@ -137,12 +137,12 @@ Status CudaIpcEndpoint::deliver_stage(RecvOp& op, const uint8_t* data) {
   op.work.event = ev.take();
   Status st;
   if (!r->reduce) {
-    st = b->copy_async(r->dst, data, bytes, CopyDir::kHostToDevice, s.value());
+    st = device_copy_async(b, r->dst, data, bytes, CopyDir::kHostToDevice, s.value());
   } else {
     auto t = b->alloc(dl.ordinal, bytes);
     if (!t.ok()) return t.status();
     op.work.temp = t.value();
-    st = b->copy_async(op.work.temp, data, bytes, CopyDir::kHostToDevice, s.value());
+    st = device_copy_async(b, op.work.temp, data, bytes, CopyDir::kHostToDevice, s.value());
     if (st.ok())
       st = b->reduce_async(r->dst, r->acc ? r->acc : r->dst, op.work.temp, bytes / dtype_size(r->dtype), r->dtype,
                            r->op, s.value());

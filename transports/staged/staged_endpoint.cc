@@ -393,7 +393,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         times_.slot_wait += c.t - op.starved_since;
         op.starved_since = 0;
       }
-      Status s = backend_->copy_async(sl->host, static_cast<const char*>(op.s->data) + c.off, c.len,
+      Status s = device_copy_async(backend_, sl->host, static_cast<const char*>(op.s->data) + c.off, c.len,
                                       CopyDir::kDeviceToHost, d.stream.get());
       if (s.ok()) s = backend_->record(sl->ev.get(), d.stream.get());
       c.stage = Stage::kCopying;

@@ -66,14 +66,14 @@ Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from
   const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
   const size_t count = op.r->reduce ? c.len / dtype_size(op.r->dtype) : 0;
   if (!op.r->reduce) {
-    s = backend_->copy_async(dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
+    s = device_copy_async(backend_, dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
   } else if (const void* view = backend_->kernel_view_of_host(from, ordinal_)) {
     // Zero-copy: the kernel reads the chunk out of its slot (one pass over the device's data
     // instead of a copy to a temporary and a second pass).
     s = backend_->reduce_async(dst, acc, view, count, op.r->dtype, op.r->op, d.stream.get());
   } else {
     s = device_temp(c.slot);
-    if (s.ok()) s = backend_->copy_async(c.slot->dev, from, c.len, CopyDir::kHostToDevice, d.stream.get());
+    if (s.ok()) s = device_copy_async(backend_, c.slot->dev, from, c.len, CopyDir::kHostToDevice, d.stream.get());
     if (s.ok()) s = backend_->reduce_async(dst, acc, c.slot->dev, count, op.r->dtype, op.r->op, d.stream.get());
   }
   if (s.ok()) s = backend_->record(c.slot->ev.get(), d.stream.get());
