@@ -339,7 +339,9 @@ class CudaBackend final : public DeviceBackend {
     if (why) {
       *why = "CUDA cannot see that a stream waiting on uccl's flag (cuStreamWaitValue32) depends on device work "
              "queued after the wait, and may serialize the two (NVIDIA's warning on stream memory operations; "
-             "on an H200 a broadcast into a fresh tensor hung so, with eager module loading too)";
+             "on an H200 a broadcast into a fresh tensor hung so, with eager module loading too: a copy queued "
+             "behind the wait holding the copy engines, it seems; uccl's copies by kernel are to be checked "
+             "on a GPU)";
       if (lazy_loading_)
         *why += "; and under lazy module loading a kernel's first launch waits for the whole device to drain";
       *why += ". The host waits for the operation; UCCL_STREAM_WAIT=signal|kernel queues the stream wait anyway";

@@ -328,6 +328,7 @@ def body_copy_behind_a_wait(ctx):
         try:
             comm.all_reduce(x)
         except uccl.UcclError as e:
+            ctx.linger = False  # the communicator failed: no closing barrier
             return {"error": type(e).__name__}
         return {}
     s = Stream(0)
@@ -341,6 +342,7 @@ def body_copy_behind_a_wait(ctx):
         w.wait()
     except uccl.UcclError as e:
         out["error"] = (type(e).__name__, str(e))
+        ctx.linger = False
     return out
 
 
@@ -349,11 +351,11 @@ def test_a_copy_queued_behind_a_stream_wait(copies):
     """auto: uccl's own copies run as kernels on its streams (base/device.h, device_copy_async),
     so the user's copy holding the simulated copy engine behind the wait cannot stop them: the
     read sees the sum. engine (UCCL_DEVICE_COPIES=engine, the old way): uccl's copies queue on the
-    engine behind the user's, which waits for the operation: it times out (UCCL_TIMEOUT_S), and
+    engine behind the user's, which waits for the operation: it times out (the communicator's 5 s), and
     the stream is released with rank 0's own values - the hang the H200 showed, reproduced here."""
     results = run_world(2, "test_device:body_copy_behind_a_wait",
-                        env={"UCCL_STAGED": "on", "UCCL_TIMEOUT_S": "5", "UCCL_DEVICE_COPIES": copies},
-                        transport="tcp", timeout=90)
+                        env={"UCCL_STAGED": "on", "UCCL_DEVICE_COPIES": copies},
+                        transport="tcp", timeout=90, comm_timeout=5)
     r = results[0]
     if copies == "auto":
         assert r["copies"] == "kernel" and r["first"] == 3.0 and "error" not in r, r

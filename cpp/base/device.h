@@ -191,7 +191,11 @@ class DeviceBackend {
   // is queued after the wait, and CUDA cannot see that the waiting stream depends on it: NVIDIA
   // warns that the scheduler may then serialize them in the wrong order (cuStreamWaitValue32's
   // documentation), and the H200 run of 2026-11-28 hung so with eager module loading, over IPC
-  // and staged alike (a broadcast into a freshly allocated tensor, benchmarks/RESULTS.md).
+  // and staged alike (a broadcast into a freshly allocated tensor, then tensor.cpu(),
+  // benchmarks/RESULTS.md). The likely way (copy_by_kernel_async above): the user's copy behind
+  // the wait held the copy engines' queue in front of uccl's copies; uccl's copies now run as
+  // kernels under stream waits (device_copy_async), which the next GPU run is to confirm before
+  // this answers yes under eager loading.
   // (2) With lazy module loading (CUDA_MODULE_LOADING=LAZY, PyTorch's default) any thread's first
   // launch of a kernel loads its module under the context's lock and waits for the whole device
   // to drain, which a stream waiting on our signal never does (torchcomms #2334). A safe wait
