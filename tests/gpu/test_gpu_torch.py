@@ -254,14 +254,15 @@ def fresh_tensor_worker(rank, world, port, mode, copies):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("mode,copies", [
-    pytest.param("signal", "engine", marks=pytest.mark.xfail(
+@pytest.mark.parametrize("mode,copies,ipc", [
+    pytest.param("signal", "engine", "auto", marks=pytest.mark.xfail(
         raises=TimeoutError, strict=True,
         reason="known hang (H200, 2026-11-28): stream waits with uccl's copies on the copy engines")),
-    ("signal", "kernel"),
-    ("kernel", "kernel"),
-], ids=["signal-engine-copies", "signal", "kernel"])
-def test_stream_waits_into_a_fresh_tensor(monkeypatch, capfd, mode, copies):
+    ("signal", "kernel", "auto"),
+    ("kernel", "kernel", "auto"),
+    ("signal", "kernel", "off"),
+], ids=["signal-engine-copies", "signal", "kernel", "signal-staged"])
+def test_stream_waits_into_a_fresh_tensor(monkeypatch, capfd, mode, copies, ipc):
     """UCCL_STREAM_WAIT=signal|kernel, eager loading, 2 ranks on one GPU (fresh_tensor_worker).
     With uccl's copies on the copy engines (UCCL_DEVICE_COPIES=engine, what every stream wait used
     until 2026-11-28) it hung at the first or second broadcast over IPC and staged alike, on the
@@ -273,12 +274,15 @@ def test_stream_waits_into_a_fresh_tensor(monkeypatch, capfd, mode, copies):
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
     monkeypatch.setenv("UCCL_STREAM_WAIT", mode)
     monkeypatch.setenv("UCCL_DEVICE_COPIES", "engine" if copies == "engine" else "auto")
+    # off: the staged path through shared slots; the first op's slots are made while a wait is
+    # outstanding, so they stay pageable (copies by the engines) until an op finds the device quiet.
+    monkeypatch.setenv("UCCL_CUDA_IPC", ipc)
     try:
         U.spawn(fresh_tensor_worker, 2, mode, copies, deadline_s=45)
     except TimeoutError:
         if os.environ.get("UCCL_GPU_OUT"):
             cap = capfd.readouterr()
-            name = f"stream_wait_hang_{mode}_{copies}_copies.txt"
+            name = f"stream_wait_hang_{mode}_{copies}_copies_ipc_{ipc}.txt"
             with open(os.path.join(os.environ["UCCL_GPU_OUT"], name), "w") as f:
                 f.write(cap.out + cap.err)
         raise
