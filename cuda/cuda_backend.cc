@@ -411,8 +411,9 @@ class CudaBackend final : public DeviceBackend {
     if (cudaError_t e = g->set(ordinal)) return cuda_error("cudaSetDevice", e);
     return Status::Ok();
   }
-  // Where a kernel on the current device reads `p`: device memory (a peer's IPC mapping too) and
-  // pinned host memory (its mapped address; *host set) have one, pageable memory none (nullptr).
+  // Where a kernel on the current device reads `p`: device memory (a peer's IPC mapping too, where
+  // the two devices have peer access) and pinned host memory (its mapped address; *host set) have
+  // one; pageable memory, and another device's without peer access, none (nullptr).
   static const void* device_view(const void* p, bool* host) {
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -420,6 +421,12 @@ class CudaBackend final : public DeviceBackend {
       return nullptr;
     }
     if (a.type == cudaMemoryTypeHost) *host = true;
+    int cur = 0, can = 0;
+    if (a.type == cudaMemoryTypeDevice && cudaGetDevice(&cur) == cudaSuccess && a.device != cur &&
+        (cudaDeviceCanAccessPeer(&can, cur, a.device) != cudaSuccess || !can)) {
+      cudaGetLastError();
+      return nullptr;  // the engines reach it (through the host if need be)
+    }
     const bool reachable =
         a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged || a.type == cudaMemoryTypeHost;
     return reachable ? a.devicePointer : nullptr;

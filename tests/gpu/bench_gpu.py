@@ -4,7 +4,8 @@ In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
   * uccl all_reduce busbw on CUDA tensors, staged through the host (UCCL_CUDA_IPC=off; through
     shared slots, and without them: UCCL_STAGED_SHARED=off; through the slots with the reduce
     kernel reading each landed chunk where it lies: UCCL_CUDA_REDUCE_FROM_HOST=1) and over
-    CUDA IPC (UCCL_CUDA_IPC=on), 1 MiB .. 256 MiB float32;
+    CUDA IPC (UCCL_CUDA_IPC=on), 1 MiB .. 256 MiB float32; staged and IPC again with uccl's copies
+    by kernel instead of the copy engines (UCCL_DEVICE_COPIES=kernel: what stream waits use);
   * torch.distributed with backend "uccl" on the same CUDA tensors (issue 15: in place, ordered
     on the current stream), and PyTorch Gloo's all_reduce (it copies to the host, reduces
     there, copies back);
@@ -36,7 +37,7 @@ import torch.multiprocessing as mp
 
 # The ranks are spawned processes: they read the sizes main() chose from the environment.
 SIZES = [int(m) << 20 for m in os.environ.get("BENCH_GPU_SIZES_MIB", "1,4,16,64,256").split(",")]
-MODES = ("staged", "staged-noslots", "staged-zc", "ipc", "torch-uccl", "gloo", "host")
+MODES = ("staged", "staged-noslots", "staged-zc", "staged-kc", "ipc", "ipc-kc", "torch-uccl", "gloo", "host")
 
 
 def free_port():
@@ -56,7 +57,9 @@ def timed(fn, iters, sync):
 
 
 def rank_main(rank, world, port, upath, mode, q):
-    staged = mode in ("staged", "staged-noslots", "staged-zc")
+    staged = mode in ("staged", "staged-noslots", "staged-zc", "staged-kc")
+    # *-kc: uccl's own copies by kernel (base/device.h, device_copy_async), as under stream waits.
+    os.environ["UCCL_DEVICE_COPIES"] = "kernel" if mode.endswith("-kc") else "auto"
     os.environ["UCCL_CUDA_IPC"] = "off" if staged else "on"
     if staged:
         os.environ["UCCL_STAGED"] = "on"  # the pipelined chunks, whatever the context's timing
@@ -203,12 +206,12 @@ def main():
              f"here: {link_bound:.1f} GB/s busbw ({'one rank per GPU' if link_bound == pcie else 'both ranks share one GPU link'})",
              "",
              "| size | uccl staged busbw (GB/s) | staged without shared slots | staged, zero-copy reduce | "
-             "uccl IPC busbw | torch 'uccl' busbw | "
+             "staged, copies by kernel | uccl IPC busbw | IPC, copies by kernel | torch 'uccl' busbw | "
              "Gloo busbw | staged / Gloo | torch 'uccl' / Gloo | staged / PCIe | staged / its bound | uccl on host tensors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size, bw in rows:
         lines.append(f"| {size >> 20} MiB | {bw['staged']:.2f} | {bw['staged-noslots']:.2f} | {bw['staged-zc']:.2f} | "
-                     f"{bw['ipc']:.2f} | "
+                     f"{bw['staged-kc']:.2f} | {bw['ipc']:.2f} | {bw['ipc-kc']:.2f} | "
                      f"{bw['torch-uccl']:.2f} | "
                      f"{bw['gloo']:.2f} | {bw['staged'] / bw['gloo']:.1f}x | {bw['torch-uccl'] / bw['gloo']:.1f}x | "
                      f"{100 * bw['staged'] / pcie:.0f}% | {100 * bw['staged'] / link_bound:.0f}% | {bw['host']:.2f} |")
