@@ -9,8 +9,9 @@
 // that queue, stream_wait makes the worker wait. Copies go as on a GPU: copy_async through the
 // device's copy engine, one queue shared by every stream of the device (a copy waits there, in
 // order, for the work queued before it on its own stream, so a copy behind a stream that waits
-// holds every later copy of the device: the hazard device.h describes, which CI sees here),
-// copy_by_kernel_async on the stream's own worker like any kernel. A kernel may read host memory
+// holds every later copy of the device: the hazard device.h describes, which CI sees here; a GPU
+// has an engine or more per direction, one queue for all is the strictest model and serializes
+// the two directions), copy_by_kernel_async on the stream's own worker like any kernel. A kernel may read host memory
 // for its last operand (kernel_view_of_host(), a GPU's zero-copy loads of mapped pinned memory;
 // UCCL_SIM_REDUCE_FROM_HOST=0 turns it off, as cuda has it); those bytes are charged at the
 // copy speed. Copies touching device memory are throttled to a settable bandwidth and latency
