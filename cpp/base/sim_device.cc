@@ -262,16 +262,33 @@ struct CopyGate {
 }  // namespace
 
 Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
+  return queue_copy(dst, src, bytes, dir, s, true);
+}
+
+Status SimBackend::copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
+  return queue_copy(dst, src, bytes, dir, s, false);
+}
+
+Status SimBackend::queue_copy(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s, bool by_engine) {
   SimStream* st = sim_stream_of(s);
   if (!st) return InvalidArgument(name_ + ": not a simulated stream");
   if (bytes == 0) return Status::Ok();
   char *d = nullptr, *sr = nullptr;
   double gbps = 0, lat = 0;
   UCCL_RETURN_IF_ERROR(resolve_copy(dst, src, bytes, dir, &d, &sr, &gbps, &lat));
+  // a device-to-device copy may overlap (memmove semantics)
+  auto copy = [d, sr, bytes, gbps, lat] { over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); }); };
+  if (!by_engine) {
+    st->enqueue(work([copy]() {
+      copy();
+      return Status::Ok();
+    }));
+    return Status::Ok();
+  }
   auto gate = std::make_shared<CopyGate>();
   SimStream* eng = engine(st->ordinal());
-  // Queued on both under the engine's lock of its queue order: two threads' copies reach the
-  // engine in the order their stream halves were queued.
+  // Both halves queued under one lock: two threads' copies reach the engine in the order their
+  // stream halves were queued.
   std::lock_guard<std::mutex> order(engine_order_mu_);
   st->enqueue([gate](const Status& sticky) {
     std::unique_lock<std::mutex> lock(gate->mu);
@@ -281,32 +298,17 @@ Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir 
     gate->cv.wait(lock, [&] { return gate->done; });
     return Status::Ok();
   });
-  eng->enqueue([gate, d, sr, bytes, gbps, lat](const Status&) {
+  eng->enqueue([gate, copy](const Status&) {
     {
       std::unique_lock<std::mutex> lock(gate->mu);
       gate->cv.wait(lock, [&] { return gate->go; });  // the head of the queue holds the engine
     }
-    // a device-to-device copy may overlap (memmove semantics)
-    if (!gate->skip) over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); });
+    if (!gate->skip) copy();
     std::lock_guard<std::mutex> lock(gate->mu);
     gate->done = true;
     gate->cv.notify_all();
     return Status::Ok();
   });
-  return Status::Ok();
-}
-
-Status SimBackend::copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
-  SimStream* st = sim_stream_of(s);
-  if (!st) return InvalidArgument(name_ + ": not a simulated stream");
-  if (bytes == 0) return Status::Ok();
-  char *d = nullptr, *sr = nullptr;
-  double gbps = 0, lat = 0;
-  UCCL_RETURN_IF_ERROR(resolve_copy(dst, src, bytes, dir, &d, &sr, &gbps, &lat));
-  st->enqueue(work([d, sr, bytes, gbps, lat]() {
-    over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); });  // may overlap (memmove)
-    return Status::Ok();
-  }));
   return Status::Ok();
 }
 

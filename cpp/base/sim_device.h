@@ -123,6 +123,8 @@ class SimBackend final : public DeviceBackend {
   // Both sides of a copy resolved and checked against its direction; the bus's speed for it.
   Status resolve_copy(void* dst, const void* src, size_t bytes, CopyDir dir, char** d, char** sr, double* gbps,
                       double* lat) const;
+  // copy_async (by_engine: through the device's engine) and copy_by_kernel_async (on the stream).
+  Status queue_copy(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s, bool by_engine);
   // Device `ordinal`'s copy engine: one worker for the copies of every stream (made at first use).
   SimStream* engine(int ordinal);
   // Checks the stream, resolves each operand (at most 3) and queues fn(operands) on the stream.
