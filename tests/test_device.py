@@ -20,11 +20,14 @@ from harness import mixed_hosts, run_world
 PARTS = ["reduce", "broadcast", "all_gather", "gather_scatter", "reduce_scatter", "all_to_all", "p2p"]
 
 # (id, world, transport, host groups, rank modes (device_sweeps.setup), environment, big)
+# uccl's own copies run by kernel under the simulated device's signal waits (UCCL_DEVICE_COPIES=
+# auto); "engine" keeps the copy-engine path (CUDA's default, with host waits) covered.
 SCENARIOS = [
     ("w1-sim-whole", 1, "auto", None, ["sim0"], {}, 1),
     ("w2-tcp-sim-split", 2, "tcp", None, ["sim0", "sim1"], {"UCCL_STAGED": "on"}, 2),
-    ("w2-shm-host+sim", 2, "shm", None, ["host", "sim0"], {"UCCL_STAGED": "on"}, 1),
-    ("w3-shm-sim-whole", 3, "shm", None, ["sim0", "sim1", "sim0"], {"UCCL_STAGED": "off"}, 1),
+    ("w2-shm-host+sim-engine", 2, "shm", None, ["host", "sim0"], {"UCCL_STAGED": "on", "UCCL_DEVICE_COPIES": "engine"}, 1),
+    ("w3-shm-sim-whole-engine", 3, "shm", None, ["sim0", "sim1", "sim0"],
+     {"UCCL_STAGED": "off", "UCCL_DEVICE_COPIES": "engine"}, 1),
     # shm pairs in split mode use shared slots by default; this one keeps the plain chunks covered
     ("w3-shm-split-no-slots", 3, "shm", None, ["sim0", "host", "sim1-slow"],
      {"UCCL_STAGED": "on", "UCCL_STAGED_SHARED": "off"}, 1),
