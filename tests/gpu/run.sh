@@ -20,7 +20,7 @@
 # UCCL_GPU_SMOKE_S (default 240) to bound each smoke run,
 # UCCL_GPU_PARTS (default smoke,cpp,pytest,bench) to run only some parts, UCCL_GPU_PYTEST_S
 # (default 600) to bound the Python tests, UCCL_GPU_TEST_S (default 240) each test,
-# UCCL_GPU_PYTEST_WORKERS (default 4) pytest-xdist's workers. On the H200 of 2026-11-27 the build
+# UCCL_GPU_PYTEST_WORKERS (default 6) pytest-xdist's workers. On the H200 of 2026-11-27 the build
 # took ~1 minute and everything ~520 s in one device call (whose limit is 600 s); on 2026-11-28 the
 # build ~50 s, the whole call 477 s of which ~150 s were hangs since fixed, the Python tests alone 73 s
 # with 6 workers (benchmarks/results/gpu_h200_20261128); that evening the whole recipe 266 s, of which
@@ -138,7 +138,7 @@ if part pytest; then
   # Several scenarios at once where pytest-xdist is there (the GPU machines have 16 cores), and a
   # bound per test where pytest-timeout is, so that one hang cannot take the whole budget.
   popts=(-q -rfE --tb=short)
-  "$PY" -c "import xdist" 2> /dev/null && popts+=(-n "${UCCL_GPU_PYTEST_WORKERS:-4}")
+  "$PY" -c "import xdist" 2> /dev/null && popts+=(-n "${UCCL_GPU_PYTEST_WORKERS:-6}")
   "$PY" -c "import pytest_timeout" 2> /dev/null && popts+=(--timeout "${UCCL_GPU_TEST_S:-240}")
   say "pytest ${popts[*]}"
   if (cd /tmp && UCCL_GPU_OUT="$OUT" timeout "${UCCL_GPU_PYTEST_S:-600}" "$PY" -m pytest "${popts[@]}" -p no:cacheprovider --rootdir "$ROOT" \
