@@ -220,7 +220,7 @@ class CudaBackend final : public DeviceBackend {
   }
   // Pinned or registered host memory (registered with cudaHostRegisterMapped, allocated by
   // cudaHostAlloc: mapped under unified addressing) at its device address; pageable: nullptr.
-  // Whether to use it is the loader's (UCCL_CUDA_REDUCE_FROM_HOST).
+  // Whether reduces read it is the loader's reduces_from_host() (UCCL_CUDA_REDUCE_FROM_HOST).
   const void* kernel_view_of_host(const void* host, int ordinal) const override {
     if (!available(nullptr) || !host) return nullptr;
     DeviceGuard g;

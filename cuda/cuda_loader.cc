@@ -143,8 +143,9 @@ class CudaProxy final : public DeviceBackend {
     return b() ? b()->reduce_async(dst, a, bb, count, dt, op, s) : unavailable();
   }
   const void* kernel_view_of_host(const void* host, int ordinal) const override {
-    return kCudaReduceFromHost.get() && b() ? b()->kernel_view_of_host(host, ordinal) : nullptr;
+    return b() ? b()->kernel_view_of_host(host, ordinal) : nullptr;
   }
+  bool reduces_from_host() const override { return kCudaReduceFromHost.get() && b(); }
   size_t staging_chunk_bytes() const override { return b() ? b()->staging_chunk_bytes() : 0; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override {

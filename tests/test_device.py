@@ -346,22 +346,28 @@ def body_copy_behind_a_wait(ctx):
     except uccl.UcclError as e:
         out["error"] = (type(e).__name__, str(e))
         ctx.linger = False
+    out["describe"] = comm.describe()
     return out
 
 
-@pytest.mark.parametrize("copies", ["auto", "engine"])
-def test_a_copy_queued_behind_a_stream_wait(copies):
+@pytest.mark.parametrize("copies,transport", [("auto", "tcp"), ("engine", "tcp"), ("auto", "shm")])
+def test_a_copy_queued_behind_a_stream_wait(copies, transport):
     """auto: uccl's own copies run as kernels on its streams (base/device.h, device_copy_async),
     so the user's copy holding the simulated copy engine behind the wait cannot stop them: the
-    read sees the sum. engine (UCCL_DEVICE_COPIES=engine, the old way): uccl's copies queue on the
+    read sees the sum. shm: rank 0 maps rank 1's shared slots while its stream waits, so it
+    cannot register them (cuda's rule, modelled) and no kernel reaches them: each chunk goes
+    through a pinned hop (StagedEndpoint::hop_for), the CPU moving it out of the slot; without
+    the hop those copies would go by the engine, behind the user's. engine (UCCL_DEVICE_COPIES=engine, the old way): uccl's copies queue on the
     engine behind the user's, which waits for the operation: it times out (the communicator's 5 s), and
     the stream is released with rank 0's own values - the hang the H200 showed, reproduced here."""
     results = run_world(2, "test_device:body_copy_behind_a_wait",
                         env={"UCCL_STAGED": "on", "UCCL_DEVICE_COPIES": copies},
-                        transport="tcp", timeout=90, comm_timeout=5)
+                        transport=transport, timeout=90, comm_timeout=5)
     r = results[0]
     if copies == "auto":
         assert r["copies"] == "kernel" and r["first"] == 3.0 and "error" not in r, r
+        if transport == "shm":
+            assert "the peer's pageable" in r["describe"] and "through a pinned hop" in r["describe"], r
     else:
         assert r["copies"] == "engine", r
         assert r.get("error", ("",))[0] == "TimeoutError" and r["first"] == 1.0, r

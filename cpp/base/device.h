@@ -150,15 +150,18 @@ class DeviceBackend {
   virtual Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt,
                               RedOp op, DeviceStream* s) = 0;
   // Where this backend's kernels can read the host memory at `host` directly from device
-  // `ordinal` (pinned memory mapped into the device: a registered bounce slot), the address they
-  // read it at; nullptr where they cannot. The staged transport then reduces a landed chunk
-  // straight out of its slot (zero-copy: one pass over the device's data) instead of copying it
-  // to a device temporary first. sim: `host` itself (its kernels read host memory at its copy
-  // speed, as a GPU's loads of mapped pinned memory go at the bus's); nullptr with
-  // UCCL_SIM_REDUCE_FROM_HOST=0. cuda: the mapped device address of registered or pinned memory
-  // with UCCL_CUDA_REDUCE_FROM_HOST=on (off by default until a GPU run measures it against
-  // copy-then-reduce: tests/gpu/bench_gpu.py's staged-zc mode); pageable memory: nullptr.
+  // `ordinal` - pinned memory mapped into the device (alloc_pinned, or a range register_host
+  // registered) - the address they read it at; nullptr where they cannot (pageable memory).
+  // cuda: the mapped device address; sim: `host` itself inside its pinned or registered ranges
+  // (its kernels read host memory at its copy speed, as a GPU's loads of mapped pinned memory go
+  // at the bus's), nullptr elsewhere, as on a GPU.
   virtual const void* kernel_view_of_host(const void* /*host*/, int /*ordinal*/) const { return nullptr; }
+  // Whether the staged transport lets the reduce kernel read a landed chunk straight out of its
+  // slot where kernel_view_of_host() reaches it (zero-copy: one pass over the device's data)
+  // instead of copying it to a device temporary first. sim: yes (UCCL_SIM_REDUCE_FROM_HOST=0:
+  // no); cuda: UCCL_CUDA_REDUCE_FROM_HOST (off until a GPU run measures it against
+  // copy-then-reduce: tests/gpu/bench_gpu.py's staged-zc mode).
+  virtual bool reduces_from_host() const { return false; }
   // The staging chunk this backend's copies want (transports/staged: the pipeline's unit when
   // UCCL_STAGED_CHUNK_BYTES is auto), 0 for no preference (the host default, 512 KiB). cuda: a
   // copy's fixed cost (its call, an event, the progress thread's turn) must stay small beside

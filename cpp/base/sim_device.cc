@@ -51,10 +51,16 @@ SimBackend::SimBackend(SimOptions opt)
             device_sync();
             void* p = nullptr;
             if (posix_memalign(&p, 4096, n ? n : 1) != 0) return SystemError(name_ + ": pinned alloc", ENOMEM);
+            std::lock_guard<std::mutex> lock(mu_);
+            pinned_[reinterpret_cast<uintptr_t>(p)] = n ? n : 1;
             return p;
           },
           [this](void* p) {
             device_sync();
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              pinned_.erase(reinterpret_cast<uintptr_t>(p));
+            }
             std::free(p);
           },
           [this](int o, size_t n) { return raw_alloc(o, n); },  // cudaMallocAsync's model
@@ -244,6 +250,33 @@ Status SimBackend::resolve_copy(void* dst, const void* src, size_t bytes, CopyDi
   return Status::Ok();
 }
 
+const void* SimBackend::kernel_view_of_host(const void* host, int) const {
+  const auto a = reinterpret_cast<uintptr_t>(host);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pinned_.upper_bound(a);
+  if (it == pinned_.begin()) return nullptr;
+  --it;
+  return a < it->first + it->second ? host : nullptr;
+}
+
+bool SimBackend::register_host(void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0) return false;
+  return mem_.run_if_quiet([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_[reinterpret_cast<uintptr_t>(ptr)] = bytes;
+  });
+}
+
+void SimBackend::unregister_host(void* ptr, std::function<void()> then) {
+  mem_.run_when_quiet([this, ptr, then = std::move(then)] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pinned_.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
+    then();
+  });
+}
+
 SimStream* SimBackend::engine(int ordinal) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& e = engines_[ordinal];
@@ -278,6 +311,9 @@ Status SimBackend::queue_copy(void* dst, const void* src, size_t bytes, CopyDir 
   UCCL_RETURN_IF_ERROR(resolve_copy(dst, src, bytes, dir, &d, &sr, &gbps, &lat));
   // a device-to-device copy may overlap (memmove semantics)
   auto copy = [d, sr, bytes, gbps, lat] { over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); }); };
+  // A kernel reaches host memory only where it is pinned (as cuda's copy_by_kernel_async).
+  if (!by_engine && ((d == dst && !kernel_view_of_host(dst, 0)) || (sr == src && !kernel_view_of_host(src, 0))))
+    by_engine = true;
   if (!by_engine) {
     st->enqueue(work([copy]() {
       copy();
@@ -498,6 +534,11 @@ class SimProxy final : public DeviceBackend {
   }
   const void* kernel_view_of_host(const void* host, int ordinal) const override {
     return sim_backend()->kernel_view_of_host(host, ordinal);
+  }
+  bool reduces_from_host() const override { return sim_backend()->reduces_from_host(); }
+  bool register_host(void* ptr, size_t bytes) override { return sim_backend()->register_host(ptr, bytes); }
+  void unregister_host(void* ptr, std::function<void()> then) override {
+    sim_backend()->unregister_host(ptr, std::move(then));
   }
   Status scale_async(void* d, const void* s, size_t c, DataType dt, double f, DeviceStream* st) override {
     return sim_backend()->scale_async(d, s, c, dt, f, st);

@@ -14,7 +14,10 @@
 // the two directions), copy_by_kernel_async on the stream's own worker like any kernel. A kernel may read host memory
 // for its last operand (kernel_view_of_host(), a GPU's zero-copy loads of mapped pinned memory;
 // UCCL_SIM_REDUCE_FROM_HOST=0 turns it off, as cuda has it); those bytes are charged at the
-// copy speed. Copies touching device memory are throttled to a settable bandwidth and latency
+// copy speed. As on a GPU, a kernel reaches only pinned host memory: alloc_pinned's (not the
+// pageable memory SignalSafeMemory hands out past its reserve) and ranges register_host took,
+// which it does only while no stream waits on a signal; a copy by kernel with another host side
+// goes through the engine. Copies touching device memory are throttled to a settable bandwidth and latency
 // (UCCL_SIM_COPY_GBPS, UCCL_SIM_COPY_LATENCY_US for the process-wide "sim" backend; per-instance
 // options for a test that wants two vendors with different copy speeds in one process). Like
 // CUDA's cudaMalloc / cudaFree / cudaHostAlloc / cudaFreeHost, alloc, free, alloc_pinned and
@@ -83,7 +86,12 @@ class SimBackend final : public DeviceBackend {
   Status copy_by_kernel_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;
   Status reduce_async(void* dst, const void* a, const void* b, size_t count, DataType dt, RedOp op,
                       DeviceStream* s) override;
-  const void* kernel_view_of_host(const void* host, int) const override { return reduces_from_host_ ? host : nullptr; }
+  const void* kernel_view_of_host(const void* host, int) const override;
+  bool reduces_from_host() const override { return reduces_from_host_; }
+  // Host ranges count as pinned while registered (the rule of cuda's: only while no stream waits
+  // on a signal, else false and the range stays pageable); the memory is not touched.
+  bool register_host(void* ptr, size_t bytes) override;
+  void unregister_host(void* ptr, std::function<void()> then) override;
   size_t staging_chunk_bytes() const override { return staging_chunk_bytes_; }
   Status scale_async(void* dst, const void* src, size_t count, DataType dt, double factor,
                      DeviceStream* s) override;
@@ -143,6 +151,7 @@ class SimBackend final : public DeviceBackend {
   std::atomic<int> waits_outstanding_{0};  // signal waits queued and not passed yet
   std::map<int, std::unique_ptr<SimStream>> engines_;  // by ordinal, under mu_
   std::mutex engine_order_mu_;  // copy_async queues a copy's two halves under it
+  std::map<uintptr_t, size_t> pinned_;  // host ranges a kernel reaches (alloc_pinned, register_host), under mu_
   SignalSafeMemory mem_;                   // last: its calls use the members above
 };
 

@@ -131,7 +131,8 @@ TEST_CASE("stream_wait orders two streams; wrap_stream finds a live stream by ha
 TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later copies, kernels do not wait") {
   // The model of device.h's hazard (copy_async vs copy_by_kernel_async): stream `user` waits on a
   // signal and has a copy queued behind the wait; an engine copy on another stream then waits for
-  // it (head of the engine's queue), a copy by kernel on a third stream does not.
+  // it (head of the engine's queue), a copy by kernel on a third stream does not (into pinned
+  // memory: a kernel reaches no other host memory, and such a copy goes by the engine too).
   SimOptions o;
   o.name = "sim-engine";
   o.devices = 1;
@@ -139,7 +140,9 @@ TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later
   auto user = b.create_stream(0).take();
   auto other = b.create_stream(0).take();
   auto third = b.create_stream(0).take();
-  std::vector<char> host(4096, 'h'), back(4096, 0), out1(4096, 0), out2(4096, 0);
+  std::vector<char> host(4096, 'h'), back(4096, 0), out1(4096, 0);
+  char* out2 = static_cast<char*>(b.alloc_pinned(4096).take());
+  std::memset(out2, 0, 4096);
   void* d = b.alloc(0, host.size()).take();
   REQUIRE(b.copy_async(d, host.data(), host.size(), CopyDir::kHostToDevice, user.get()).ok());
   REQUIRE(b.synchronize(user.get()).ok());
@@ -150,7 +153,7 @@ TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later
   auto e_kernel = b.create_event().take();
   REQUIRE(b.copy_async(out1.data(), d, out1.size(), CopyDir::kDeviceToHost, other.get()).ok());
   REQUIRE(b.record(e_engine.get(), other.get()).ok());
-  REQUIRE(b.copy_by_kernel_async(out2.data(), d, out2.size(), CopyDir::kDeviceToHost, third.get()).ok());
+  REQUIRE(b.copy_by_kernel_async(out2, d, 4096, CopyDir::kDeviceToHost, third.get()).ok());
   REQUIRE(b.record(e_kernel.get(), third.get()).ok());
   REQUIRE(b.synchronize(third.get()).ok());  // the kernel's copy is not held
   CHECK(out2[0] == 'h');
@@ -163,6 +166,7 @@ TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later
   CHECK(out1[0] == 'h');
   CHECK(back[0] == 'h');
   b.free(d);
+  b.free_pinned(out2);
 }
 
 TEST_CASE("copy bandwidth and latency are applied, per instance") {
@@ -186,13 +190,44 @@ TEST_CASE("copy bandwidth and latency are applied, per instance") {
   CHECK(slow.allocated_bytes() == 0);
 }
 
+TEST_CASE("a kernel reaches pinned and registered host memory only; registering waits for a quiet device") {
+  SimOptions o;
+  o.name = "sim-reach";
+  o.devices = 1;
+  SimBackend b(o);
+  std::vector<char> pageable(8192);
+  CHECK(b.kernel_view_of_host(pageable.data(), 0) == nullptr);
+  char* pinned = static_cast<char*>(b.alloc_pinned(4096).take());
+  CHECK(b.kernel_view_of_host(pinned + 100, 0) == pinned + 100);
+  CHECK(b.kernel_view_of_host(pinned + 4096, 0) == nullptr);  // one past the end
+  REQUIRE(b.register_host(pageable.data(), 4096));
+  CHECK(b.kernel_view_of_host(pageable.data() + 10, 0) == pageable.data() + 10);
+  CHECK(b.kernel_view_of_host(pageable.data() + 4096, 0) == nullptr);
+  bool unmapped = false;
+  b.unregister_host(pageable.data(), [&] { unmapped = true; });
+  CHECK(unmapped);
+  CHECK(b.kernel_view_of_host(pageable.data(), 0) == nullptr);
+  // While a stream waits on a signal, registering is refused (cuda's cudaHostRegister may
+  // synchronize): the range stays pageable, and a copy by kernel from it goes by the engine.
+  auto s = b.create_stream(0).take();
+  auto sig = b.create_signal(0).take();
+  REQUIRE(b.stream_wait_signal(s.get(), sig, StreamWaitMode::kSignal).ok());
+  CHECK_FALSE(b.register_host(pageable.data(), 4096));
+  CHECK(b.kernel_view_of_host(pageable.data(), 0) == nullptr);
+  sig->raise();
+  REQUIRE(b.synchronize(s.get()).ok());
+  CHECK(b.register_host(pageable.data(), 4096));
+  b.unregister_host(pageable.data(), [] {});
+  b.free_pinned(pinned);
+  CHECK(b.kernel_view_of_host(pinned, 0) == nullptr);
+}
+
 TEST_CASE("a kernel reads host memory for its last operand, bit for bit, charged at the copy speed") {
   SimOptions o;
   o.name = "sim-bus";
   o.copy_gbps = 0.5;
   SimBackend b(o);
-  int probe = 0;
-  CHECK(b.kernel_view_of_host(&probe, 0) == &probe);
+  CHECK(b.reduces_from_host());
   auto s = b.create_stream(0).take();
   const size_t count = 1 << 20, n = count * sizeof(float);  // 4 MiB: 8.4 ms at 0.5 GB/s
   std::vector<float> a(count), h(count), out(count);

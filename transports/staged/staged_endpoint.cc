@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "base/log.h"
 #include "base/net.h"
@@ -116,25 +117,31 @@ std::string StagedEndpoint::describe() const {
   if (t.received)
     s += "; per chunk received (" + std::to_string(t.received) + "), mean us: arriving " +
          us(t.data_wait, t.received) + ", to the device " + us(t.to_device, t.received);
+  if (t.hops) s += "; " + std::to_string(t.hops) + " chunks through a pinned hop (their slot was pageable)";
   return s;
+}
+
+void StagedEndpoint::drop_slot(std::unique_ptr<Slot>& s) {
+  if (!s) return;
+  if (!s->in_segment) backend_->free_pinned(s->host);
+  g_bounce_bytes -= s->bytes;
+  if (s->dev) {
+    backend_->free(s->dev);
+    g_bounce_bytes -= s->bytes;
+  }
+  if (s->hop) {
+    backend_->free_pinned(s->hop);
+    g_bounce_bytes -= s->bytes;
+  }
+  s.reset();
 }
 
 void StagedEndpoint::free_slots(Dir& d) {
   if (d.stream && backend_) backend_->synchronize(d.stream.get());  // queued copies may still write
-  auto drop = [&](std::unique_ptr<Slot>& s) {
-    if (!s) return;
-    if (!s->in_segment) backend_->free_pinned(s->host);
-    g_bounce_bytes -= s->bytes;
-    if (s->dev) {
-      backend_->free(s->dev);
-      g_bounce_bytes -= s->bytes;
-    }
-    s.reset();
-  };
-  for (auto& s : d.pool) drop(s);
+  for (auto& s : d.pool) drop_slot(s);
   d.pool.clear();
   d.free_slots.clear();
-  drop(d.dedicated);
+  drop_slot(d.dedicated);
   d.dedicated_busy = false;
   d.stream.reset();
   if (&d == &out_) {
@@ -208,15 +215,7 @@ StagedEndpoint::Slot* StagedEndpoint::acquire(Dir& d, size_t len) {
   if (chunk_ == 0 || len > chunk_) {  // whole mode: one message-sized slot per direction
     if (d.dedicated_busy) return nullptr;
     if (!d.dedicated || d.dedicated->bytes < len) {
-      if (d.dedicated) {
-        backend_->free_pinned(d.dedicated->host);
-        g_bounce_bytes -= d.dedicated->bytes;
-        if (d.dedicated->dev) {
-          backend_->free(d.dedicated->dev);
-          g_bounce_bytes -= d.dedicated->bytes;
-        }
-        d.dedicated.reset();
-      }
+      drop_slot(d.dedicated);
       auto s = std::make_unique<Slot>();
       auto h = backend_->alloc_pinned(len);
       auto e = backend_->create_event();
@@ -268,6 +267,22 @@ Status StagedEndpoint::device_temp(Slot* s) {
   s->dev = dv.value();
   g_bounce_bytes += s->bytes;
   return Status::Ok();
+}
+
+char* StagedEndpoint::hop_for(Slot* s, const void* host) {
+  if (!copies_by_kernel(backend_) || backend_->kernel_view_of_host(host, ordinal_)) return nullptr;
+  if (!s->hop) {
+    auto h = backend_->alloc_pinned(s->bytes);
+    if (!h.ok()) return nullptr;
+    if (!backend_->kernel_view_of_host(h.value(), ordinal_)) {  // pageable past the pinned reserve
+      backend_->free_pinned(h.value());
+      return nullptr;
+    }
+    s->hop = static_cast<char*>(h.value());
+    g_bounce_bytes += s->bytes;
+  }
+  ++times_.hops;
+  return s->hop;
 }
 
 void StagedEndpoint::release(Dir& d, Slot* s) {
@@ -393,8 +408,10 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         times_.slot_wait += c.t - op.starved_since;
         op.starved_since = 0;
       }
-      Status s = device_copy_async(backend_, sl->host, static_cast<const char*>(op.s->data) + c.off, c.len,
-                                      CopyDir::kDeviceToHost, d.stream.get());
+      char* hop = hop_for(sl, sl->host);
+      c.hop = hop != nullptr;
+      Status s = device_copy_async(backend_, hop ? hop : sl->host, static_cast<const char*>(op.s->data) + c.off,
+                                   c.len, CopyDir::kDeviceToHost, d.stream.get());
       if (s.ok()) s = backend_->record(sl->ev.get(), d.stream.get());
       c.stage = Stage::kCopying;
       ++op.started;
@@ -411,6 +428,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         break;
       }
       if (op.error.ok()) {
+        if (c.hop) std::memcpy(c.slot->host, c.slot->hop, c.len);  // the CPU's half of the hop
         const double now = now_s();
         times_.to_host += now - c.t;
         c.t = now;

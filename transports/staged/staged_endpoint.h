@@ -25,7 +25,10 @@
 //    sends a note naming the slot; the receiver copies (or reduces) straight out of the slot.
 //    No host-to-host copy is left (staged_slots.h has the protocol). A host buffer's chunks go
 //    as bytes; each receive takes either form (RecvRequest::alt_dst, which shm honours), so
-//    the receiver posts ahead and a large host chunk is still pushed as on a plain pair.
+//    the receiver posts ahead and a large host chunk is still pushed as on a plain pair. Slots
+//    are registered with the backend (pinned, mapped) unless a stream waits on a signal then;
+//    where uccl's copies run as kernels a chunk of an unregistered slot goes through a pinned
+//    hop (hop_for).
 //  * Whole mode (no negotiation, chunk 0): a rank that passes device memory on a pair that was
 //    not negotiated stages whole messages (one bounce buffer per message, then one send), the
 //    wire being unchanged. Correct, not pipelined; it keeps mixed and late cases working.
@@ -118,6 +121,7 @@ class StagedEndpoint final : public Endpoint {
   struct Slot {
     char* host = nullptr;  // pinned
     void* dev = nullptr;   // device temporary of a reducing receive (made on first use)
+    char* hop = nullptr;   // pinned block for a `host` no kernel reaches (hop_for; made on first use)
     size_t bytes = 0;
     bool pooled = true;
     std::unique_ptr<DeviceEvent> ev;
@@ -135,6 +139,7 @@ class StagedEndpoint final : public Endpoint {
     SendRequest s;
     RecvRequest r;
     bool via_slot = false;         // shared slots: this chunk travels (or came) as `note`
+    bool hop = false;              // sending: copied by kernel into slot->hop, moved to slot->host by the CPU
     const char* src = nullptr;     // receiving: the peer's slot it is read from
     SlotNote note;
     double t = 0;                  // when its current stage began (ChunkTimes)
@@ -158,6 +163,7 @@ class StagedEndpoint final : public Endpoint {
                                                      // the note), waiting for a free slot
     double data_wait = 0, to_device = 0;             // receiving: the chunk's arrival, the copy
                                                      // (and reduce) on the device
+    uint64_t hops = 0;                               // chunks through a pinned hop (hop_for)
   };
   struct Dir {
     std::deque<Op> ops;
@@ -191,6 +197,14 @@ class StagedEndpoint final : public Endpoint {
   // The slot's device temporary (a reducing receive on a backend that cannot reduce from host
   // memory), made on first use and counted in staged_bounce_bytes().
   Status device_temp(Slot* s);
+  // Where uccl's copies run as kernels (device_copy_async) and no kernel reaches `host` (pageable
+  // memory: shared slots made while a stream waited on a signal stay unregistered), the slot's
+  // pinned block the device side uses instead, the CPU moving the bytes between it and `host`;
+  // nullptr when no hop is needed (or no pinned block can be had: then the copy goes by the
+  // engines, device.h's hazard). Why: an engine copy can queue behind a user's copy that waits
+  // for this very operation.
+  char* hop_for(Slot* s, const void* host);
+  void drop_slot(std::unique_ptr<Slot>& s);
   void release(Dir& d, Slot* s);
   Status ensure_device(const MemoryLoc& loc);
   void free_slots(Dir& d);

@@ -58,6 +58,10 @@ bool StagedEndpoint::advance_device_recv(Dir& d, Op& op, bool ready, bool may_po
 }
 
 Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
+  if (char* hop = hop_for(c.slot, from)) {  // the CPU's half of the hop first (hop_for)
+    std::memcpy(hop, from, c.len);
+    from = hop;
+  }
   char* dst = static_cast<char*>(op.r->dst) + c.off;
   const double now = now_s();
   times_.data_wait += now - c.t;
@@ -67,7 +71,7 @@ Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from
   const size_t count = op.r->reduce ? c.len / dtype_size(op.r->dtype) : 0;
   if (!op.r->reduce) {
     s = device_copy_async(backend_, dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
-  } else if (const void* view = backend_->kernel_view_of_host(from, ordinal_)) {
+  } else if (const void* view = backend_->reduces_from_host() ? backend_->kernel_view_of_host(from, ordinal_) : nullptr) {
     // Zero-copy: the kernel reads the chunk out of its slot (one pass over the device's data
     // instead of a copy to a temporary and a second pass).
     s = backend_->reduce_async(dst, acc, view, count, op.r->dtype, op.r->op, d.stream.get());
