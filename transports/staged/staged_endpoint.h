@@ -14,8 +14,8 @@
 //    chunk k+1 is being copied device->host on the endpoint's "out" stream and chunk k-1
 //    host->device on its "in" stream; a reducing receive reduces with the device's kernel (the
 //    data is on the device: no round trip), reading the chunk straight out of its host slot
-//    where the backend's kernels can read it there (kernel_view_of_host: zero-copy), else from a
-//    device slot it was copied to.
+//    where the backend reduces from host memory and its kernels reach the slot
+//    (reduces_from_host, kernel_view_of_host: zero-copy), else from a device slot it was copied to.
 //    A pair is split when either rank offered staging in its PeerInfo (UCCL_STAGED: auto offers
 //    it when a device backend may own memory in this process when the communicator is created;
 //    on always, off never); the chunk is the smaller of the two offers. Host-only pairs of
