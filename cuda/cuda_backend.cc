@@ -198,9 +198,8 @@ class CudaBackend final : public DeviceBackend {
     if (bytes == 0 || dst == src) return Status::Ok();
     DeviceGuard g;
     UCCL_RETURN_IF_ERROR(use_device(s->ordinal(), &g));
-    bool host = false;
-    void* d = const_cast<void*>(device_view(dst, &host));
-    const void* sr = device_view(src, &host);
+    void* d = const_cast<void*>(device_view(dst));
+    const void* sr = device_view(src);
     const char* a = static_cast<const char*>(dst);
     const char* b = static_cast<const char*>(src);
     if (d && sr && !(a < b + bytes && b < a + bytes)) return launched("copy kernel", launch_copy(d, sr, bytes, raw(s)));
@@ -291,7 +290,8 @@ class CudaBackend final : public DeviceBackend {
   // kSignal: cuStreamWaitValue32, a semaphore acquire that blocks the stream's hardware queue.
   // kKernel: a one-thread kernel polling the word (cuda_kernels.h): the queue moves on and
   // only that stream's later work waits, as behind any running kernel - NCCL's way of waiting
-  // for the host. Which of the two avoids the H200 hang (device.h) is for a GPU run to say.
+  // for the host. Either relies on uccl's copies running as kernels meanwhile (device.h,
+  // device_copy_async); tests/gpu checks both.
   Status stream_wait_signal(DeviceStream* s, const std::shared_ptr<DeviceSignal>& sig, StreamWaitMode how) override {
     auto cs = std::dynamic_pointer_cast<CudaSignal>(sig);
     if (!cs) return InvalidArgument("cuda: not a CUDA signal");
@@ -412,15 +412,15 @@ class CudaBackend final : public DeviceBackend {
     return Status::Ok();
   }
   // Where a kernel on the current device reads `p`: device memory (a peer's IPC mapping too, where
-  // the two devices have peer access) and pinned host memory (its mapped address; *host set) have
-  // one; pageable memory, and another device's without peer access, none (nullptr).
-  static const void* device_view(const void* p, bool* host) {
+  // the two devices have peer access) and pinned host memory (its mapped address; *host set when
+  // given) have one; pageable memory, and another device's without peer access, none (nullptr).
+  static const void* device_view(const void* p, bool* host = nullptr) {
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
       cudaGetLastError();
       return nullptr;
     }
-    if (a.type == cudaMemoryTypeHost) *host = true;
+    if (host) *host = a.type == cudaMemoryTypeHost;
     int cur = 0, can = 0;
     if (a.type == cudaMemoryTypeDevice && cudaGetDevice(&cur) == cudaSuccess && a.device != cur &&
         (cudaDeviceCanAccessPeer(&can, cur, a.device) != cudaSuccess || !can)) {

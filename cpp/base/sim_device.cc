@@ -312,7 +312,8 @@ Status SimBackend::queue_copy(void* dst, const void* src, size_t bytes, CopyDir 
   // a device-to-device copy may overlap (memmove semantics)
   auto copy = [d, sr, bytes, gbps, lat] { over_the_bus(bytes, gbps, lat, [&] { std::memmove(d, sr, bytes); }); };
   // A kernel reaches host memory only where it is pinned (as cuda's copy_by_kernel_async).
-  if (!by_engine && ((d == dst && !kernel_view_of_host(dst, 0)) || (sr == src && !kernel_view_of_host(src, 0))))
+  const int ord = st->ordinal();
+  if (!by_engine && ((d == dst && !kernel_view_of_host(dst, ord)) || (sr == src && !kernel_view_of_host(src, ord))))
     by_engine = true;
   if (!by_engine) {
     st->enqueue(work([copy]() {
