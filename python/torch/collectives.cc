@@ -1,6 +1,7 @@
 // Collectives of UcclBackend that reduce (all_reduce and its coalesced form, reduce, reduce_scatter
 // and its forms): check the tensors, stage them, issue uccl ops, return the work. The others
-// (broadcast, all_gather, gather, scatter, all_to_all, barrier): collectives_move.cc.
+// (broadcast, all_gather, gather, scatter, all_to_all, barrier): collectives_move.cc; all_reduce
+// of a sparse COO tensor: collectives_sparse.cc.
 //
 // Staging rule: uccl wants one contiguous buffer per side. A contiguous caller tensor is used
 // as is; otherwise (or for lists of tensors) a contiguous buffer is used and outputs are copied
@@ -32,6 +33,7 @@ struct ReduceScatterCoalesced<T, std::void_t<decltype(T::REDUCE_SCATTER_TENSOR_C
 c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts) {
   check_single(tensors.size(), "all_reduce", "tensor");
+  if (tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors[0], opts);
   c10d::AllreduceCoalescedOptions co;
   co.reduceOp = opts.reduceOp;
   co.timeout = opts.timeout;

@@ -3,6 +3,8 @@
 * all_gather_coalesced takes torch's layout: output_tensor_lists[r][i] receives input i of
   rank r (one list per rank, each as long as the inputs), checked against gloo at world 3;
 * DDP's logging data names the backend "uccl", as dist.get_backend() does;
+* all_reduce of sparse COO tensors (Gloo's semantics: SUM, the coalesced sum on every rank),
+  bitwise equal to gloo's, and DDP training an nn.Embedding(sparse=True) as under gloo;
 * dist.recv / dist.irecv without a source: the first message from any rank with the tag wins,
   recv returns the sender, per-peer order holds, a receive with a source keeps working, a
   rank that dies fails the receive at once and a silent group ends at the group's timeout.
@@ -120,6 +122,60 @@ def check_recv_any_source(rank, world, u, g):
             u._end_coalescing(cpu)
 
 
+def sparse_input(rank, dtype, dense=(3,)):
+    """Uneven nnz (rank 1 has none), repeated indices (not coalesced), dense trailing dims."""
+    n = [5, 0, 3, 7, 2][rank % 5]
+    gen = torch.Generator().manual_seed(100 + rank)
+    idx = torch.randint(0, 4, (2, n), generator=gen)
+    val = (torch.randn(n, *dense, generator=gen) * 10).to(dtype)
+    return torch.sparse_coo_tensor(idx, val, (4, 4, *dense))
+
+
+def check_sparse_all_reduce(rank, world, u, g):
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        t, ref = sparse_input(rank, dtype), sparse_input(rank, dtype)
+        dist.all_reduce(t, group=u)
+        dist.all_reduce(ref, group=g)
+        assert t.is_sparse and t.is_coalesced()
+        U.assert_same(t.to_dense(), ref.to_dense(), f"sparse all_reduce {dtype} vs gloo (rank {rank})")
+        want = sum(sparse_input(r, dtype).to_dense() for r in range(world))
+        assert torch.allclose(t.to_dense(), want), f"sparse all_reduce {dtype} (rank {rank})"
+    # No entries anywhere; a 1-d tensor without dense dims; async with a future.
+    t = torch.sparse_coo_tensor(torch.empty(1, 0, dtype=torch.long), torch.empty(0), (9,))
+    dist.all_reduce(t, group=u)
+    assert t._nnz() == 0 and t.shape == (9,)
+    t = torch.sparse_coo_tensor(torch.tensor([[rank % 3]]), torch.tensor([float(rank + 1)]), (3,))
+    fut = dist.all_reduce(t, group=u, async_op=True).get_future()
+    out = fut.wait()[0]
+    want = torch.zeros(3)
+    for r in range(world):
+        want[r % 3] += r + 1
+    U.assert_same(out.to_dense(), want, "async sparse all_reduce")
+    U.assert_same(t.to_dense(), want, "async sparse all_reduce, in place")
+    with pytest.raises(ValueError, match="sparse tensors reduce with ReduceOp.SUM only"):
+        dist.all_reduce(sparse_input(rank, torch.float32), op=dist.ReduceOp.MAX, group=u)
+
+
+def check_ddp_sparse_gradients(rank, world, g):
+    """DDP over an nn.Embedding(sparse=True): its gradients are sparse and DDP all_reduces them
+    as such; two steps of SGD end with the weights gloo's DDP ends with."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    weights = []
+    for pg in (None, g):
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Embedding(10, 3, sparse=True), process_group=pg)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        for step in range(2):
+            ids = torch.tensor([(rank + step) % 10, (3 * rank + 1) % 10, 7])
+            opt.zero_grad()
+            model(ids).pow(2).sum().backward()
+            assert model.module.weight.grad.is_sparse
+            opt.step()
+        weights.append(model.module.weight.detach().clone())
+    assert torch.allclose(weights[0], weights[1]), (weights[0] - weights[1]).abs().max()
+
+
 def check_ddp_backend_name(rank, world, g):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -139,13 +195,14 @@ def conformance_worker(rank, world, port):
         u = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(transport=transport))
         groups.append((u, f"transport {transport}"))
     for u, label in groups:
-        for check in (check_all_gather_coalesced, check_recv_any_source):
+        for check in (check_all_gather_coalesced, check_recv_any_source, check_sparse_all_reduce):
             try:
                 check(rank, world, u, g)
             except Exception as e:
                 raise AssertionError(f"{check.__name__} on {label} (rank {rank} of {world}) failed: {e}") from e
         dist.barrier(group=g)
     check_ddp_backend_name(rank, world, g)
+    check_ddp_sparse_gradients(rank, world, g)
     dist.barrier(group=g)
     dist.destroy_process_group()
 
