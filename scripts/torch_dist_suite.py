@@ -21,7 +21,8 @@ for the suite's own gating.
 Some tests are gated on one backend's name alone (`BACKEND == "gloo"`, `BACKEND != "mpi"`:
 CPU all_to_all, timeouts, get_future, batch_isend_irecv on CPU). UCCL_SUITE_AS=gloo (or mpi)
 runs the suite under that name while every process group it asks for under that name is made
-by uccl (distributed_c10d._new_process_group_helper is wrapped in every rank): those tests then
+by uccl (init_process_group and distributed_c10d._new_process_group_helper are
+wrapped in every rank): those tests then
 exercise uccl. Tests that build that backend's own classes directly (dist.ProcessGroupGloo(...))
 still test that backend, and tests that compare dist.get_backend() with the name fail by
 construction; read such a run's failures with that in mind.
@@ -38,6 +39,7 @@ os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="uccl_torch_suite_"))
 
 import uccl  # noqa: E402,F401  registers the backend before the suite reads BACKEND
 
+import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
@@ -50,6 +52,17 @@ if IMPERSONATED:
         return _make_group(group_size, group_rank, global_ranks, backend, *args, **kwargs)
 
     c10d._new_process_group_helper = _uccl_in_place_of
+
+    # MPI's init path differs before any group is made (ranks come from the MPI runtime): the
+    # default group is asked for under uccl's name directly.
+    _init = dist.init_process_group
+
+    def _init_uccl_in_place_of(backend=None, *args, **kwargs):
+        if backend is not None and str(backend).lower() == IMPERSONATED:
+            backend = "uccl"
+        return _init(backend, *args, **kwargs)
+
+    dist.init_process_group = c10d.init_process_group = _init_uccl_in_place_of
 
 # Features uccl implements, claimed before distributed_test.py's decorators read the sets:
 # ddp (DistributedDataParallel and its comm hooks), subgroup (new_group / new_subgroups), gpu

@@ -66,4 +66,10 @@ void log_message(LogLevel level, const char* fmt, ...) {
   std::fflush(out);
 }
 
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 }  // namespace uccl

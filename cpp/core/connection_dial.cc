@@ -330,7 +330,9 @@ bool ConnectionManager::progress_outgoing() {
       continue;
     }
     if (err.ok() && !all_done && now_s() > o.deadline)
-      err = Status(Code::kTimeout, ctx.describe() + " did not answer the connection handshake", o.peer);
+      err = Status(Code::kTimeout, ctx.describe() + " did not answer the connection handshake within the timeout (" +
+                                        seconds_text(timeout_s_) + ")",
+                   o.peer);
     if (!err.ok()) {
       for (int fd : o.fds) ::close(fd);
       fail_peer(o.peer, err);

@@ -80,8 +80,8 @@ bool Engine::progress_once(Callbacks* done) {
       if ((++passes_ & 63) == 0 && head->deadline == 0) {
         head->deadline = now_s() + timeout_s_;
       } else if ((passes_ & 63) == 0 && now_s() > head->deadline) {
-        Status t(Code::kTimeout, head->label() + " did not complete within " + std::to_string(timeout_s_) +
-                                     " s; waiting for " + head->task->waiting_for());
+        Status t(Code::kTimeout, head->label() + " did not complete within " + seconds_text(timeout_s_) +
+                                     "; waiting for " + head->task->waiting_for());
         fail_everything(t, done);
         return true;
       }
@@ -321,8 +321,7 @@ Status Engine::wait_for(Op* w, double timeout_s) {
                            : !queue_.empty() ? queue_.front()->task->waiting_for()
                                              : std::string("?");
         fail_everything(Status(Code::kTimeout, w->label() + " did not complete within " +
-                                                   std::to_string(limit) +
-                                                   " s; waiting for " + what),
+                                                   seconds_text(limit) + "; waiting for " + what),
                         &done);
       }
       break;

@@ -8,7 +8,10 @@
 * dist.recv / dist.irecv without a source: the first message from any rank with the tag wins,
   recv returns the sender, per-peer order holds, a receive with a source keeps working, a
   rank that dies fails the receive at once and a silent group ends at the group's timeout.
-Each scenario runs on the default group and on uccl groups pinned to tcp and to shm."""
+* TORCH_DISTRIBUTED_DEBUG=DETAIL: torch's ProcessGroupWrapper around uccl checks each
+  collective's fingerprint and names a mismatch.
+The all_gather_coalesced, any-source and sparse scenarios run on the default group and on uccl
+groups pinned to tcp and to shm."""
 import pytest
 import uccl
 
@@ -247,3 +250,28 @@ def any_source_failures_worker(rank, world, port):
 
 def test_any_source_timeout_and_dead_peer():
     U.spawn(any_source_failures_worker, 3, deadline_s=120)
+
+
+def debug_detail_worker(rank, world, port):
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: torch wraps every backend, plugins included, in a
+    # ProcessGroupWrapper that checks each collective's fingerprint over a helper gloo group
+    # before the collective runs, and names the ranks that disagree.
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    dist.set_debug_level_from_env()
+    U.init_uccl(rank, world, port)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    assert type(backend).__name__ == "_ProcessGroupWrapper", type(backend)
+    t = torch.full((4,), float(rank))
+    dist.all_reduce(t)
+    U.assert_same(t, torch.full((4,), float(sum(range(world)))), "all_reduce under DETAIL")
+    outs = [torch.zeros(4) for _ in range(world)]
+    dist.all_gather(outs, t)
+    dist.barrier()
+    # Rank 0 reduces 3 elements, the others 4: the wrapper refuses before uccl sees the call.
+    with pytest.raises(RuntimeError, match="Detected mismatch between collectives on ranks"):
+        dist.all_reduce(torch.ones(3 if rank == 0 else 4))
+    dist.destroy_process_group()
+
+
+def test_torch_distributed_debug_detail():
+    U.spawn(debug_detail_worker, 2, deadline_s=120)
