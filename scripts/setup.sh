@@ -44,6 +44,7 @@ UCCL_PIP_PACKAGES=(
   torch==2.13.0
   pybind11 scikit-build-core numpy ml_dtypes    # the build and the Python package
   pytest pytest-timeout                         # the tests
+  expecttest                                    # PyTorch's own distributed tests (scripts/torch_dist_suite.py)
   mpi4py matplotlib                             # MPI baseline, benchmark plots
   ray==2.60.0 jax==0.10.2 jaxlib==0.10.2        # embedding tests: Ray backend, JAX arrays
 )
