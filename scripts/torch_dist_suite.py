@@ -21,9 +21,8 @@ for the suite's own gating.
 Some tests are gated on one backend's name alone (`BACKEND == "gloo"`, `BACKEND != "mpi"`:
 CPU all_to_all, timeouts, get_future, batch_isend_irecv on CPU). UCCL_SUITE_AS=gloo (or mpi)
 runs the suite under that name while every process group it asks for under that name is made
-by uccl (init_process_group and distributed_c10d._new_process_group_helper are
-wrapped in every rank): those tests then
-exercise uccl. Tests that build that backend's own classes directly (dist.ProcessGroupGloo(...))
+by uccl (init_process_group and distributed_c10d._new_process_group_helper are wrapped in every
+rank): those tests then exercise uccl. Tests that build that backend's own classes directly (dist.ProcessGroupGloo(...))
 still test that backend, and tests that compare dist.get_backend() with the name fail by
 construction; read such a run's failures with that in mind.
 
@@ -33,7 +32,9 @@ import os
 import tempfile
 
 IMPERSONATED = os.environ.get("UCCL_SUITE_AS", "")
-os.environ.setdefault("BACKEND", IMPERSONATED or "uccl")
+if IMPERSONATED:
+    os.environ["BACKEND"] = IMPERSONATED
+os.environ.setdefault("BACKEND", "uccl")
 os.environ.setdefault("WORLD_SIZE", "3")
 os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="uccl_torch_suite_"))
 

@@ -11,7 +11,7 @@
 // that to hurt is better reduced dense.
 //
 // Only the host's sparse tensors: a CUDA sparse tensor is refused with a clear error.
-#include <string>
+#include <cstdint>
 #include <vector>
 
 #include "backend.h"
@@ -36,23 +36,43 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce_sparse(at::Tensor& t, cons
   int64_t row = 1;  // elements per value (from the sizes: a rank with no entries has the same rows)
   for (int64_t d : dense_sizes) row *= d;
 
+  // What every rank's tensor must agree on (its sizes and sparse_dim; the dtype is checked by the
+  // values' gather): indices from a tensor of another shape would index out of this one.
+  uint64_t shape_print = 1469598103934665603ull;  // FNV-1a over sparse_dim and the sizes
+  std::vector<int64_t> shape_words{sparse_dim};
+  for (int64_t d : t.sizes()) shape_words.push_back(d);
+  for (int64_t word : shape_words) {
+    for (int b = 0; b < 8; ++b) {
+      shape_print ^= (static_cast<uint64_t>(word) >> (8 * b)) & 0xff;
+      shape_print *= 1099511628211ull;
+    }
+  }
+
   std::lock_guard<std::recursive_mutex> lk(issue_mutex());
-  // 1. Every rank's nnz (waited for here: the gathers below are sized by it).
-  at::Tensor nnz_mine = at::full({1}, in._nnz(), at::kLong);
-  at::Tensor nnz_all = at::empty({size_}, at::kLong);
+  // 1. Every rank's nnz and shape (waited for here: the gathers below are sized by it).
+  const std::vector<int64_t> head_words{in._nnz(), static_cast<int64_t>(shape_print)};
+  at::Tensor head_mine = at::tensor(head_words, at::kLong);
+  at::Tensor head_all = at::empty({2 * size_}, at::kLong);
   {
-    auto w0 = make_work(OpType::ALLGATHER, "all_reduce (sparse: every rank's nnz)", {nnz_all}, opts.timeout);
+    auto w0 = make_work(OpType::ALLGATHER, "all_reduce (sparse: every rank's nnz and shape)", {head_all}, opts.timeout);
     uccl::AllGatherArgs a;
-    a.send = nnz_mine.data_ptr();
-    a.recv = nnz_all.data_ptr();
-    a.count = 1;
+    a.send = head_mine.data_ptr();
+    a.recv = head_all.data_ptr();
+    a.count = 2;
     a.dtype = uccl::DataType::kInt64;
     add_op(*w0, comm(op).all_gather(a));
-    w0->keep_alive(nnz_mine);
+    w0->keep_alive(head_mine);
     launch(w0)->wait();  // throws the op's error (DistBackendError naming the peer)
   }
-  std::vector<int64_t> nnz(nnz_all.data_ptr<int64_t>(), nnz_all.data_ptr<int64_t>() + size_);
-  TORCH_CHECK_VALUE(nnz[rank_] == in._nnz(), "uccl ", op, ": internal: own nnz read back as ", nnz[rank_]);
+  const int64_t* head = head_all.data_ptr<int64_t>();
+  std::vector<int64_t> nnz;
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK_VALUE(head[2 * r + 1] == static_cast<int64_t>(shape_print), "uccl ", op, ": rank ", r,
+                      "'s sparse tensor differs from this rank's in its sizes or sparse_dim (here: sizes ",
+                      t.sizes(), ", sparse_dim ", sparse_dim, ")");
+    nnz.push_back(head[2 * r]);
+  }
+  TORCH_CHECK(nnz[rank_] == in._nnz(), "uccl ", op, ": internal: own nnz read back as ", nnz[rank_]);
   int64_t total = 0;
   for (int64_t n : nnz) total += n;
 

@@ -157,6 +157,14 @@ def check_sparse_all_reduce(rank, world, u, g):
     U.assert_same(t.to_dense(), want, "async sparse all_reduce, in place")
     with pytest.raises(ValueError, match="sparse tensors reduce with ReduceOp.SUM only"):
         dist.all_reduce(sparse_input(rank, torch.float32), op=dist.ReduceOp.MAX, group=u)
+    # Another shape on one rank: its indices would fall outside the others' tensors. Every rank
+    # refuses, naming rank 0, and the group stays usable.
+    t = sparse_input(rank, torch.float32, dense=(3,) if dist.get_rank(u) else (2,))
+    with pytest.raises(ValueError, match=r"rank 0's sparse tensor differs from this rank's|rank 1's sparse tensor"):
+        dist.all_reduce(t, group=u)
+    t = torch.ones(2)
+    dist.all_reduce(t, group=u)
+    assert t[0].item() == world
 
 
 def check_ddp_sparse_gradients(rank, world, g):

@@ -153,9 +153,10 @@ static const char* kDropOn1 = "tc qdisc add dev veth1 root netem loss 100%";
 static const char* kRestore0 = "tc qdisc del dev veth0 root";
 static const char* kRestore1 = "tc qdisc del dev veth1 root";
 
-// Message 0 goes through; then the `victim` posts the rest and its end goes away: SIGKILL
-// (victim dies), or everything it sends is dropped (cut_link: both live, the path dies). The survivor's
-// pending requests must fail with kRemoteError naming device, port and peer, in seconds.
+// Message 0 goes through; then the `victim` posts the rest (all but the last if it dies) and its
+// end goes away: SIGKILL (victim dies), or everything it sends is dropped (cut_link: both live,
+// the path dies). The survivor's pending requests must fail with kRemoteError naming device,
+// port and peer, in seconds.
 static int broken(Rank& r, int victim, bool cut_link, int msgs, size_t bytes) {
   std::vector<std::vector<uint8_t>> bufs(msgs, std::vector<uint8_t>(bytes, 7));
   std::vector<SendRequest> s(msgs);
@@ -168,7 +169,10 @@ static int broken(Rank& r, int victim, bool cut_link, int msgs, size_t bytes) {
   double t_first = now_s();
   if (is_victim) {
     if (cut_link) REQUIRE(system(r.rank == 1 ? kDropOn1 : kDropOn0) == 0);
-    for (int i = 1; i < msgs; ++i) post_msg(r, i, bufs, s, q);
+    // A victim that dies leaves its last message unposted: Soft-RoCE's kernel driver may still
+    // carry out what a process posted before it died, so a posted last message could arrive whole
+    // (seen once in CI: the survivor's last receive completed); an unposted one can only fail.
+    for (int i = 1; i < (cut_link ? msgs : msgs - 1); ++i) post_msg(r, i, bufs, s, q);
     for (int k = 0; k < 50; ++k) r.ep->progress();  // CTS / writes on the wire
     if (!cut_link) raise(SIGKILL);
   }
