@@ -24,6 +24,7 @@
 #include "bootstrap/auth.h"
 #include "bootstrap/tcp_store_wire.h"
 #include "base/config.h"
+#include "base/log.h"
 #include "base/net.h"
 
 namespace uccl {
@@ -67,7 +68,7 @@ class TcpStoreClient : public Store {
     if (!r.ok()) return r.status();
     if (r.value().status == ReplyStatus::kTimeout)
       return Status(Code::kTimeout, "tcp store " + server_ + ": key '" + key + "' did not appear within " +
-                                        std::to_string(timeout_s) + " s");
+                                        seconds_text(timeout_s));
     Status s = check_error(r.value(), "get '" + key + "'");
     if (!s.ok()) return s;
     return std::move(r.value().payload);
@@ -81,7 +82,7 @@ class TcpStoreClient : public Store {
     if (r.value().status == ReplyStatus::kTimeout)
       return Status(Code::kTimeout, "tcp store " + server_ + ": key '" + r.value().payload + "' (of " +
                                         std::to_string(keys.size()) + " waited for) did not appear within " +
-                                        std::to_string(timeout_s) + " s");
+                                        seconds_text(timeout_s));
     return check_error(r.value(), "wait");
   }
 
