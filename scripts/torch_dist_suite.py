@@ -24,7 +24,8 @@ runs the suite under that name while every process group it asks for under that 
 by uccl (init_process_group and distributed_c10d._new_process_group_helper are wrapped in every
 rank): those tests then exercise uccl. Tests that build that backend's own classes directly (dist.ProcessGroupGloo(...))
 still test that backend, and tests that compare dist.get_backend() with the name fail by
-construction; read such a run's failures with that in mind.
+construction; read such a run's failures with that in mind. dist.monitored_barrier, which torch
+refuses for any backend but Gloo by name, goes to uccl.torch.monitored_barrier there.
 
     UCCL_SUITE_AS=gloo python -m pytest -q -rfEs --timeout 400 scripts/torch_dist_suite.py
 """
@@ -64,6 +65,12 @@ if IMPERSONATED:
         return _init(backend, *args, **kwargs)
 
     dist.init_process_group = c10d.init_process_group = _init_uccl_in_place_of
+
+    # torch's monitored_barrier refuses every backend but Gloo by name before asking the group;
+    # uccl's groups have their own (uccl.torch.monitored_barrier), which the Gloo tests then check.
+    import uccl.torch as _uccl_torch
+
+    dist.monitored_barrier = c10d.monitored_barrier = _uccl_torch.monitored_barrier
 
 # Features uccl implements, claimed before distributed_test.py's decorators read the sets:
 # ddp (DistributedDataParallel and its comm hooks), subgroup (new_group / new_subgroups), gpu

@@ -97,6 +97,13 @@ def test_shrink_after_rank0_dies_from_c(capi_test):
 
 
 @pytest.mark.timeout(900)
+def test_shrink_excluding_from_c(capi_test):
+    """uccl_comm_shrink_excluding: rank 3 dies, rank 1 leaves without calling; ranks 0 and 2 name
+    both and all_reduce exactly on the new communicator (bad lists: UCCL_ERR_INVALID_ARGUMENT)."""
+    run_ranks(capi_test, "shrink-excluding", 4, expect_killed={3})
+
+
+@pytest.mark.timeout(900)
 def test_grow_by_a_joiner_from_c(capi_test):
     """uccl_comm_grow on ranks 0, 1 and uccl_comm_join on rank 2 (the same store address and tag)."""
     run_ranks(capi_test, "grow", 3)

@@ -188,6 +188,66 @@ def test_slow_rank_is_excluded_consistently():
         assert results[r] == {"rank": r, "size": 2, "exact": True}, results[r]
 
 
+def body_shrink_excluding(ctx, dead, live_excluded, first_list):
+    """`dead` SIGKILL themselves; `live_excluded` stay alive (waiting on the store) and never
+    call shrink. The others shrink with `first_list` to exclude: when it misses a dead rank,
+    RemoteError names that rank, and a second call with every excluded rank forms the
+    communicator of exactly the others."""
+    import uccl
+    ctx.linger = False
+    comm, me = ctx.comm, ctx.rank
+    comm.all_reduce(np.ones(8, np.float32))
+    if me in dead:
+        os.kill(os.getpid(), signal.SIGKILL)
+    everyone_out = sorted(set(dead) | set(live_excluded))
+    survivors = [r for r in range(ctx.world) if r not in everyone_out]
+    if me in live_excluded:
+        # Alive and left out: waits (a store server may live here) until the others are done.
+        _wait_all(ctx.store, "excluded-done", len(survivors) + len(live_excluded), me == 0)
+        return {"excluded": True}
+    first = None
+    t0 = time.monotonic()
+    try:
+        new = comm.shrink(exclude=first_list)
+    except uccl.RemoteError as e:
+        first = {"error": type(e).__name__, "peer": e.peer, "msg": str(e)}
+        new = comm.shrink(exclude=everyone_out)
+    took = time.monotonic() - t0
+    ok = _exact_sum(new, me, survivors)
+    new.barrier()
+    _wait_all(ctx.store, "excluded-done", len(survivors) + len(live_excluded), me == 0)
+    return {"rank": new.rank, "size": new.size, "exact": ok, "first": first, "took": took}
+
+
+@pytest.mark.timeout(300)
+def test_shrink_excluding_live_ranks_does_not_wait_for_them():
+    """torch's shrink_group contract: the excluded ranks (here rank 2, alive, and rank 0, alive
+    and serving the job's store) do not call. The survivors agree without asking them, so not a
+    timeout later: the communicator's timeout is 30 s."""
+    results = run_world(5, "test_shrink:body_shrink_excluding", args=([], [0, 2], [0, 2]), timeout=150,
+                        grace=60, comm_timeout=30)
+    survivors = [1, 3, 4]
+    for r in survivors:
+        res = results[r]
+        assert res["first"] is None and res["size"] == 3 and res["rank"] == survivors.index(r) and res["exact"], res
+        assert res["took"] < 15, res
+    assert results[0] == {"excluded": True} and results[2] == {"excluded": True}
+
+
+@pytest.mark.timeout(300)
+def test_shrink_excluding_names_a_rank_that_failed_too():
+    """Ranks 1 and 3 die; the survivors exclude only rank 1. The agreement finds rank 3 dead as
+    well: every survivor gets RemoteError naming rank 3 (nothing formed, no renumbering behind
+    the caller's back), then excluding both forms the communicator of ranks 0 and 2."""
+    results = run_world(4, "test_shrink:body_shrink_excluding", args=([1, 3], [], [1]), expect_exit={1, 3},
+                        timeout=150, grace=60, comm_timeout=5)
+    for r in (0, 2):
+        res = results[r]
+        assert res["first"] and res["first"]["error"] == "RemoteError" and res["first"]["peer"] == 3, res
+        assert "rank 3 failed too" in res["first"]["msg"], res
+        assert res["size"] == 2 and res["rank"] == (0, 2).index(r) and res["exact"], res
+
+
 def body_grow(ctx, old_world, tag):
     """Ranks < old_world run a communicator of old_world ranks, then grow it; the others join."""
     import uccl
@@ -244,6 +304,9 @@ def test_shrink_and_grow_check_their_arguments():
         comm.grow(2, "bad tag")
     with pytest.raises(uccl.InvalidArgument):
         uccl.Communicator.join(store, "a/b")
+    for bad in ([0], [1], [-1]):  # this rank itself; outside the communicator of size 1
+        with pytest.raises(uccl.InvalidArgument):
+            comm.shrink(exclude=bad)
     alone = comm.shrink()  # a world of one: nobody to agree with
     assert (alone.rank, alone.size) == (0, 1)
     x = np.arange(5, dtype=np.float32)

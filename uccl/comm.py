@@ -130,14 +130,23 @@ class Communicator:
         return None if c is None else Communicator(0, 0, self._store, _core_comm=c)
 
     # -- fault tolerance and elasticity (protocol: cpp/core/agreement.h) ----------------------
-    def shrink(self, **options):
+    def shrink(self, exclude=None, **options):
         """Collective over the survivors after a failure: they agree on the failed ranks and get
         a new communicator of the survivors (ranks renumbered in order) over a fresh store served
         by its rank 0, so it works when the old store died. This communicator is aborted.
 
+        exclude: ranks to leave out, the same list on every survivor (they need not call, and
+        may be alive: torch's shrink_group). The new communicator is then exactly the others;
+        if the agreement finds another rank failed too, RemoteError names it on every survivor
+        and a second call that lists it as well forms the communicator.
+
         Raises AbortedError on a rank the others excluded (it did not answer within the
         timeout), TimeoutError when no agreement was reached."""
-        return Communicator(0, 0, None, _core_comm=self._c.shrink(_options(**options)))
+        if exclude is None:
+            c = self._c.shrink(_options(**options))
+        else:
+            c = self._c.shrink_excluding([int(r) for r in exclude], _options(**options))
+        return Communicator(0, 0, None, _core_comm=c)
 
     def grow(self, new_size, tag, **options):
         """Collective at a step boundary: with new_size - size processes calling

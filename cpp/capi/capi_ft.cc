@@ -1,7 +1,9 @@
-// The C API, part 3: fault tolerance and elasticity (uccl_comm_shrink, uccl_comm_grow,
-// uccl_comm_join) over Communicator::shrink / grow / join (include/uccl/communicator.h).
+// The C API, part 3: fault tolerance and elasticity (uccl_comm_shrink, uccl_comm_shrink_excluding,
+// uccl_comm_grow, uccl_comm_join) over Communicator::shrink / shrink_excluding / grow / join
+// (include/uccl/communicator.h).
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "base/config.h"
 #include "capi/capi_internal.h"
@@ -21,6 +23,22 @@ uccl_result_t uccl_comm_shrink(uccl_comm_t comm, uccl_comm_t* newcomm, const ucc
     *newcomm = nullptr;
     if (config && config->size < sizeof(size_t)) return invalid(fn, "config->size is not set (use UCCL_CONFIG_INITIALIZER)");
     auto r = comm->c->shrink(options_of(config));
+    if (!r.ok()) return record(r.status().with_context(fn));
+    *newcomm = new uccl_comm{r.take(), nullptr};
+    return UCCL_SUCCESS;
+  });
+}
+
+uccl_result_t uccl_comm_shrink_excluding(uccl_comm_t comm, const int* exclude, int nexclude, uccl_comm_t* newcomm,
+                                         const uccl_config_t* config) {
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    if (!comm || !newcomm) return invalid(fn, comm ? "newcomm is NULL" : "comm is NULL");
+    *newcomm = nullptr;
+    if (nexclude < 0 || (nexclude > 0 && !exclude))
+      return invalid(fn, nexclude < 0 ? "nexclude is negative" : "exclude is NULL with nexclude > 0");
+    if (config && config->size < sizeof(size_t)) return invalid(fn, "config->size is not set (use UCCL_CONFIG_INITIALIZER)");
+    auto r = comm->c->shrink_excluding(std::vector<int>(exclude, exclude + nexclude), options_of(config));
     if (!r.ok()) return record(r.status().with_context(fn));
     *newcomm = new uccl_comm{r.take(), nullptr};
     return UCCL_SUCCESS;

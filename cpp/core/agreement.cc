@@ -33,6 +33,7 @@ struct AgreementPort::State {
   std::condition_variable cv;
   std::map<uint32_t, Instance> inst;
   std::set<int> suspects;
+  std::set<int> excluded;  // Context::excluded of the calls so far: suspects for good
   bool serving = false;
   std::atomic<bool> stop{false};
   std::shared_ptr<TcpStoreServer> store_server;
@@ -127,11 +128,14 @@ void AgreementPort::handle(const Context& ctx, int fd) {
     std::lock_guard<std::mutex> lock(st_->mu);
     State& st = *st_;
     Instance& s = st.inst[req.instance];
-    if (req.type != AgreeType::kState && st.suspects.erase(from))
+    // A rank the caller left out takes no part: its PREPARE, ACCEPT and COMMIT are refused (a
+    // STATE still tells it the decision, which excludes it).
+    const bool left_out = st.excluded.count(from) > 0 && req.type != AgreeType::kState;
+    if (!left_out && req.type != AgreeType::kState && st.suspects.erase(from))
       UCCL_INFO("agreement: rank %d is alive after all (it sent %s)", from, type_name(req.type));
-    s.max_round = std::max(s.max_round, req.ballot.round);
+    if (!left_out) s.max_round = std::max(s.max_round, req.ballot.round);
     const bool not_lower = !(req.ballot < s.promised);
-    switch (req.type) {
+    switch (left_out ? AgreeType::kReply : req.type) {
       case AgreeType::kPrepare:
       case AgreeType::kAccept:
         r.ok = !s.decided && not_lower;
@@ -148,6 +152,9 @@ void AgreementPort::handle(const Context& ctx, int fd) {
           UCCL_INFO("agreement: decided by COMMIT from rank %d: %s", from, s.decision.describe().c_str());
           st.cv.notify_all();
         }
+        break;
+      case AgreeType::kReply:  // left out: refused
+        r.ok = false;
         break;
       default:
         r.ok = true;
@@ -316,6 +323,10 @@ Result<Decision> AgreementPort::agree(const Context& ctx) {
   State& st = *st_;
   std::unique_lock<std::mutex> first_lock(st.mu);
   Instance& s = st.inst[ctx.instance];
+  for (int p : ctx.excluded) {
+    st.excluded.insert(p);
+    st.suspects.insert(p);
+  }
   if (!st.serving) {
     st.serving = true;
     server_ = std::thread([this, ctx] { serve(ctx); });

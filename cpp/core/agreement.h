@@ -135,6 +135,10 @@ class AgreementPort {
     std::string my_ip;                // where the coordinator serves the new store
     double timeout_s = 30;            // per request; suspicion after that
     uint32_t instance = 0;            // 0, then 1, ... when a decided communicator could not be formed
+    // Ranks the caller excludes up front (Communicator::shrink_excluding; every survivor passes
+    // the same list): suspects from the start that are never asked, whose requests are refused
+    // and whose suspicion nothing clears (they may be alive: excluded is not the same as dead).
+    std::vector<int> excluded;
   };
   // Takes a listening socket (blocking or not; it is polled).
   explicit AgreementPort(int listen_fd);

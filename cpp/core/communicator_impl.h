@@ -49,6 +49,8 @@ class CommunicatorImpl : public Communicator {
   Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks, const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> shrink(const CommOptions& opts) override;
+  Result<std::shared_ptr<Communicator>> shrink_excluding(const std::vector<int>& exclude,
+                                                         const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> grow(int new_size, const std::string& tag, const CommOptions& opts) override;
   // The agreement listener (core/agreement.h), and the one of the communicator this one was
   // shrunk from: kept so that late survivors still learn the decision while this one lives.
@@ -143,6 +145,8 @@ class CommunicatorImpl : public Communicator {
   std::atomic<bool> cpu_sharers_noted_{false};  // note_cpu_sharers() called (core/idle_wait.h)
   std::shared_ptr<AgreementPort> agree_, inherited_agree_;
   uint32_t next_shrink_instance_ = 0;  // the agreement instance shrink() runs next
+  // shrink() and shrink_excluding(): `exclude` null for the former (sorted, checked otherwise).
+  Result<std::shared_ptr<Communicator>> shrink_agreed(const std::vector<int>* exclude, const CommOptions& opts);
 };
 
 }  // namespace uccl

@@ -80,6 +80,27 @@ double timeout_of(const CommOptions& o) { return o.timeout_s > 0 ? o.timeout_s :
 }  // namespace
 
 Result<std::shared_ptr<Communicator>> CommunicatorImpl::shrink(const CommOptions& opts) {
+  return shrink_agreed(nullptr, opts);
+}
+
+Result<std::shared_ptr<Communicator>> CommunicatorImpl::shrink_excluding(const std::vector<int>& exclude,
+                                                                         const CommOptions& opts) {
+  std::vector<int> sorted = exclude;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const int p = sorted[i];
+    if (p < 0 || p >= size_)
+      return InvalidArgument("shrink: rank " + std::to_string(p) + " to exclude is outside the communicator of size " +
+                             std::to_string(size_));
+    if (i > 0 && sorted[i - 1] == p) return InvalidArgument("shrink: rank " + std::to_string(p) + " is listed twice to exclude");
+    if (p == rank_)
+      return InvalidArgument("shrink: rank " + std::to_string(p) + " is this rank: an excluded rank does not call shrink");
+  }
+  return shrink_agreed(&sorted, opts);
+}
+
+Result<std::shared_ptr<Communicator>> CommunicatorImpl::shrink_agreed(const std::vector<int>* exclude,
+                                                                      const CommOptions& opts) {
   if (!agree_) return Status(Code::kNotSupported, "shrink: this rank has no agreement listener (see the warning at creation)");
   ConnectionManager* conns = engine_->conns();
   AgreementPort::Context ctx;
@@ -94,6 +115,7 @@ Result<std::shared_ptr<Communicator>> CommunicatorImpl::shrink(const CommOptions
   if (!topo) return Status(Code::kRemoteError, "shrink: the peers' addresses are unknown (the store is gone and no "
                                                "collective had fetched them; see the warning above)");
   for (int p = 0; p < size_; ++p) ctx.peers.push_back(topo->peer(p).agree);
+  if (exclude) ctx.excluded = *exclude;
   // Whatever was pending fails; peers still computing learn of the shrink through the closed connections.
   engine_->abort(Status(Code::kAborted, "shrink() called: the survivors form a new communicator"));
   // An instance whose coordinator (the new rank 0, serving the new store) died right after
@@ -104,6 +126,19 @@ Result<std::shared_ptr<Communicator>> CommunicatorImpl::shrink(const CommOptions
     auto d = agree_->agree(ctx);
     if (!d.ok()) return d.status();
     const Decision& dec = d.value();
+    if (exclude && dec.failed != *exclude) {
+      // The caller's new communicator is the ranks it did not list: another size would renumber
+      // ranks behind its back. Every survivor got this decision, so every one stops here.
+      int other = -1;
+      for (int p : dec.failed)
+        if (!std::binary_search(exclude->begin(), exclude->end(), p)) other = p;
+      if (other >= 0)
+        return Status(Code::kRemoteError, "shrink: rank " + std::to_string(other) + " failed too (" + dec.describe() +
+                                              "), but the ranks to exclude did not name it; call again naming it",
+                      other);
+      return InvalidArgument("shrink: the survivors' agreement excluded other ranks than this rank's list (" +
+                             dec.describe() + "): every survivor must name the same ranks to exclude");
+    }
     int new_rank = 0, new_size = 0;
     for (int p = 0; p < size_; ++p) {
       if (dec.excludes(p)) continue;

@@ -89,6 +89,18 @@ class Communicator {
     (void)opts;
     return Status(Code::kNotSupported, "this communicator cannot shrink");
   }
+  // shrink_excluding(): shrink() where the caller names the ranks to leave out (every survivor
+  // passes the same list; torch.distributed.shrink_group's ranks_to_exclude, NCCL's
+  // ncclCommShrink). They count as failed from the start: never asked, and they need not call
+  // (they may be alive). The new communicator is exactly the others: when the agreement finds
+  // another rank failed too, every survivor gets kRemoteError naming it and nothing is formed;
+  // a second call whose list names it as well forms the communicator. kInvalidArgument for a
+  // rank out of range, listed twice, or this rank itself.
+  virtual Result<std::shared_ptr<Communicator>> shrink_excluding(const std::vector<int>& exclude,
+                                                                 const CommOptions& opts = {}) {
+    (void)exclude, (void)opts;
+    return Status(Code::kNotSupported, "this communicator cannot shrink");
+  }
   // grow(): every rank of this communicator calls it at the same step with the same new_size
   // (>= size()) and tag; new_size - size() processes call join() with the same tag on this
   // communicator's store. All get a new communicator of new_size ranks (the current ranks

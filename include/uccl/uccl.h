@@ -128,6 +128,12 @@ uccl_result_t uccl_comm_abort(uccl_comm_t comm); /* fails pending and future ope
  * renumbered in order (comm is aborted; destroy it when done). UCCL_ERR_ABORTED on a rank that
  * the others excluded (it did not answer within the timeout). */
 uccl_result_t uccl_comm_shrink(uccl_comm_t comm, uccl_comm_t* newcomm, const uccl_config_t* config);
+/* The same with the ranks to leave out named (Communicator::shrink_excluding; every survivor passes
+ * the same list, ncclCommShrink's excludeRanksList): they need not call and may be alive. *newcomm
+ * is exactly the other ranks: when another rank failed too, UCCL_ERR_REMOTE names it
+ * (uccl_last_error_peer) and nothing is formed; call again with it in the list. */
+uccl_result_t uccl_comm_shrink_excluding(uccl_comm_t comm, const int* exclude, int nexclude, uccl_comm_t* newcomm,
+                                         const uccl_config_t* config);
 /* Elasticity: every rank of comm calls uccl_comm_grow with the same new_size (>= its size) and tag;
  * new_size - size processes call uccl_comm_join with the same tag and comm's store address (the
  * host:port of uccl_comm_init_store). All get *newcomm of new_size ranks (joiners numbered after the

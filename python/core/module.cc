@@ -289,6 +289,11 @@ PYBIND11_MODULE(_core, m) {
              py::gil_scoped_release nogil;
              return unwrap(c.shrink(o));
            }, py::arg("options") = py::dict())
+      .def("shrink_excluding", [](C& c, std::vector<int> exclude, py::dict opts) {
+             CommOptions o = options_from(opts);
+             py::gil_scoped_release nogil;
+             return unwrap(c.shrink_excluding(exclude, o));
+           }, py::arg("exclude"), py::arg("options") = py::dict())
       .def("grow", [](C& c, int new_size, const std::string& tag, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;

@@ -245,6 +245,49 @@ c10::intrusive_ptr<c10d::Backend> UcclBackend::split(const c10::intrusive_ptr<c1
   return child;
 }
 
+c10::intrusive_ptr<c10d::Backend> UcclBackend::shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                                      const c10::intrusive_ptr<Options>& opts_override) {
+  // SHRINK_DEFAULT (0) and SHRINK_ABORT (1) do the same here: uccl's shrink always aborts this
+  // group's pending ops first (they fail with AbortedError: "shrink() called").
+  TORCH_CHECK_VALUE(shrink_flags == 0 || shrink_flags == 1, "uccl shrink_group: unknown shrink_flags ", shrink_flags,
+                    " (SHRINK_DEFAULT 0 or SHRINK_ABORT 1)");
+  std::vector<int> exclude;
+  for (int64_t r : ranks_to_exclude) {
+    TORCH_CHECK_VALUE(r >= 0 && r < size_, "uccl shrink_group: rank ", r, " to exclude is outside the group of size ",
+                      size_);
+    exclude.push_back(static_cast<int>(r));
+  }
+  uccl::CommOptions o = opts_;
+  if (opts_override) {
+    if (opts_override->timeout.count() > 0) o.timeout_s = opts_override->timeout.count() / 1000.0;
+    if (!opts_override->group_name.empty()) o.name = opts_override->group_name;
+  }
+  std::shared_ptr<uccl::Communicator> c;
+  {
+    std::lock_guard<std::recursive_mutex> lk(mu_);
+    comm("shrink_group");  // throws if this group was shut down or aborted
+    c = comm_;
+  }
+  // The agreement waits on the other survivors (seconds when a rank died silently): without the
+  // GIL, which uccl's threads may need meanwhile to drop tensors of the aborted ops.
+  uccl::Result<std::shared_ptr<uccl::Communicator>> r = uccl::Status(uccl::Code::kInternal, "not run");
+  if (!run_without_gil([&] { r = c->shrink_excluding(exclude, o); }))
+    r = uccl::Status(uccl::Code::kAborted, "the interpreter is shutting down");
+  // A failed shrink leaves this group aborted (its ops fail saying so) but able to shrink again:
+  // a second call naming a rank the first one missed forms the group (shrink_excluding).
+  if (!r.ok()) throw_status(r.status(), "shrink_group (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")");
+  {
+    std::lock_guard<std::recursive_mutex> lk(mu_);
+    if (!closed_) {
+      closed_ = true;
+      closed_why_ = "shrunk (shrink_group formed a new group of the others)";
+    }
+  }
+  std::shared_ptr<uccl::Communicator> shrunk = r.take();
+  const int new_rank = shrunk->rank(), new_size = shrunk->size();
+  return c10::make_intrusive<UcclBackend>(store_, new_rank, new_size, o, std::move(shrunk));
+}
+
 c10d::ErrorType UcclBackend::getError() {
   std::shared_ptr<uccl::Communicator> c;
   {

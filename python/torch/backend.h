@@ -40,6 +40,11 @@ class UcclBackend : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   bool supportsSplitting() const override { return true; }
   bool supportsCoalescing() const override { return true; }
+  // torch.distributed.shrink_group (NCCL's ncclCommShrink elsewhere): uccl's agreed shrink with
+  // the ranks to exclude named (Communicator::shrink_excluding), on CPU and device groups alike.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
+                                           const c10::intrusive_ptr<Options>& opts_override = nullptr) override;
   void setTimeout(std::chrono::milliseconds timeout) override;
 
   // Collectives (collectives.cc, collectives_move.cc).
@@ -78,6 +83,13 @@ class UcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
+  // ProcessGroup.monitored_barrier (Gloo's alone until now): rank 0 takes every other rank's
+  // arrival (receives from any source) until the timeout, then answers them all; a rank that did
+  // not arrive is named in a DistBackendError on rank 0 ("Rank 2 failed to pass monitoredBarrier
+  // in 1000 ms", Gloo's words; all of them with wait_all_ranks), and the others learn that rank 0
+  // failed (they wait up to twice the timeout for its answer). Point-to-point messages of its own
+  // tag: no p2p of the caller's may be in flight.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override;
   // all_reduce of a sparse COO tensor (collectives_sparse.cc; allreduce() sends sparse tensors here).
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(at::Tensor& t, const c10d::AllreduceOptions& opts);
 

@@ -7,7 +7,8 @@
  * bad rank, wrong sizes, bad enums, NULL handles), "dead-peer" (rank SIZE-1 dies: the others get
  * UCCL_ERR_REMOTE naming it, then UCCL_ERR_REMOTE again from the failed communicator), "shrink"
  * (rank 0, which serves the store, dies: the others shrink and all_reduce exactly on the new
- * communicator), "grow" (ranks 0..SIZE-2 grow their communicator by rank SIZE-1, which joins). */
+ * communicator), "shrink-excluding" (rank SIZE-1 dies, rank 1 leaves alive: the others shrink
+ * naming both), "grow" (ranks 0..SIZE-2 grow their communicator by rank SIZE-1, which joins). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,32 @@ static void shrink(uccl_comm_t comm, int n) {
   CHECK(uccl_comm_shrink(NULL, &newcomm, NULL) == UCCL_ERR_INVALID_ARGUMENT, "shrink(NULL)");
 }
 
+/* Rank SIZE-1 dies and rank 1 leaves (alive, it never calls): the others shrink excluding both. */
+static void shrink_excluding(uccl_comm_t comm, int n) {
+  float x[1024] = {0};
+  uccl_comm_t newcomm = NULL;
+  int nr = -1, ns = -1, i, out[2] = {1, n - 1}, self[1] = {me};
+  OK(uccl_all_reduce(x, x, 1024, uccl_float32, uccl_sum, comm, NULL)); /* the first step */
+  if (me == n - 1) raise(SIGKILL);
+  if (me == 1) return;
+  uccl_result_t r = uccl_all_reduce(x, x, 1024, uccl_float32, uccl_sum, comm, NULL);
+  CHECK(r == UCCL_ERR_REMOTE, "after the death -> %s: %s", uccl_error_string(r), uccl_last_error());
+  CHECK(uccl_comm_shrink_excluding(comm, self, 1, &newcomm, NULL) == UCCL_ERR_INVALID_ARGUMENT,
+        "excluding this rank itself: %s", uccl_last_error());
+  CHECK(uccl_comm_shrink_excluding(comm, NULL, 2, &newcomm, NULL) == UCCL_ERR_INVALID_ARGUMENT, "exclude NULL");
+  OK(uccl_comm_shrink_excluding(comm, out, 2, &newcomm, NULL));
+  CHECK(newcomm != NULL, "shrink_excluding gave NULL");
+  if (!newcomm) return;
+  OK(uccl_comm_rank(newcomm, &nr));
+  OK(uccl_comm_size(newcomm, &ns));
+  CHECK(nr == (me == 0 ? 0 : me - 1) && ns == n - 2, "shrunk: rank %d of %d", nr, ns);
+  for (i = 0; i < 1024; ++i) x[i] = (float)me;
+  OK(uccl_all_reduce(x, x, 1024, uccl_float32, uccl_sum, newcomm, NULL));
+  CHECK(x[1023] == n * (n - 1) / 2.0f - 1 - (n - 1), "all_reduce on the others = %g", x[1023]);
+  OK(uccl_barrier(newcomm, NULL));
+  OK(uccl_comm_destroy(newcomm));
+}
+
 static int grow(int n, int port, const uccl_config_t* cfg) {
   uccl_comm_t comm = NULL, newcomm = NULL;
   int nr = -1, ns = -1, v = me + 1, sum = 0;
@@ -225,7 +252,7 @@ static int grow(int n, int port, const uccl_config_t* cfg) {
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    fprintf(stderr, "usage: %s collectives|errors|dead-peer|shrink|grow RANK SIZE PORT\n", argv[0]);
+    fprintf(stderr, "usage: %s collectives|errors|dead-peer|shrink|shrink-excluding|grow RANK SIZE PORT\n", argv[0]);
     return 2;
   }
   const char* scenario = argv[1];
@@ -241,6 +268,7 @@ int main(int argc, char** argv) {
   else if (strcmp(scenario, "errors") == 0) errors(comm, n);
   else if (strcmp(scenario, "dead-peer") == 0) dead_peer(comm, n);
   else if (strcmp(scenario, "shrink") == 0) shrink(comm, n);
+  else if (strcmp(scenario, "shrink-excluding") == 0) shrink_excluding(comm, n);
   else CHECK(0, "unknown scenario %s", scenario);
   OK(uccl_comm_destroy(comm));
   if (failures) return 1;
