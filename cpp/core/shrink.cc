@@ -131,7 +131,7 @@ Result<std::shared_ptr<Communicator>> CommunicatorImpl::shrink_agreed(const std:
       // ranks behind its back. Every survivor got this decision, so every one stops here.
       int other = -1;
       for (int p : dec.failed)
-        if (!std::binary_search(exclude->begin(), exclude->end(), p)) other = p;
+        if (other < 0 && !std::binary_search(exclude->begin(), exclude->end(), p)) other = p;
       if (other >= 0)
         return Status(Code::kRemoteError, "shrink: rank " + std::to_string(other) + " failed too (" + dec.describe() +
                                               "), but the ranks to exclude did not name it; call again naming it",

@@ -251,12 +251,9 @@ c10::intrusive_ptr<c10d::Backend> UcclBackend::shrink(const std::vector<int64_t>
   // group's pending ops first (they fail with AbortedError: "shrink() called").
   TORCH_CHECK_VALUE(shrink_flags == 0 || shrink_flags == 1, "uccl shrink_group: unknown shrink_flags ", shrink_flags,
                     " (SHRINK_DEFAULT 0 or SHRINK_ABORT 1)");
+  // Ranks out of range, twice or this rank's own: ValueError from the core's check.
   std::vector<int> exclude;
-  for (int64_t r : ranks_to_exclude) {
-    TORCH_CHECK_VALUE(r >= 0 && r < size_, "uccl shrink_group: rank ", r, " to exclude is outside the group of size ",
-                      size_);
-    exclude.push_back(static_cast<int>(r));
-  }
+  for (int64_t r : ranks_to_exclude) exclude.push_back(static_cast<int>(std::clamp<int64_t>(r, -1, size_)));
   uccl::CommOptions o = opts_;
   if (opts_override) {
     if (opts_override->timeout.count() > 0) o.timeout_s = opts_override->timeout.count() / 1000.0;

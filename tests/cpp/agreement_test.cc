@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,4 +132,33 @@ TEST_CASE("agreement: the coordinator's death hands the round to the next rank")
   CHECK(got[1].value().failed == std::vector<int>{0});
   CHECK(got[1].value().ballot == got[2].value().ballot);
   CHECK(got[1].value().ballot.rank == 1);
+}
+
+TEST_CASE("agreement: ranks excluded up front are never asked, and one that asks is refused") {
+  // Rank 0 is alive and excluded by the others (shrink_excluding). It runs an agreement of its
+  // own without the list, so it would coordinate (the lowest rank): its PREPAREs are refused, and
+  // it ends up learning the others' decision, which excludes it. The others do not wait for it:
+  // with a 5 s timeout per request they decide long before one would expire.
+  Ranks rs(4);
+  std::vector<std::unique_ptr<AgreementPort>> ports;
+  for (int r = 0; r < 4; ++r) ports.push_back(std::make_unique<AgreementPort>(rs.fds[r]));
+  std::vector<Result<Decision>> got(4, Result<Decision>(Status(Code::kInternal, "not run")));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  for (int r : {1, 2, 3})
+    ts.emplace_back([&, r] {
+      auto c = rs.ctx(r, 5.0);
+      c.excluded = {0};
+      got[r] = ports[r]->agree(c);
+    });
+  for (auto& t : ts) t.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r : {1, 2, 3}) {
+    REQUIRE(got[r].ok());
+    CHECK(got[r].value().failed == std::vector<int>{0});
+    CHECK(got[r].value().ballot.rank == 1);
+  }
+  CHECK(took < 4.0);
+  got[0] = ports[0]->agree(rs.ctx(0, 1.0));
+  CHECK(got[0].status().code() == Code::kAborted);
 }

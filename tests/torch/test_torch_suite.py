@@ -5,7 +5,8 @@ run (benchmarks/RESULTS.md, "PyTorch's own distributed tests"): it takes 15-30 m
 
 Three runs: under uccl's own name (its gating skips the gloo- and mpi-only tests), and under
 gloo's and mpi's names with every group they ask for made by uccl (UCCL_SUITE_AS), which
-reaches the tests those names gate: sparse all_reduce, CPU all_to_all, get_future."""
+reaches the tests those names gate: sparse all_reduce, CPU all_to_all, get_future, and Gloo's
+monitored_barrier tests (torch's monitored_barrier goes to uccl's under that run)."""
 import os
 import re
 import subprocess
@@ -26,7 +27,7 @@ RUNS = {
     "uccl": ["test_all_reduce_sum", "test_all_gather_coalesced_simple", "test_send_recv_any_source",
              "test_ddp_logging_data_cpu", "test_batch_isend_irecv_op_list_err"],
     "gloo": ["test_sparse_all_reduce_sum", "test_batch_isend_irecv_gloo", "test_all_reduce_coalesced_max",
-             "test_get_future"],
+             "test_get_future", "test_monitored_barrier_gloo_subgroup", "test_monitored_barrier_gloo_rank_0_timeout"],
     "mpi": ["test_all_to_all_single_unequal_split", "test_all_to_all_full_group"],
 }
 
