@@ -236,3 +236,69 @@ def test_a_slow_receiver_is_not_a_dead_link():
     results = run_world(2, "test_peer_failures:body_slow_receiver", (8 << 20,), transport="tcp", timeout=90,
                         env={"UCCL_TCP_DEAD_LINK_S": "3"})
     assert results[0]["send_s"] > 2.0, results  # it really waited behind the receiver
+
+
+# ---- the monitored barrier names who did not come ------------------------------------------------
+
+def body_monitored_barrier(ctx, transport):
+    """Everyone arrives (twice, then p2p of the caller's still matches); then on fresh
+    communicators: rank 3 stays away (rank 0: TimeoutError naming it, the others: an error from
+    rank 0), ranks 2 and 3 stay away (wait_all_ranks names both), rank 3 dies (named at once)."""
+    import uccl
+    ctx.linger = False
+    me, n = ctx.rank, ctx.world
+
+    def fresh(tag):
+        return uccl.Communicator(me, n, uccl.PrefixStore(ctx.store, tag), transport=transport, timeout=30)
+
+    comm = fresh("ok")
+    comm.monitored_barrier(timeout=10)
+    comm.monitored_barrier(wait_all_ranks=True)
+    if me in (0, 1):
+        x = np.arange(6, dtype=np.float32) if me == 0 else np.zeros(6, np.float32)
+        comm.send(x, 1) if me == 0 else comm.recv(x, 0)
+        assert me == 0 or x.tolist() == [0, 1, 2, 3, 4, 5], x
+    out = {}
+    for case, away in (("one", {3}), ("two", {2, 3})):
+        comm = fresh(case)
+        comm.barrier()
+        if me not in away:
+            t0 = time.monotonic()
+            try:
+                comm.monitored_barrier(timeout=1.5, wait_all_ranks=(case == "two"))
+                out[case] = "passed"
+            except uccl.UcclError as e:
+                out[case] = {"type": type(e).__name__, "peer": e.peer, "msg": str(e), "took": time.monotonic() - t0}
+        ctx.store.add(case, 1)
+        while ctx.store.add(case, 0) < n:
+            time.sleep(0.01)
+    comm = fresh("dies")
+    comm.barrier()
+    if me == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        comm.monitored_barrier(timeout=30)
+        out["dies"] = "passed"
+    except uccl.UcclError as e:
+        out["dies"] = {"type": type(e).__name__, "peer": e.peer, "msg": str(e), "took": time.monotonic() - t0}
+    return out
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_monitored_barrier_names_who_did_not_come(transport):
+    results = run_world(4, "test_peer_failures:body_monitored_barrier", args=(transport,), expect_exit={3},
+                        timeout=120, grace=30, comm_timeout=30)
+    r0 = results[0]
+    assert r0["one"]["type"] == "TimeoutError" and r0["one"]["peer"] == 3, r0
+    assert "rank 3 did not arrive within 1.5 s" in r0["one"]["msg"], r0
+    assert r0["two"]["type"] == "TimeoutError" and r0["two"]["peer"] == 2, r0
+    assert "ranks 2, 3 did not arrive" in r0["two"]["msg"], r0
+    assert r0["dies"]["peer"] == 3 and r0["dies"]["type"] == "RemoteError", r0
+    assert r0["dies"]["took"] < 15, r0
+    for r in (1, 2):
+        assert results[r]["one"]["peer"] == 0 and "no answer from rank 0" in results[r]["one"]["msg"], results[r]
+    assert results[1]["two"]["peer"] == 0, results[1]
+    for r in (1, 2):  # rank 0 failed on rank 3's death: they learn it from rank 0
+        assert results[r]["dies"]["peer"] == 0 and results[r]["dies"]["took"] < 15, results[r]

@@ -406,3 +406,11 @@ class Communicator:
 
     def barrier(self, async_op=False, timeout=None):
         return self._finish(lambda: self._c.barrier(), (), None, async_op, timeout)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """A barrier that names who did not come (Gloo's monitored barrier): on rank 0,
+        TimeoutError whose .peer is the lowest rank that did not arrive within ``timeout``
+        seconds (None: the communicator's), the message naming all of them with
+        ``wait_all_ranks``; RemoteError for a rank that died. The others raise (peer 0) when rank
+        0 does not answer within twice the timeout. A timeout fails the communicator."""
+        self._c.monitored_barrier(-1.0 if timeout is None else float(timeout), bool(wait_all_ranks))

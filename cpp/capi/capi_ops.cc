@@ -214,6 +214,15 @@ uccl_result_t uccl_barrier(uccl_comm_t comm, uccl_request_t* request) {
   });
 }
 
+uccl_result_t uccl_monitored_barrier(uccl_comm_t comm, double timeout_s, int wait_all_ranks) {
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    UCCL_CHECK(comm, uccl_uint8);
+    const uccl::Status s = comm->c->monitored_barrier(timeout_s, wait_all_ranks != 0);
+    return s.ok() ? UCCL_SUCCESS : record(s.with_context(fn));
+  });
+}
+
 uccl_result_t uccl_p2p(const uccl_p2p_op_t* ops, int n, uccl_comm_t comm, uccl_request_t* request) {
   const char* fn = __func__;
   return guard(fn, [&] {

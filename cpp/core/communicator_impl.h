@@ -48,6 +48,7 @@ class CommunicatorImpl : public Communicator {
   Status run(const ReduceScatterArgs& a, double timeout_s) override;
   Result<std::shared_ptr<Communicator>> split(int color, int key, const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> new_group(const std::vector<int>& ranks, const CommOptions& opts) override;
+  Status monitored_barrier(double timeout_s, bool wait_all_ranks, std::vector<int>* missing) override;
   Result<std::shared_ptr<Communicator>> shrink(const CommOptions& opts) override;
   Result<std::shared_ptr<Communicator>> shrink_excluding(const std::vector<int>& exclude,
                                                          const CommOptions& opts) override;

@@ -55,6 +55,20 @@ class Communicator {
   virtual Result<WorkPtr> p2p(const std::vector<P2POp>& ops) = 0;
   virtual Result<WorkPtr> barrier() = 0;
 
+  // A barrier that names who did not come (Gloo's monitoredBarrier): rank 0 takes every other
+  // rank's arrival as it comes (p2p of the barrier's own tag, from any source) until timeout_s
+  // (< 0: the communicator's timeout), then answers them all. On rank 0, a rank that did not
+  // arrive in time is kTimeout (a rank that died: kRemoteError) with peer = the lowest such rank,
+  // the message naming it (all of them with wait_all_ranks); *missing (if given) gets them all.
+  // The others wait up to twice timeout_s for rank 0's answer (it decides within timeout_s from
+  // its own start, which may be later) and fail with peer 0. A timeout fails the communicator, as
+  // any operation's does. No p2p of the caller's may be in flight. timeout_s == 0 on rank 0 is
+  // kTimeout at once (nothing sent).
+  virtual Status monitored_barrier(double timeout_s = -1, bool wait_all_ranks = false, std::vector<int>* missing = nullptr) {
+    (void)timeout_s, (void)wait_all_ranks, (void)missing;
+    return Status(Code::kNotSupported, "this communicator has no monitored barrier");
+  }
+
   // Blocking forms: issue and wait in the calling thread, like MPI_Allreduce or a C call with
   // a NULL request (timeout_s < 0: the communicator's timeout). The default issues the
   // operation and waits for its Work. The library's own communicators run an operation that

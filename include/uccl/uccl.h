@@ -179,6 +179,10 @@ uccl_result_t uccl_gather(const void* send, void* recv, size_t count, uccl_datat
 uccl_result_t uccl_scatter(const void* send, void* recv, size_t count, uccl_datatype_t datatype, int root,
                            uccl_comm_t comm, uccl_request_t* request);
 uccl_result_t uccl_barrier(uccl_comm_t comm, uccl_request_t* request);
+/* Blocking; names who did not come (Communicator::monitored_barrier, Gloo's monitoredBarrier): on
+ * rank 0 UCCL_ERR_TIMEOUT with uccl_last_error_peer() the lowest rank that did not arrive within
+ * timeout_s (< 0: the communicator's), the message naming all of them if wait_all_ranks. */
+uccl_result_t uccl_monitored_barrier(uccl_comm_t comm, double timeout_s, int wait_all_ranks);
 
 /* ---- point to point ---- */
 uccl_result_t uccl_send(const void* buf, size_t count, uccl_datatype_t datatype, int peer, uccl_comm_t comm,

@@ -270,6 +270,14 @@ PYBIND11_MODULE(_core, m) {
              return unwrap(c.p2p(v));
            }, release)
       .def("barrier", [](C& c) { return unwrap(c.barrier()); }, release)
+      .def("monitored_barrier", [](C& c, double timeout_s, bool wait_all_ranks) {
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = c.monitored_barrier(timeout_s, wait_all_ranks);
+             }
+             check(s);
+           }, py::arg("timeout_s") = -1.0, py::arg("wait_all_ranks") = false)
       .def("will_wait", [](C& c) { return WaitToken{c.will_wait()}; }, release)
       .def("blocking_call", [](C& c, int kind, py::handle in, py::handle out, int op, int root) {
              return blocking_call(c, static_cast<BlockingKind>(kind), in, out, op, root);

@@ -83,12 +83,8 @@ class UcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts = {}) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
-  // ProcessGroup.monitored_barrier (Gloo's alone until now): rank 0 takes every other rank's
-  // arrival (receives from any source) until the timeout, then answers them all; a rank that did
-  // not arrive is named in a DistBackendError on rank 0 ("Rank 2 failed to pass monitoredBarrier
-  // in 1000 ms", Gloo's words; all of them with wait_all_ranks), and the others learn that rank 0
-  // failed (they wait up to twice the timeout for its answer). Point-to-point messages of its own
-  // tag: no p2p of the caller's may be in flight.
+  // ProcessGroup.monitored_barrier (Gloo's alone in torch): the core's monitored_barrier, its
+  // outcome in Gloo's words ("[Rank 0]: Rank 2 failed to pass monitoredBarrier in 1000 ms").
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override;
   // all_reduce of a sparse COO tensor (collectives_sparse.cc; allreduce() sends sparse tensors here).
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(at::Tensor& t, const c10d::AllreduceOptions& opts);

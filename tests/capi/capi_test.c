@@ -130,6 +130,8 @@ static void collectives(uccl_comm_t comm, int n) {
     }
   }
   OK(uccl_barrier(comm, NULL));
+  OK(uccl_monitored_barrier(comm, 30, 1)); /* everyone arrives */
+  OK(uccl_monitored_barrier(comm, -1, 0)); /* the communicator's timeout */
 }
 
 static void errors(uccl_comm_t comm, int n) {
