@@ -18,6 +18,13 @@ addresses even if the store dies next).
 
     python benchmarks/kill_points.py --shrink --trials 100
 
+With --shrink-exclude the survivors shrink naming the ranks to exclude, as torch's
+dist.shrink_group callers do: comm.shrink(exclude=[victim]). Where the coordinator was killed
+inside the agreement too, the first call fails with RemoteError naming it (the list missed it)
+and the survivor calls again with both; the checks are those of --shrink.
+
+    python benchmarks/kill_points.py --shrink-exclude --trials 60
+
 With --async-batch K the operations are issued asynchronously, K in flight before the rank
 waits for them (the engine's queue instead of the blocking calls' inline path), so a death
 fails several queued operations at once.
@@ -38,7 +45,7 @@ import time
 import numpy as np
 
 
-def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=False, agree_kill="", batch=0):
+def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink="", agree_kill="", batch=0):
     os.environ["UCCL_HOST_ID"] = "a" if rank < 2 else "b"
     if agree_kill:
         os.environ["UCCL_AGREE_KILL_POINT"] = agree_kill
@@ -84,17 +91,25 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=Fa
     except uccl.UcclError as e:
         q.send(("error", rank, time.time(), f"{type(e).__name__}: {e}"))
         if shrink:
-            shrink_and_check(comm, rank, world, q)
+            shrink_and_check(comm, rank, world, q, [victim] if shrink == "exclude" else None)
     sys.exit(0)  # a normal exit: communicator destructors run
 
 
-def shrink_and_check(comm, rank, world, q):
+def shrink_and_check(comm, rank, world, q, exclude=None):
     """The survivors' new communicator: its size and order, and an exact all_reduce of the old
-    ranks (the sum says which ranks are in it, so every survivor checks the same membership)."""
+    ranks (the sum says which ranks are in it, so every survivor checks the same membership).
+    exclude: shrink naming these ranks; a RemoteError naming another rank adds it (once per rank)."""
     import uccl
     t0 = time.time()
     try:
-        new = comm.shrink()
+        while True:
+            try:
+                new = comm.shrink() if exclude is None else comm.shrink(exclude=sorted(exclude))
+                break
+            except uccl.RemoteError as e:
+                if exclude is None or e.peer is None or e.peer in exclude:
+                    raise
+                exclude.append(e.peer)
         x = np.full(4099, 1 << rank, np.float32)  # a bitmask of the members' old ranks
         new.all_reduce(x)
         members = int(x[0])
@@ -114,7 +129,8 @@ def trial(k, args):
     kill_op = rnd.randrange(0, 40)
     kill_delay = rnd.choice([0, 0, rnd.uniform(0.0005, 0.02)])
     coordinator = min(r for r in range(world) if r != victim)  # the lowest survivor
-    agree_kill = rnd.choice(["prepare", "accept", "commit"]) if args.shrink and k % 3 == 2 else ""
+    shrink = "exclude" if args.shrink_exclude else "agree" if args.shrink else ""
+    agree_kill = rnd.choice(["prepare", "accept", "commit"]) if shrink and k % 3 == 2 else ""
     dead = {victim} | ({coordinator} if agree_kill else set())
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -126,7 +142,7 @@ def trial(k, args):
     # thread was sending "kill") leaves every other rank blocked on it at exit forever.
     pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
     procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, pipes[r][1],
-                                                 args.shrink, agree_kill if r == coordinator else "", args.async_batch))
+                                                 shrink, agree_kill if r == coordinator else "", args.async_batch))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -150,9 +166,9 @@ def trial(k, args):
                     readers.remove(conn)
         return pending.pop(0)
 
-    deadline = time.time() + args.max_detect_s + 30 + (150 if args.shrink else 0)
+    deadline = time.time() + args.max_detect_s + 30 + (150 if shrink else 0)
     killed_at, reports, shrunk = None, {}, {}
-    want_shrunk = world - len(dead) if args.shrink else 0
+    want_shrunk = world - len(dead) if shrink else 0
     while (len(reports) < world - 1 or len(shrunk) < want_shrunk) and time.time() < deadline:
         try:
             msg = next_message(timeout=1)
@@ -196,7 +212,7 @@ def trial(k, args):
             problems.append(f"rank {r} took {took:.1f}s")
         if procs[r].exitcode not in (0, None) and r not in dead:
             problems.append(f"rank {r} exit code {procs[r].exitcode}")
-    if args.shrink:
+    if shrink:
         survivors = [r for r in range(world) if r not in dead]
         mask = sum(1 << r for r in survivors)
         for r in survivors:
@@ -227,6 +243,8 @@ def main():
     p.add_argument("--async-batch", type=int, default=0, metavar="K",
                    help="issue operations asynchronously, K in flight before waiting for them (0: blocking calls)")
     p.add_argument("--shrink", action="store_true", help="survivors shrink and all_reduce on the new communicator")
+    p.add_argument("--shrink-exclude", action="store_true",
+                   help="as --shrink, naming the ranks to exclude (comm.shrink(exclude=...), torch's shrink_group)")
     args = p.parse_args()
     failed, worst = 0, 0.0
     for k in range(args.trials):
@@ -237,7 +255,7 @@ def main():
         extra = f", coordinator killed at {agree_kill}" if agree_kill else ""
         print(f"trial {k:2d}: rank {victim} killed at op {op:2d} (+{delay * 1000:.1f} ms){extra}: "
               f"slowest survivor {w:.2f}s  {status}", flush=True)
-    tail = f"; slowest shrink {worst_shrink[0]:.2f}s" if args.shrink else ""
+    tail = f"; slowest shrink {worst_shrink[0]:.2f}s" if args.shrink or args.shrink_exclude else ""
     print(f"{args.trials - failed}/{args.trials} trials clean; slowest detection {worst:.2f}s{tail}")
     sys.exit(1 if failed else 0)
 

@@ -35,3 +35,10 @@ def test_shrink_at_random_kill_points_gives_every_survivor_the_same_communicator
     third trial also kills the agreement's coordinator inside it (CI runs fewer trials than the
     100 of the benchmark)."""
     run_trials("12", "--shrink")
+
+
+def test_shrink_naming_the_dead_at_random_kill_points():
+    """--shrink-exclude: the survivors shrink naming the victim (torch's shrink_group); where the
+    coordinator is killed inside the agreement too, RemoteError names it and the second call
+    with both forms the communicator (trials 2 and 5)."""
+    run_trials("6", "--shrink-exclude")

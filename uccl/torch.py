@@ -297,19 +297,22 @@ for _name in ("allreduce", "allreduce_coalesced", "broadcast", "allgather", "_al
     setattr(ReconfigurableProcessGroup, _name, _forward(_name))
 del _name
 
+_torch_monitored_barrier = dist.monitored_barrier  # torch's own, even if someone replaces it later
+
+
 def monitored_barrier(group: Optional[dist.ProcessGroup] = None, timeout: Timeout = None,
                       wait_all_ranks: bool = False) -> None:
     """torch.distributed.monitored_barrier for a uccl group (torch's own refuses every backend
     but Gloo before asking it): rank 0 waits up to ``timeout`` for every other rank and raises
     DistBackendError naming the ranks that did not arrive ("Rank 2 failed to pass
-    monitoredBarrier in 1000 ms"; all of them with ``wait_all_ranks``); the others raise when rank
-    0 does not answer within twice the timeout. ``timeout``: a timedelta or seconds; None, the group's timeout. A Gloo
-    group goes to torch's own."""
+    monitoredBarrier in 1000 ms"; all of them with ``wait_all_ranks``); the others raise when
+    rank 0 does not answer within twice the timeout. ``timeout``: a timedelta or seconds; None,
+    the group's timeout. A Gloo group goes to torch's own."""
     if dist.distributed_c10d._rank_not_in_group(group):  # as torch's: a no-op outside the group
         return
     pg = group if group is not None else dist.group.WORLD
     if dist.get_backend(pg) == dist.Backend.GLOO:
-        dist.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+        _torch_monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
         return
     if timeout is not None and not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))

@@ -131,6 +131,7 @@ def monitored_barrier_worker(rank, world, port):
         dist.recv(t, 0)
         assert t.tolist() == [0, 1, 2, 3, 4], t
     ut.monitored_barrier()  # the group's timeout
+    ut.monitored_barrier(group=dist.new_group(backend="gloo"), timeout=10)  # goes to torch's own
 
     # Rank 2 stays away: rank 0 names it in Gloo's words, rank 1 learns rank 0 failed.
     g = dist.new_group(backend="uccl")
