@@ -310,12 +310,12 @@ def monitored_barrier(group: Optional[dist.ProcessGroup] = None, timeout: Timeou
     the group's timeout. A Gloo group goes to torch's own."""
     if dist.distributed_c10d._rank_not_in_group(group):  # as torch's: a no-op outside the group
         return
+    if timeout is not None and not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(seconds=float(timeout))
     pg = group if group is not None else dist.group.WORLD
     if dist.get_backend(pg) == dist.Backend.GLOO:
         _torch_monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
         return
-    if timeout is not None and not isinstance(timeout, datetime.timedelta):
-        timeout = datetime.timedelta(seconds=float(timeout))
     pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
