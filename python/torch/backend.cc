@@ -82,6 +82,7 @@ c10::intrusive_ptr<UcclWork> UcclBackend::make_work(c10d::OpType type, const cha
   auto w = c10::make_intrusive<UcclWork>(rank_, type, title.c_str(), seq, std::move(what), std::move(outputs),
                                          timeout_s, cq_);
   w->count_into(traffic_);
+  w->report_to(hook_);
   return w;
 }
 
@@ -285,6 +286,13 @@ c10::intrusive_ptr<c10d::Backend> UcclBackend::shrink(const std::vector<int64_t>
   return c10::make_intrusive<UcclBackend>(store_, new_rank, new_size, o, std::move(shrunk));
 }
 
+void UcclBackend::registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) {
+  std::lock_guard<std::mutex> lk(hook_->mu);
+  TORCH_CHECK(!hook_->fn, "uccl: an on-completion hook is already registered for this group (one per group, as "
+                          "with NCCL)");
+  hook_->fn = std::move(hook);
+}
+
 c10d::ErrorType UcclBackend::getError() {
   std::shared_ptr<uccl::Communicator> c;
   {
@@ -329,6 +337,15 @@ void UcclBackend::shutdown() {
   // Settle what already completed, then let go of the communicator: uccl closes its
   // connections once the last reference (ours, or in-flight works') is gone.
   cq_->stop();
+  // No hook runs after shutdown (a Python hook needs a live interpreter: torch tells users to
+  // destroy their groups before exit for this reason).
+  auto hook = std::make_unique<std::function<void(std::shared_ptr<c10d::WorkInfo>)>>();
+  {
+    std::lock_guard<std::mutex> lk(hook_->mu);
+    hook->swap(hook_->fn);
+  }
+  // Its destructor takes the GIL (torch's PythonOnCompletionHook): not while finalizing.
+  if (!run_without_gil([&] { hook.reset(); })) (void)hook.release();
   // The engine joins its progress thread, which may be dropping a tensor's last reference
   // (needs the GIL): let go of the GIL meanwhile. At interpreter exit nothing gets the GIL again:
   // the communicator is then left alive (leaked on purpose) rather than joined into a hang.

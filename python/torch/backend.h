@@ -102,6 +102,9 @@ class UcclBackend : public c10d::Backend {
   c10d::ErrorType getError() override;
   void abort() override;
   void shutdown() override;
+  // ProcessGroup._register_on_completion_hook (NCCL's alone in torch): one hook per group, fired
+  // for every work that finishes from now on (work.h CompletionHook); dropped at shutdown.
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
   void setSequenceNumberForGroup() override {}  // uccl numbers ops itself, from 0 on every rank
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
@@ -134,6 +137,7 @@ class UcclBackend : public c10d::Backend {
   uccl::CommOptions opts_;
   std::shared_ptr<CompletionQueue> cq_;
   std::shared_ptr<TrafficTotals> traffic_ = std::make_shared<TrafficTotals>();
+  std::shared_ptr<CompletionHook> hook_ = std::make_shared<CompletionHook>();
   // Serializes op issue: uccl's per-communicator ordering is the caller's issue order, and the
   // coalescing state below is shared.
   std::recursive_mutex mu_;

@@ -207,6 +207,21 @@ void UcclWork::on_done(std::function<void()> fn) {
   fn();
 }
 
+void CompletionHook::fire(const std::shared_ptr<c10d::WorkInfo>& info) {
+  std::function<void(std::shared_ptr<c10d::WorkInfo>)> f;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    f = fn;
+  }
+  if (!f) return;
+  try {
+    f(info);
+  } catch (const std::exception& e) {
+    // The caller is long gone: a hook's exception has nowhere to go but the log (NCCL's does the same).
+    TORCH_WARN("uccl: the on-completion hook raised: ", e.what());
+  }
+}
+
 void UcclWork::settle_future() {
   // Every uccl work has finished (pending_ reached 0), so staging buffers may go now - not
   // earlier: after a timed-out wait() uccl may still be writing into them.
@@ -217,6 +232,10 @@ void UcclWork::settle_future() {
     future_->setError(ex);
   } else {
     future_->markCompleted(c10::IValue(outputs_));
+  }
+  if (hook_) {
+    hook_->fire(std::make_shared<c10d::WorkInfo>(retrieveOpType(), seq_, t_start_, t_end_,
+                                                 std::chrono::duration<float>(t_end_ - t_start_)));
   }
 }
 

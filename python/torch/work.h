@@ -78,6 +78,16 @@ struct TrafficTotals {
   void add(const uccl::OpStats& s);
 };
 
+// The group's on-completion hook (ProcessGroup._register_on_completion_hook, NCCL's alone in
+// torch): fired once per finished work, success or failure, on a CompletionQueue thread after its
+// Future settled, with the op type, sequence number, start (issue) and finish times. Hooks of
+// works finishing together may run on different threads at once (NCCL runs them on one thread).
+struct CompletionHook {
+  std::mutex mu;
+  std::function<void(std::shared_ptr<c10d::WorkInfo>)> fn;
+  void fire(const std::shared_ptr<c10d::WorkInfo>& info);
+};
+
 class UcclWork : public c10d::Work {
  public:
   UcclWork(int rank, c10d::OpType type, const char* profiling_title, uint64_t seq, std::string what,
@@ -99,6 +109,7 @@ class UcclWork : public c10d::Work {
   void sync_stream_after_wait(const at::Device& d) { sync_after_wait_ = d; }
   uintptr_t stream() const { return stream_; }
   void count_into(std::shared_ptr<TrafficTotals> t) { traffic_ = std::move(t); }
+  void report_to(std::shared_ptr<CompletionHook> h) { hook_ = std::move(h); }
   // Arms completion: from here on the work completes by itself.
   void start();
   bool started() const { return started_.load(); }
@@ -141,6 +152,7 @@ class UcclWork : public c10d::Work {
   std::vector<std::function<void()>> epilogues_;
   std::vector<at::Tensor> keep_;
   std::shared_ptr<TrafficTotals> traffic_;
+  std::shared_ptr<CompletionHook> hook_;
   std::optional<at::Device> device_;
   uintptr_t stream_ = 0;
   std::optional<at::Device> sync_after_wait_;
