@@ -60,9 +60,10 @@ Status CommunicatorImpl::monitored_barrier(double timeout_s, bool wait_all_ranks
                                 "arrive) within twice the timeout of " + seconds_text(timeout_s) + ": " + s.message(),
                   0);
   }
+  if (size_ == 1) return Status::Ok();
   if (timeout_s <= 0) {
     for (int p = 1; missing && p < size_; ++p) missing->push_back(p);
-    return Status(Code::kTimeout, "monitored_barrier: rank 0 timed out at once (a timeout of 0 s)", size_ > 1 ? 1 : -1);
+    return Status(Code::kTimeout, "monitored_barrier: rank 0 timed out at once (a timeout of 0 s)", 1);
   }
   std::set<int> arrived;
   Status failure;
