@@ -49,10 +49,22 @@ UcclBackend::~UcclBackend() {
   }
 }
 
+std::chrono::milliseconds UcclBackend::group_timeout() const {
+  return opts_.timeout_s < 0 ? kBackendDefaultTimeout
+                             : std::chrono::milliseconds(static_cast<int64_t>(opts_.timeout_s * 1000));
+}
+
 c10::intrusive_ptr<c10d::Backend::Options> UcclBackend::getBackendOptions() {
-  auto timeout = opts_.timeout_s < 0 ? kBackendDefaultTimeout
-                                     : std::chrono::milliseconds(static_cast<int64_t>(opts_.timeout_s * 1000));
-  return c10::make_intrusive<Options>("uccl", timeout);
+  return c10::make_intrusive<Options>("uccl", group_timeout());
+}
+
+uccl::CommOptions UcclBackend::options_with(const c10::intrusive_ptr<Options>& opts) const {
+  uccl::CommOptions o = opts_;
+  if (opts) {
+    if (opts->timeout.count() > 0) o.timeout_s = opts->timeout.count() / 1000.0;
+    if (!opts->group_name.empty()) o.name = opts->group_name;
+  }
+  return o;
 }
 
 void UcclBackend::setTimeout(std::chrono::milliseconds timeout) {
@@ -60,6 +72,12 @@ void UcclBackend::setTimeout(std::chrono::milliseconds timeout) {
   // timeout was fixed when the communicator was created.
   std::lock_guard<std::recursive_mutex> lk(mu_);
   opts_.timeout_s = timeout.count() / 1000.0;
+}
+
+std::shared_ptr<uccl::Communicator> UcclBackend::live_comm(const char* op) {
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  comm(op);  // throws if this group was shut down or aborted
+  return comm_;
 }
 
 uccl::Communicator& UcclBackend::comm(const char* op) {
@@ -233,11 +251,7 @@ c10::intrusive_ptr<c10d::Backend> UcclBackend::split(const c10::intrusive_ptr<c1
   if (key == last_split_key_) {
     if (auto child = last_split_.lock()) return child;
   }
-  uccl::CommOptions o = opts_;
-  if (opts) {
-    if (opts->timeout.count() > 0) o.timeout_s = opts->timeout.count() / 1000.0;
-    if (!opts->group_name.empty()) o.name = opts->group_name;
-  }
+  const uccl::CommOptions o = options_with(opts);
   int new_rank = static_cast<int>(it - ranks.begin());
   c10::intrusive_ptr<c10d::Backend> child =
       c10::make_intrusive<UcclBackend>(store, new_rank, static_cast<int>(ranks.size()), o);
@@ -255,17 +269,8 @@ c10::intrusive_ptr<c10d::Backend> UcclBackend::shrink(const std::vector<int64_t>
   // Ranks out of range, twice or this rank's own: ValueError from the core's check.
   std::vector<int> exclude;
   for (int64_t r : ranks_to_exclude) exclude.push_back(static_cast<int>(std::clamp<int64_t>(r, -1, size_)));
-  uccl::CommOptions o = opts_;
-  if (opts_override) {
-    if (opts_override->timeout.count() > 0) o.timeout_s = opts_override->timeout.count() / 1000.0;
-    if (!opts_override->group_name.empty()) o.name = opts_override->group_name;
-  }
-  std::shared_ptr<uccl::Communicator> c;
-  {
-    std::lock_guard<std::recursive_mutex> lk(mu_);
-    comm("shrink_group");  // throws if this group was shut down or aborted
-    c = comm_;
-  }
+  const uccl::CommOptions o = options_with(opts_override);
+  std::shared_ptr<uccl::Communicator> c = live_comm("shrink_group");
   // The agreement waits on the other survivors (seconds when a rank died silently): without the
   // GIL, which uccl's threads may need meanwhile to drop tensors of the aborted ops.
   uccl::Result<std::shared_ptr<uccl::Communicator>> r = uccl::Status(uccl::Code::kInternal, "not run");

@@ -121,6 +121,12 @@ class UcclBackend : public c10d::Backend {
   std::recursive_mutex& issue_mutex() { return mu_; }
   // The communicator, or a DistBackendError if the group was shut down or aborted.
   uccl::Communicator& comm(const char* op);
+  // The same, held, for calls that block without mu_ (shrink, monitored barrier).
+  std::shared_ptr<uccl::Communicator> live_comm(const char* op);
+  // This group's timeout as torch reports it (getBackendOptions), and its options with a torch
+  // Options' timeout and group name applied (split, shrink).
+  std::chrono::milliseconds group_timeout() const;
+  uccl::CommOptions options_with(const c10::intrusive_ptr<Options>& opts) const;
   // A new work for one op; the caller adds uccl works and epilogues, then calls launch().
   c10::intrusive_ptr<UcclWork> make_work(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                          std::chrono::milliseconds timeout);

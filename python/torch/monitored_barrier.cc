@@ -7,20 +7,13 @@
 namespace uccl_torch {
 
 void UcclBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  const double timeout_s = opts.timeout.count() < 0  // kUnsetTimeout: the group's
-                               ? (opts_.timeout_s > 0 ? opts_.timeout_s : kBackendDefaultTimeout.count() / 1000.0)
-                               : opts.timeout.count() / 1000.0;
+  const double timeout_s = (opts.timeout.count() < 0 ? group_timeout() : opts.timeout).count() / 1000.0;  // unset: the group's
   const long long timeout_ms = static_cast<long long>(timeout_s * 1000.0 + 0.5);
   if (rank_ == 0 && timeout_ms <= 0 && size_ > 1) {
     C10_THROW_ERROR(DistBackendError, c10::str("Rank 0 timed out in monitoredBarrier after ", timeout_ms,
                                                " ms. No ranks successfully processed in monitoredBarrier."));
   }
-  std::shared_ptr<uccl::Communicator> c;
-  {
-    std::lock_guard<std::recursive_mutex> lk(mu_);
-    comm("monitored_barrier");  // throws if this group was shut down or aborted
-    c = comm_;
-  }
+  std::shared_ptr<uccl::Communicator> c = live_comm("monitored_barrier");
   std::vector<int> missing;
   uccl::Status s(uccl::Code::kAborted, "the interpreter is shutting down");
   run_without_gil([&] { s = c->monitored_barrier(timeout_s, wait_all_ranks, &missing); });
