@@ -296,6 +296,14 @@ void UcclBackend::registerOnCompletionHook(std::function<void(std::shared_ptr<c1
   TORCH_CHECK(!hook_->fn, "uccl: an on-completion hook is already registered for this group (one per group, as "
                           "with NCCL)");
   hook_->fn = std::move(hook);
+  // What torch's ProcessGroup::hasHooks() reads (destroy_process_group then waits for pending
+  // works): a marker only, the hook itself lives in hook_.
+  onCompletionHook_ = [](std::shared_ptr<c10d::WorkInfo>) {};
+}
+
+void UcclBackend::waitForPendingWorks() {
+  // Hooks take the GIL: wait without it.
+  run_without_gil([&] { hook_->wait_all_settled(); });
 }
 
 c10d::ErrorType UcclBackend::getError() {
@@ -349,6 +357,7 @@ void UcclBackend::shutdown() {
     std::lock_guard<std::mutex> lk(hook_->mu);
     hook->swap(hook_->fn);
   }
+  onCompletionHook_ = nullptr;
   // Its destructor takes the GIL (torch's PythonOnCompletionHook): not while finalizing.
   if (!run_without_gil([&] { hook.reset(); })) (void)hook.release();
   // The engine joins its progress thread, which may be dropping a tensor's last reference

@@ -105,6 +105,12 @@ class UcclBackend : public c10d::Backend {
   // ProcessGroup._register_on_completion_hook (NCCL's alone in torch): one hook per group, fired
   // for every work that finishes from now on (work.h CompletionHook); dropped at shutdown.
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+  // Returns once every work started so far has settled its Future and run the hook (NCCL's
+  // alone in torch; destroy_process_group calls it on a group with a hook, so that no hook runs
+  // after the interpreter is gone).
+  void waitForPendingWorks() override;
+  // Every uccl work is timed (getDuration), so there is nothing to turn on.
+  void enableCollectivesTiming() override {}
   void setSequenceNumberForGroup() override {}  // uccl numbers ops itself, from 0 on every rank
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 

@@ -119,6 +119,7 @@ UcclWork::~UcclWork() = default;
 
 void UcclWork::start() {
   t_start_ = std::chrono::steady_clock::now();
+  if (hook_) hook_->started();
   // +1 guards against reaching zero while callbacks are still being attached (on_complete runs
   // fn at once when the uccl work already finished).
   pending_.store(static_cast<int>(works_.size() + deps_.size()) + 1);
@@ -207,19 +208,32 @@ void UcclWork::on_done(std::function<void()> fn) {
   fn();
 }
 
-void CompletionHook::fire(const std::shared_ptr<c10d::WorkInfo>& info) {
+void CompletionHook::started() {
+  std::lock_guard<std::mutex> lk(mu);
+  ++unsettled;
+}
+
+void CompletionHook::settled(const std::shared_ptr<c10d::WorkInfo>& info) {
   std::function<void(std::shared_ptr<c10d::WorkInfo>)> f;
   {
     std::lock_guard<std::mutex> lk(mu);
     f = fn;
   }
-  if (!f) return;
-  try {
-    f(info);
-  } catch (const std::exception& e) {
-    // The caller is long gone: a hook's exception has nowhere to go but the log (NCCL's does the same).
-    TORCH_WARN("uccl: the on-completion hook raised: ", e.what());
+  if (f) {
+    try {
+      f(info);
+    } catch (const std::exception& e) {
+      // The caller is long gone: a hook's exception has nowhere to go but the log (NCCL's does the same).
+      TORCH_WARN("uccl: the on-completion hook raised: ", e.what());
+    }
   }
+  std::lock_guard<std::mutex> lk(mu);
+  if (--unsettled == 0) all_settled.notify_all();
+}
+
+void CompletionHook::wait_all_settled() {
+  std::unique_lock<std::mutex> lk(mu);
+  all_settled.wait(lk, [&] { return unsettled == 0; });
 }
 
 void UcclWork::settle_future() {
@@ -234,8 +248,8 @@ void UcclWork::settle_future() {
     future_->markCompleted(c10::IValue(outputs_));
   }
   if (hook_) {
-    hook_->fire(std::make_shared<c10d::WorkInfo>(retrieveOpType(), seq_, t_start_, t_end_,
-                                                 std::chrono::duration<float>(t_end_ - t_start_)));
+    hook_->settled(std::make_shared<c10d::WorkInfo>(retrieveOpType(), seq_, t_start_, t_end_,
+                                                    std::chrono::duration<float>(t_end_ - t_start_)));
   }
 }
 

@@ -82,10 +82,18 @@ struct TrafficTotals {
 // torch): fired once per finished work, success or failure, on a CompletionQueue thread after its
 // Future settled, with the op type, sequence number, start (issue) and finish times. Hooks of
 // works finishing together may run on different threads at once (NCCL runs them on one thread).
+// It also counts the group's works started and not yet settled, so that waitForPendingWorks
+// (torch's destroy_process_group calls it on a group with a hook) returns once every work's
+// Future and hook have run.
 struct CompletionHook {
   std::mutex mu;
+  std::condition_variable all_settled;
   std::function<void(std::shared_ptr<c10d::WorkInfo>)> fn;
-  void fire(const std::shared_ptr<c10d::WorkInfo>& info);
+  uint64_t unsettled = 0;  // works started whose Future (and hook) have not yet run
+  void started();
+  // Runs the hook (if any) for a work whose Future just settled, then counts it settled.
+  void settled(const std::shared_ptr<c10d::WorkInfo>& info);
+  void wait_all_settled();
 };
 
 class UcclWork : public c10d::Work {

@@ -77,3 +77,36 @@ def hooks_worker(rank, world, port):
 
 def test_on_completion_hook_sees_every_work():
     U.spawn(hooks_worker, 2, deadline_s=120)
+
+
+def pending_worker(rank, world, port):
+    U.init_uccl(rank, world, port)
+    pg = dist.group.WORLD
+    assert not pg._has_hooks()
+    pg._enable_collectives_timing()  # uccl times every work: accepted, nothing to turn on
+    seen, lock = [], threading.Lock()
+
+    def slow_hook(info):
+        time.sleep(0.02)  # hooks still running when destroy_process_group is called
+        with lock:
+            seen.append(info.seq)
+
+    pg._register_on_completion_hook(slow_hook)
+    assert pg._has_hooks()  # what destroy_process_group reads before waiting for pending works
+    works = [dist.all_reduce(torch.full((1 << 16,), float(i)), async_op=True) for i in range(20)]
+    pg._wait_for_pending_works()
+    with lock:
+        assert len(seen) == 20, seen
+    assert all(w.is_completed() for w in works)
+    assert works[-1]._get_duration() >= 0
+    more = [dist.all_reduce(torch.ones(1 << 16), async_op=True) for _ in range(10)]
+    # torch's destroy_process_group waits for pending works (and their hooks) on a group with a
+    # hook: every hook has run when it returns, none is lost to the shutdown.
+    dist.destroy_process_group()
+    with lock:
+        assert len(seen) == 30 and len(set(seen)) == 30, seen
+    assert all(w.is_completed() for w in more)
+
+
+def test_wait_for_pending_works_and_destroy_run_every_hook():
+    U.spawn(pending_worker, 2, deadline_s=120)
