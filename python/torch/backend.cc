@@ -245,18 +245,40 @@ c10::intrusive_ptr<c10d::Backend> UcclBackend::split(const c10::intrusive_ptr<c1
   // need every parent rank to call it with one color each).
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;
-  std::string key = (opts && !opts->group_name.empty() ? opts->group_name : c10::str("store@", store.get())) + ":" +
+  std::string key = "split:" +
+                    (opts && !opts->group_name.empty() ? opts->group_name : c10::str("store@", store.get())) + ":" +
                     c10::Join(",", ranks);
+  const int new_rank = static_cast<int>(it - ranks.begin());
+  return child_once(key, [&]() -> c10::intrusive_ptr<c10d::Backend> {
+    return c10::make_intrusive<UcclBackend>(store, new_rank, static_cast<int>(ranks.size()), options_with(opts));
+  });
+}
+
+c10::intrusive_ptr<c10d::Backend> UcclBackend::merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                                     const int& size) {
+  TORCH_CHECK_VALUE(size > 0 && rank >= 0 && rank < size, "uccl merge_remote_group: rank ", rank,
+                    " (from the store's count of callers) is not below size ", size,
+                    ": more processes called it on this store than the size they gave");
+  std::string key = c10::str("merge:", opts ? opts->group_name : "", ":store@", store.get(), ":", rank, "/", size);
+  return child_once(key, [&]() -> c10::intrusive_ptr<c10d::Backend> {
+    c10::intrusive_ptr<c10d::Backend> b;
+    // The rendezvous waits for the other processes: without the GIL (torch's binding keeps it).
+    if (!run_without_gil([&] { b = c10::make_intrusive<UcclBackend>(store, rank, size, options_with(opts)); }))
+      TORCH_CHECK(false, "uccl merge_remote_group: the interpreter is shutting down");
+    return b;
+  });
+}
+
+c10::intrusive_ptr<c10d::Backend> UcclBackend::child_once(
+    const std::string& key, const std::function<c10::intrusive_ptr<c10d::Backend>()>& make) {
   std::lock_guard<std::recursive_mutex> lk(mu_);
-  if (key == last_split_key_) {
-    if (auto child = last_split_.lock()) return child;
+  if (key == last_child_key_) {
+    if (auto child = last_child_.lock()) return child;
   }
-  const uccl::CommOptions o = options_with(opts);
-  int new_rank = static_cast<int>(it - ranks.begin());
-  c10::intrusive_ptr<c10d::Backend> child =
-      c10::make_intrusive<UcclBackend>(store, new_rank, static_cast<int>(ranks.size()), o);
-  last_split_key_ = key;
-  last_split_ = c10::weak_intrusive_ptr<c10d::Backend>(child);
+  c10::intrusive_ptr<c10d::Backend> child = make();
+  last_child_key_ = key;
+  last_child_ = c10::weak_intrusive_ptr<c10d::Backend>(child);
   return child;
 }
 

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -99,6 +100,12 @@ class UcclBackend : public c10d::Backend {
   // Lifecycle (backend.cc).
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
+  // ProcessGroup.merge_remote_group: every process of the merged group calls it on a group of
+  // its own, with one store they share (torch numbers them through it): a new communicator of
+  // `size` over that store, with this group's options.
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                          const int& size) override;
   c10d::ErrorType getError() override;
   void abort() override;
   void shutdown() override;
@@ -157,11 +164,13 @@ class UcclBackend : public c10d::Backend {
   bool closed_ = false;
   std::string closed_why_;
 
-  // torch's splitGroup calls split() once per device type the parent serves ("cpu" and "cuda"
-  // map to this one backend): the second call must get the same child, not a second
-  // communicator rendezvousing on the same store keys.
-  std::string last_split_key_;
-  c10::weak_intrusive_ptr<c10d::Backend> last_split_{c10::intrusive_ptr<c10d::Backend>()};
+  // torch's splitGroup and mergeRemoteGroup call split() / merge() once per device type the
+  // parent serves ("cpu" and "cuda" map to this one backend): the second call must get the same
+  // child, not a second communicator rendezvousing on the same store keys.
+  c10::intrusive_ptr<c10d::Backend> child_once(const std::string& key,
+                                               const std::function<c10::intrusive_ptr<c10d::Backend>()>& make);
+  std::string last_child_key_;
+  c10::weak_intrusive_ptr<c10d::Backend> last_child_{c10::intrusive_ptr<c10d::Backend>()};
 
   // The device of the last op that used device memory in place: barrier() synchronizes the
   // caller's current stream of it, as ProcessGroupNCCL's does (guarded by mu_).

@@ -1,4 +1,4 @@
-"""Multi-dimensional parallelism on uccl: split_group, a 2-D DeviceMesh (dp x tp) with tensor
+"""Multi-dimensional parallelism on uccl: split_group, merge_remote_group, a 2-D DeviceMesh (dp x tp) with tensor
 parallelism and FSDP2 over its dimensions, and torch.distributed.pipelining (GPipe, 1F1B)
 trained for a few steps against a single-process reference. One 4-rank spawn runs all."""
 import pytest
@@ -121,9 +121,29 @@ def check_split(rank, world):
     assert t.tolist() == [float(sum(mine))] * 3, (rank, t)
 
 
+def check_merge(rank, world):
+    """ProcessGroup.merge_remote_group: two groups of two (made apart: split_group) merge into one
+    of `world` over a store they share; torch numbers the callers through that store."""
+    import datetime
+
+    mine = [0, 1] if rank < 2 else list(range(2, world))
+    part = dist.group.WORLD.split_group(mine, timeout=datetime.timedelta(seconds=60), group_name=f"part_{mine[0]}")
+    store = dist.PrefixStore("merge_test", dist.distributed_c10d._get_default_store())
+    merged = part.merge_remote_group(store, world, timeout=datetime.timedelta(seconds=60))
+    b = merged._get_backend(torch.device("cpu"))
+    assert merged.size() == world and b._get_backend_name() == "uccl", (merged.size(), b._get_backend_name())
+    ranks = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    b.allgather([ranks], [torch.tensor([merged.rank()])]).wait()
+    assert sorted(int(r) for r in ranks) == list(range(world)), ranks
+    t = torch.full((5,), float(rank + 1))
+    b.allreduce([t]).wait()
+    assert t.tolist() == [float(sum(range(1, world + 1)))] * 5, (rank, t)
+
+
 def parallel_worker(rank, world, port):
     U.init_uccl(rank, world, port)
     check_split(rank, world)
+    check_merge(rank, world)
     check_device_mesh_2d(rank, world)
     for name in ("gpipe", "1f1b"):
         try:
