@@ -335,3 +335,27 @@ def test_scatter_count_argument_on_non_roots():
     then waits for it). Either honour count (the dtype would have to be given too) or drop it."""
     results = run_world(2, "test_api:body_scatter_count", timeout=60, comm_timeout=2)
     assert results[1] == ("ok", [4.0, 5.0, 6.0, 7.0]), results
+
+
+def body_estimate(ctx):
+    """comm.estimate / estimate_p2p: local predictions on the communicator's own topology."""
+    comm, check = ctx.comm, ctx.check
+    small, large = comm.estimate("all_reduce", 1 << 20), comm.estimate("all_reduce", 64 << 20)
+    check.true(0 < small < large, f"all_reduce estimates {small} {large}")
+    check.true(comm.estimate("barrier", 0) > 0, "barrier estimate")
+    check.true(comm.estimate_p2p(sends=[(1 - ctx.rank, 1 << 20)], recvs=[(None, 1 << 20)]) > 0, "p2p estimate")
+    for bad, kwargs in (("allreduce", {}), ("broadcast", {"root": ctx.world})):
+        try:
+            comm.estimate(bad, 8, **kwargs)
+            check.true(False, f"estimate({bad!r}, {kwargs}) did not raise")
+        except uccl.InvalidArgument:
+            pass
+    return large
+
+
+def test_estimate_reads_the_communicators_topology():
+    """The same all_reduce is predicted slower between two hosts (tcp) than inside one (shm)."""
+    one_host = run_world(2, "test_api:body_estimate", timeout=60)
+    two_hosts = run_world(2, "test_api:body_estimate", host_ids=["h0", "h1"], timeout=60)
+    assert one_host[0] == one_host[1] and two_hosts[0] == two_hosts[1], (one_host, two_hosts)
+    assert two_hosts[0] > one_host[0], (one_host, two_hosts)

@@ -111,6 +111,21 @@ class Communicator:
         """Peers, the transport chosen per peer, and the listening addresses."""
         return self._c.describe()
 
+    def estimate(self, collective, nbytes, root=0):
+        """Predicted seconds of ``collective`` ("all_reduce", "all_gather", ... as uccl.cost
+        names them) of ``nbytes`` as this communicator would run it now: the algorithm it would
+        choose, on its own topology and link rates. Nothing runs, no peer is asked. nbytes as in
+        uccl.cost: the full vector (the gathered output of all_gather, the reduced vector of
+        all_reduce / reduce_scatter, one rank's send buffer of all_to_all)."""
+        return self._c.estimate(str(collective), float(nbytes), int(root))
+
+    def estimate_p2p(self, sends=(), recvs=()):
+        """Predicted seconds of a batch of this rank's messages running at once: ``sends`` and
+        ``recvs`` are (peer, nbytes) pairs (peer None: a receive from any source)."""
+        ops = [(True, int(n), int(p)) for p, n in sends]
+        ops += [(False, int(n), -1 if p is None else int(p)) for p, n in recvs]
+        return self._c.estimate_p2p(ops)
+
     def abort(self, why="abort() called"):
         """Fails every pending operation with AbortedError; usable from any thread."""
         self._c.abort(why)

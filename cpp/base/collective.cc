@@ -21,4 +21,13 @@ const char* collective_name(Collective c) {
   return "unknown_collective";
 }
 
+Result<Collective> parse_collective(const std::string& name) {
+  for (int c = 0; c <= static_cast<int>(Collective::kAllToAllV); ++c)
+    if (c != static_cast<int>(Collective::kSendRecv) && name == collective_name(static_cast<Collective>(c)))
+      return static_cast<Collective>(c);
+  return InvalidArgument("unknown collective '" + name +
+                         "': expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, gather, "
+                         "scatter, barrier, or all_gather_v, reduce_scatter_v, all_to_all_v");
+}
+
 }  // namespace uccl

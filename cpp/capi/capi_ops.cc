@@ -223,6 +223,20 @@ uccl_result_t uccl_monitored_barrier(uccl_comm_t comm, double timeout_s, int wai
   });
 }
 
+uccl_result_t uccl_estimate(uccl_comm_t comm, const char* collective, size_t nbytes, int root, double* seconds) {
+  const char* fn = __func__;
+  return guard(fn, [&] {
+    UCCL_CHECK(comm, uccl_uint8);
+    if (!collective || !seconds) return invalid(fn, "collective or seconds is NULL");
+    auto coll = uccl::parse_collective(collective);
+    if (!coll.ok()) return record(coll.status().with_context(fn));
+    auto t = comm->c->estimate(coll.value(), nbytes, root);
+    if (!t.ok()) return record(t.status().with_context(fn));
+    *seconds = t.value();
+    return UCCL_SUCCESS;
+  });
+}
+
 uccl_result_t uccl_p2p(const uccl_p2p_op_t* ops, int n, uccl_comm_t comm, uccl_request_t* request) {
   const char* fn = __func__;
   return guard(fn, [&] {

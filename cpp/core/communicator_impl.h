@@ -40,6 +40,9 @@ class CommunicatorImpl : public Communicator {
   Result<WorkPtr> scatter(const ScatterArgs& a) override;
   Result<WorkPtr> p2p(const std::vector<P2POp>& ops) override;
   Result<WorkPtr> barrier() override;
+  // core/estimate.cc
+  Result<double> estimate(Collective coll, size_t total_bytes, int root) override;
+  Result<double> estimate_p2p(const std::vector<P2POp>& ops) override;
   // The blocking forms, with the express path (core/express.cc).
   Status run(const AllReduceArgs& a, double timeout_s) override;
   Status run(const ReduceArgs& a, double timeout_s) override;

@@ -69,6 +69,28 @@ class Communicator {
     return Status(Code::kNotSupported, "this communicator has no monitored barrier");
   }
 
+  // Predicted seconds of a collective as this communicator would run it now: the algorithm its
+  // selection picks (algorithms/select.h, UCCL_ALGO included) on the topology it picks with
+  // (the probe's link rates once a collective has run the probe; declared, sysfs or default
+  // rates before). Computed here alone: nothing runs, no message is sent, no peer is waited for
+  // (PyTorch's _time_estimator, planners; uccl::Estimator adds these up for whole programs).
+  // total_bytes is the cost model's D (topology/cost_model.h): the reduced vector (all_reduce,
+  // reduce, reduce_scatter), the gathered output (all_gather, gather), the broadcast buffer,
+  // scatter's whole input, one rank's send buffer of all_to_all; 0 for barrier. The model is
+  // of host-memory paths: staging device memory through the host is not in it. kNotSupported
+  // where no topology can be had (its fetch failed), kInvalidArgument for kSendRecv (use
+  // estimate_p2p) or a root out of range.
+  virtual Result<double> estimate(Collective coll, size_t total_bytes, int root = 0) {
+    (void)coll, (void)total_bytes, (void)root;
+    return Status(Code::kNotSupported, "this communicator cannot estimate");
+  }
+  // A batch of this rank's point-to-point ops, its messages running at once. A receive from
+  // any source is counted as coming from the nearest other rank (its peer is not known yet).
+  virtual Result<double> estimate_p2p(const std::vector<P2POp>& ops) {
+    (void)ops;
+    return Status(Code::kNotSupported, "this communicator cannot estimate");
+  }
+
   // Blocking forms: issue and wait in the calling thread, like MPI_Allreduce or a C call with
   // a NULL request (timeout_s < 0: the communicator's timeout). The default issues the
   // operation and waits for its Work. The library's own communicators run an operation that

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "uccl/status.h"
 
@@ -68,5 +69,9 @@ enum class Collective : uint8_t {
   kAllToAllV = 12,
 };
 const char* collective_name(Collective c);
+// The collective that collective_name() calls `name` ("all_reduce", "all_gather_v", ...; not
+// "send_recv", which is a batch of messages rather than a collective): kInvalidArgument naming
+// the accepted words otherwise. The C API and Python name collectives this way.
+Result<Collective> parse_collective(const std::string& name);
 
 }  // namespace uccl

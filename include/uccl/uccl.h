@@ -184,6 +184,14 @@ uccl_result_t uccl_barrier(uccl_comm_t comm, uccl_request_t* request);
  * timeout_s (< 0: the communicator's), the message naming all of them if wait_all_ranks. */
 uccl_result_t uccl_monitored_barrier(uccl_comm_t comm, double timeout_s, int wait_all_ranks);
 
+/* Predicted seconds of a collective as this communicator would run it now (Communicator::estimate:
+ * the algorithm it would choose, on its topology and link rates); nothing runs and no peer is
+ * asked. collective: "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+ * "all_to_all", "gather", "scatter", "barrier" or a "_v" form; nbytes: the full vector (the gathered
+ * output of all_gather / gather, the reduced vector, scatter's whole input, one rank's send
+ * buffer of all_to_all). */
+uccl_result_t uccl_estimate(uccl_comm_t comm, const char* collective, size_t nbytes, int root, double* seconds);
+
 /* ---- point to point ---- */
 uccl_result_t uccl_send(const void* buf, size_t count, uccl_datatype_t datatype, int peer, uccl_comm_t comm,
                         uccl_request_t* request);

@@ -33,15 +33,6 @@ T unwrap(Result<T> r) {
   return r.take();
 }
 
-Collective collective_of(const std::string& name) {
-  for (int c = 0; c <= static_cast<int>(Collective::kAllToAllV); ++c)
-    if (name == collective_name(static_cast<Collective>(c)) && c != static_cast<int>(Collective::kSendRecv))
-      return static_cast<Collective>(c);
-  throw_status(InvalidArgument("unknown collective '" + name +
-                               "': expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, "
-                               "gather, scatter, barrier or a _v variant"));
-}
-
 // The group's own Topology: ranks (global, in group order) become ranks 0..k-1, as in a
 // sub-communicator, whose Topology is built from its members' PeerInfos in the same way.
 TopoPtr group_topology(const TopoPtr& t, const std::optional<std::vector<int>>& ranks) {
@@ -63,7 +54,7 @@ TopoPtr group_topology(const TopoPtr& t, const std::optional<std::vector<int>>& 
 SelectRequest request(const TopoPtr& group, const std::string& coll, double nbytes) {
   if (!(nbytes >= 0)) throw_status(InvalidArgument("nbytes must be >= 0"));
   SelectRequest r;
-  r.coll = collective_of(coll);
+  r.coll = unwrap(parse_collective(coll));
   r.bytes = static_cast<size_t>(nbytes);
   r.size = group->size();
   r.topo = group.get();

@@ -314,7 +314,19 @@ PYBIND11_MODULE(_core, m) {
            }, py::arg("store"), py::arg("tag"), py::arg("options") = py::dict())
       .def("abort", &C::abort, py::arg("why") = "abort() called", release)
       .def("error", [](C& c) { check(c.error()); }, release)
-      .def("describe", &C::describe, release);
+      .def("describe", &C::describe, release)
+      .def("estimate", [](C& c, const std::string& coll, double nbytes, int root) {
+             if (!(nbytes >= 0)) throw_status(InvalidArgument("estimate: nbytes must be >= 0"));
+             const Collective k = unwrap(parse_collective(coll));
+             py::gil_scoped_release nogil;  // the first call may fetch the peers' information
+             return unwrap(c.estimate(k, static_cast<size_t>(nbytes), root));
+           }, py::arg("collective"), py::arg("nbytes"), py::arg("root") = 0)
+      .def("estimate_p2p", [](C& c, std::vector<std::tuple<bool, size_t, int>> ops) {
+             std::vector<P2POp> v;
+             for (auto& [is_send, nbytes, peer] : ops) v.push_back({is_send, nullptr, nbytes, DataType::kUint8, peer, 0, 0});
+             py::gil_scoped_release nogil;
+             return unwrap(c.estimate_p2p(v));
+           }, py::arg("ops"));
 
   // Address of a contiguous buffer-protocol object (numpy arrays): 0.1 us where numpy's own
   // ctypes.data costs 0.8 us, and every collective resolves two buffers.

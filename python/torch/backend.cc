@@ -116,6 +116,7 @@ void UcclBackend::add_op(UcclWork& w, uccl::Result<uccl::WorkPtr> r) {
 
 c10::intrusive_ptr<c10d::Work> UcclBackend::launch(const c10::intrusive_ptr<UcclWork>& w) {
   if (w->device()) last_device_ = w->device();
+  if (estimator_) w->drop_epilogues();  // nothing ran: the caller's outputs stay as they were
   w->start();
   if (coalescing_) co_colls_.push_back(w);
   return w;
@@ -221,7 +222,8 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::endCoalescing() {
   auto end = make_work(c10d::OpType::COALESCED, "coalesced", std::move(outputs), c10d::kUnsetTimeout);
   for (auto& c : colls) end->add_dep(c);  // uccl completes in issue order; this adds their errors
   for (auto& t : keep) end->keep_alive(t);
-  for (auto& fn : epilogues) end->add_epilogue(std::move(fn));
+  if (!estimator_)
+    for (auto& fn : epilogues) end->add_epilogue(std::move(fn));
   for (auto& w : p2p_works)  // device tensors in the batch: `end` is ordered on their device's stream
     if (w->device()) end->use_device(*w->device());
   if (!p2p_ops.empty()) add_op(*end, comm("batch_isend_irecv").p2p(p2p_ops));
@@ -321,6 +323,29 @@ void UcclBackend::registerOnCompletionHook(std::function<void(std::shared_ptr<c1
   // What torch's ProcessGroup::hasHooks() reads (destroy_process_group then waits for pending
   // works): a marker only, the hook itself lives in hook_.
   onCompletionHook_ = [](std::shared_ptr<c10d::WorkInfo>) {};
+}
+
+void UcclBackend::start_time_estimate() {
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  TORCH_CHECK(!estimator_, "uccl: _start_time_estimate() twice without _end_time_estimate()");
+  std::shared_ptr<uccl::Communicator> real = comm_;
+  comm("_time_estimator");  // throws if this group was shut down or aborted
+  estimator_ = std::make_shared<uccl::Estimator>(std::move(real));
+  comm_ = estimator_;
+}
+
+double UcclBackend::end_time_estimate() {
+  std::lock_guard<std::recursive_mutex> lk(mu_);
+  TORCH_CHECK(estimator_, "uccl: _end_time_estimate() without _start_time_estimate()");
+  if (comm_) comm_ = estimator_->real();  // (not after a shutdown inside the estimate)
+  std::shared_ptr<uccl::Estimator> e = std::move(estimator_);
+  estimator_.reset();
+  const uccl::Status s = e->first_error();
+  if (!s.ok()) {
+    TORCH_WARN("uccl _time_estimator: ", s.message(), "; no estimate");
+    return -1.0;
+  }
+  return e->seconds() * 1e6;
 }
 
 void UcclBackend::waitForPendingWorks() {

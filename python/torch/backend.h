@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "uccl/communicator.h"
+#include "uccl/estimator.h"
 #include "work.h"
 
 namespace uccl_torch {
@@ -118,6 +119,15 @@ class UcclBackend : public c10d::Backend {
   void waitForPendingWorks() override;
   // Every uccl work is timed (getDuration), so there is nothing to turn on.
   void enableCollectivesTiming() override {}
+  // torch.distributed._time_estimator (NCCL's alone in torch; inductor's overlap scheduling asks
+  // it): between start and end every operation of this group runs nothing and completes at once,
+  // and what uccl predicts for each (uccl::Estimator: the algorithm it would choose on this
+  // group's topology) adds up. end returns the total in microseconds, negative when an operation
+  // could not be predicted (torch then has no estimate, as with NCCL's -1000).
+  bool supportsTimeEstimation() const override { return true; }
+  void start_time_estimate();
+  double end_time_estimate();
+  bool estimating() const { return estimator_ != nullptr; }  // callers hold mu_
   void setSequenceNumberForGroup() override {}  // uccl numbers ops itself, from 0 on every rank
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
@@ -151,7 +161,8 @@ class UcclBackend : public c10d::Backend {
  private:
   c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, int tag, bool is_send);
 
-  std::shared_ptr<uccl::Communicator> comm_;
+  std::shared_ptr<uccl::Communicator> comm_;  // the estimator while estimating (its real() otherwise)
+  std::shared_ptr<uccl::Estimator> estimator_;
   c10::intrusive_ptr<c10d::Store> store_;
   uccl::CommOptions opts_;
   std::shared_ptr<CompletionQueue> cq_;

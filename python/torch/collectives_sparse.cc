@@ -11,6 +11,7 @@
 // that to hurt is better reduced dense.
 //
 // Only the host's sparse tensors: a CUDA sparse tensor is refused with a clear error.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -63,6 +64,12 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce_sparse(at::Tensor& t, cons
     add_op(*w0, comm(op).all_gather(a));
     w0->keep_alive(head_mine);
     launch(w0)->wait();  // throws the op's error (DistBackendError naming the peer)
+  }
+  // Estimating (_time_estimator): nothing was gathered; every rank is taken to have as many
+  // nonzeros as this one.
+  if (estimating()) {
+    int64_t* all = head_all.data_ptr<int64_t>();
+    for (int r = 0; r < size_; ++r) std::copy(head_words.begin(), head_words.end(), all + 2 * r);
   }
   const int64_t* head = head_all.data_ptr<int64_t>();
   std::vector<int64_t> nnz;

@@ -70,6 +70,9 @@ PYBIND11_MODULE(_torch, m) {
              return d;
            })
       .def("get_error", &UcclBackend::getError, py::call_guard<py::gil_scoped_release>())
+      // torch.distributed._time_estimator calls these on the group's backend (NCCL's names).
+      .def("_start_time_estimate", &UcclBackend::start_time_estimate, py::call_guard<py::gil_scoped_release>())
+      .def("_end_time_estimate", &UcclBackend::end_time_estimate, py::call_guard<py::gil_scoped_release>())
       // (code, peer or None, message) of the communicator's first error, or None.
       .def("_last_error", [](UcclBackend& b) {
         uccl::Status s;

@@ -106,6 +106,7 @@ class UcclWork : public c10d::Work {
   void add(uccl::WorkPtr w) { works_.push_back(std::move(w)); }
   void add_dep(c10::intrusive_ptr<UcclWork> w) { deps_.push_back(std::move(w)); }
   void add_epilogue(std::function<void()> fn) { epilogues_.push_back(std::move(fn)); }
+  void drop_epilogues() { epilogues_.clear(); }  // an estimated op: nothing to copy back
   void keep_alive(at::Tensor t) { keep_.push_back(std::move(t)); }
   // The op uses device memory in place (convert.h: device_direct): it is ordered after the
   // work queued on that device's current stream (stream() goes into uccl's args), and wait()

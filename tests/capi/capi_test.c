@@ -132,6 +132,18 @@ static void collectives(uccl_comm_t comm, int n) {
   OK(uccl_barrier(comm, NULL));
   OK(uccl_monitored_barrier(comm, 30, 1)); /* everyone arrives */
   OK(uccl_monitored_barrier(comm, -1, 0)); /* the communicator's timeout */
+  /* estimates: local predictions, more bytes take longer; names checked */
+  {
+    double t1 = -1, t2 = -1;
+    OK(uccl_estimate(comm, "all_reduce", 1 << 20, 0, &t1));
+    OK(uccl_estimate(comm, "all_reduce", 64 << 20, 0, &t2));
+    CHECK(n == 1 ? t1 == 0 && t2 == 0 : t1 > 0 && t2 > t1, "estimates %g %g", t1, t2);
+    uccl_result_t r = uccl_estimate(comm, "allreduce", 8, 0, &t1);
+    CHECK(r == UCCL_ERR_INVALID_ARGUMENT && strstr(uccl_last_error(), "unknown collective 'allreduce'"),
+          "bad collective name -> %s: %s", uccl_error_string(r), uccl_last_error());
+    r = uccl_estimate(comm, "broadcast", 8, n, &t1);
+    CHECK(r == UCCL_ERR_INVALID_ARGUMENT, "bad estimate root -> %s", uccl_error_string(r));
+  }
 }
 
 static void errors(uccl_comm_t comm, int n) {
