@@ -31,11 +31,6 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _parse_size(t):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(t[:-1]) * mult[t[-1].upper()] if t[-1].upper() in mult else int(t)
-
-
 def _rank(rank, world, port, transport, args, q):
     if args.hosts > 1:
         os.environ["UCCL_HOST_ID"] = f"host{rank * args.hosts // world}"
@@ -45,7 +40,9 @@ def _rank(rank, world, port, transport, args, q):
     store = uccl.TcpStore("127.0.0.1", port, is_server=rank == 0)
     comm = uccl.Communicator(rank, world, store, transport=transport, timeout=120)
     rows = []
-    grid = [(c, _parse_size(s) // 4 // world * world * 4) for c in args.colls.split(",") for s in args.sizes.split(",")]
+    from uccl.perf.args import parse_size  # nccl-tests' size syntax (64K, 1M)
+
+    grid = [(c, parse_size(s) // 4 // world * world * 4) for c in args.colls.split(",") for s in args.sizes.split(",")]
     before = {(c, d): comm.estimate(c, d) for c, d in grid}
     for coll, d in grid:
         n = d // 4

@@ -159,14 +159,18 @@ def _run(comm, coll, nbytes):
 
 
 def body_reported_algorithms(ctx):
-    """Work.stats()['algorithm'] of CASES on the world and on the split by rank parity."""
-    out = {"world": [], "half": []}
+    """Work.stats()['algorithm'] of CASES on the world and on the split by rank parity, and each
+    communicator's estimate of them (before and after they ran)."""
+    out = {"world": [], "half": [], "estimate_world": [], "estimate_half": []}
     half = ctx.comm.split(color=ctx.rank % 2)
     for key, comm in (("world", ctx.comm), ("half", half)):
+        out["estimate_" + key] = [comm.estimate(c, n) for c, n in CASES]
         for coll, nbytes in CASES:
             w = _run(comm, coll, nbytes)
             w.wait(timeout=60)
             out[key].append(w.stats()["algorithm"])
+        # Declared rates win over the probe's: the same prediction once the probe has run.
+        assert [comm.estimate(c, n) for c, n in CASES] == out["estimate_" + key], key
     return out
 
 
@@ -183,6 +187,10 @@ def test_choose_agrees_with_a_communicator(tmp_path, placement):
         assert res["world"] == want_world, f"rank {r}"
         group = [q for q in range(4) if q % 2 == r % 2]
         assert res["half"] == [cost.choose(t, c, n, ranks=group)[0] for c, n in CASES], f"rank {r}"
+        # comm.estimate is the model's prediction on the communicator's own topology.
+        assert res["estimate_world"] == pytest.approx([cost.predict(t, c, n) for c, n in CASES], rel=1e-12)
+        assert res["estimate_half"] == pytest.approx([cost.predict(t, c, n, ranks=group) for c, n in CASES],
+                                                     rel=1e-12), f"rank {r}"
     assert len(set(want_world)) >= 2  # the cases do exercise the choice
 
 
