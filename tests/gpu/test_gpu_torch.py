@@ -189,6 +189,17 @@ def check_training(rank, world, d):
             torch.testing.assert_close(g, c, rtol=tol, atol=tol, msg=lambda m: f"{what} parameter {i}, CUDA vs CPU: {m}")
 
 
+def check_time_estimator(rank, world, d):
+    """dist._time_estimator on the CUDA side of the group (what inductor asks, with device cuda):
+    nothing runs, the tensor stays as it was, uccl's prediction comes back."""
+    x = torch.full((1 << 20,), float(rank + 1), device=d)
+    with dist._time_estimator(device=torch.device(d)) as cm:
+        dist.all_reduce(x)
+        dist.all_gather_into_tensor(torch.empty(world << 20, device=d), x)
+    assert cm.estimated_time > 0, cm.estimated_time
+    assert x.cpu().eq(float(rank + 1)).all(), x[:4].tolist()
+
+
 def worker(rank, world, port, one_gpu, wait_mode=None):
     d = _dev(rank, one_gpu)
     torch.cuda.set_device(d)
@@ -199,6 +210,7 @@ def worker(rank, world, port, one_gpu, wait_mode=None):
     check_kernel_then_collective(rank, world, d)
     check_wait_and_lifetime(rank, world, d)
     check_mixed(rank, world, d)
+    check_time_estimator(rank, world, d)
     check_ddp(rank, world, d)
     check_training(rank, world, d)
     dist.barrier()
