@@ -328,9 +328,8 @@ void UcclBackend::registerOnCompletionHook(std::function<void(std::shared_ptr<c1
 void UcclBackend::start_time_estimate() {
   std::lock_guard<std::recursive_mutex> lk(mu_);
   TORCH_CHECK(!estimator_, "uccl: _start_time_estimate() twice without _end_time_estimate()");
-  std::shared_ptr<uccl::Communicator> real = comm_;
   comm("_time_estimator");  // throws if this group was shut down or aborted
-  estimator_ = std::make_shared<uccl::Estimator>(std::move(real));
+  estimator_ = std::make_shared<uccl::Estimator>(comm_);
   comm_ = estimator_;
 }
 
