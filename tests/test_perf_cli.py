@@ -89,3 +89,19 @@ def test_tcp_transport_and_column_layout():
     assert "peers 1 tcp" in r.stdout
     row = table_rows(r.stdout)[0]
     assert row[:5] == ["8", "2", "float", "sum", "-1"] and len(row) == 13
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "alltoall", "sendrecv"])
+def test_predicted_columns(coll, tmp_path):
+    """-P 1: every row ends with uccl's prediction (its own comm.estimate) and measured / predicted."""
+    out = tmp_path / "r.json"
+    r = run_perf(coll, "-N", "2", "-b", "64K", "-e", "1M", "-f", "16", "-n", "3", "-w", "1", "-P", "1", "-J", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "predicted" in r.stdout and "meas/pred" in r.stdout
+    rows = table_rows(r.stdout)
+    assert len(rows) == 2 and all(len(row) == 15 for row in rows), rows
+    doc = json.loads(out.read_text())
+    for row, res in zip(rows, doc["results"]):
+        assert res["predicted_us"] > 0
+        assert float(row[-1]) == pytest.approx(res["out_of_place"]["time_us"] / res["predicted_us"], abs=0.006)
+    assert doc["results"][1]["predicted_us"] > doc["results"][0]["predicted_us"]  # 1 MiB over 64 KiB

@@ -57,6 +57,9 @@ def parser():
     a("-T", "--timeout", type=float, default=0, help="seconds before an operation is declared hung (0: uccl default)")
     a("-J", "--output_file", "--json", dest="json", default=None, help="also write the results to this JSON file")
     a("-N", "--nranks", type=int, default=0, help="start this many local ranks (for a quick look without a launcher)")
+    a("-P", "--predict", type=int, default=0,
+      help="1: two more columns, uccl's predicted time (comm.estimate: the algorithm it would pick, on "
+           "its topology and link rates) and out-of-place time / predicted")
     a("--transport", default=None, help="force uccl's transport (tcp, shm): UCCL_TRANSPORT for this run")
     a("--algorithm", default=None, help="force uccl's algorithm (ring, direct): UCCL_ALGO for this run")
     return p

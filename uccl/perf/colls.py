@@ -31,6 +31,14 @@ class Coll:
         self.send_inplace = send_inplace  # in place: send = buf + rank*count*send_inplace
         self.recv_inplace = recv_inplace
 
+    def predicted_s(self, comm, count, esize):
+        """uccl's prediction for one operation (comm.estimate on the cost model's D: the
+        algbw base bytes; sendrecv: this rank's send to the next rank and receive from the last)."""
+        n, nbytes = comm.size, count * esize * (comm.size if self.base_mult else 1)
+        if self.name == "sendrecv":
+            return comm.estimate_p2p(sends=[((comm.rank + 1) % n, nbytes)], recvs=[((comm.rank - 1) % n, nbytes)])
+        return comm.estimate({"alltoall": "all_to_all"}.get(self.name, self.name), nbytes)
+
     def count(self, nbytes, esize, n):
         c = nbytes // esize
         return c // n if (self.send_mult or self.recv_mult) else c

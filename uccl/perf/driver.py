@@ -64,6 +64,8 @@ def run(comm, args, out=print):
                     nbytes = max(args.coll.send_count(count, n), args.coll.recv_count(count, n)) * esize
                     line = report.params(nbytes, count, tname, op, root)
                     row = {"size": nbytes, "count": count, "type": tname, "redop": op, "root": root}
+                    if args.predict:
+                        row["predicted_us"] = args.coll.predicted_s(comm, count, esize) * 1e6
                     for in_place in (False, True):
                         m = bench.Measure(comm, bufs, args.coll, tname, op, max(root, 0), in_place, count, timeout)
                         if args.check:
@@ -84,6 +86,8 @@ def run(comm, args, out=print):
                             "time_us": sec * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wrong}
                         bw_sum += busbw
                         bw_count += 1
+                    if args.predict:
+                        line += report.predicted(row["predicted_us"], row["out_of_place"]["time_us"])
                     say(line)
                     if main:
                         sys.stdout.flush()

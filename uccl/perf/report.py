@@ -6,6 +6,7 @@ import time
 
 
 def header(args, nranks, rank_lines, out):
+    extra = ("  %9s  %9s" % ("predicted", "meas/pred"), "  %9s  %9s" % ("(us)", "")) if args.predict else ("", "")
     factor = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
     out(f"# uccl-perf {args.coll.name}: nranks {nranks} minBytes {args.minbytes} maxBytes {args.maxbytes} "
         f"step: {factor} warmup iters: {args.warmup_iters} iters: {args.iters} validation: {args.check} "
@@ -19,9 +20,9 @@ def header(args, nranks, rank_lines, out):
         % ("", "", "", "", ""))
     out("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s"
         % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-           "#wrong"))
+           "#wrong") + extra[0])
     out("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s"
-        % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""))
+        % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "") + extra[1])
 
 
 def params(nbytes, count, tname, opname, root):
@@ -39,6 +40,10 @@ def time_str(us):
 def result(us, algbw, busbw, wrong):
     w = "%5li" % wrong if wrong is not None else "%5s" % "N/A"
     return "  %7s  %6.2f  %6.2f  %s" % (time_str(us), algbw, busbw, w)
+
+
+def predicted(pred_us, meas_us):
+    return "  %9s  %9.2f" % (time_str(pred_us).strip(), meas_us / pred_us if pred_us > 0 else float("nan"))
 
 
 def footer(errors, avg_busbw, out):
@@ -73,7 +78,7 @@ def write_json(path, args, nranks, rows, errors, avg_busbw, rank_lines):
         "config": {"minbytes": args.minbytes, "maxbytes": args.maxbytes, "stepbytes": args.stepbytes,
                    "stepfactor": args.stepfactor, "iters": args.iters, "warmup_iters": args.warmup_iters,
                    "check": args.check, "blocking": args.blocking, "average": args.average,
-                   "transport": args.transport, "algorithm": args.algorithm},
+                   "transport": args.transport, "algorithm": args.algorithm, "predict": args.predict},
         "ranks": rank_lines,
         "results": rows,
         "out_of_bounds": errors,
