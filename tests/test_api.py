@@ -359,3 +359,38 @@ def test_estimate_reads_the_communicators_topology():
     two_hosts = run_world(2, "test_api:body_estimate", host_ids=["h0", "h1"], timeout=60)
     assert one_host[0] == one_host[1] and two_hosts[0] == two_hosts[1], (one_host, two_hosts)
     assert two_hosts[0] > one_host[0], (one_host, two_hosts)
+
+
+def body_estimating(ctx):
+    """comm.estimating(): the program's own calls run nothing and add up their predictions."""
+    comm, me, n, check = ctx.comm, ctx.rank, ctx.world, ctx.check
+    x = np.full(1 << 18, float(me + 1), np.float32)
+    gathered = np.full(n << 10, -1.0, np.float32)
+    with comm.estimating() as est:
+        comm.all_reduce(x)                                   # the blocking fast path
+        comm.all_gather(np.ones(1 << 10, np.float32), out=gathered)
+        comm.broadcast(x, root=n - 1, async_op=True).wait()
+        comm.barrier()
+    want = (comm.estimate("all_reduce", x.nbytes) + comm.estimate("all_gather", gathered.nbytes)
+            + comm.estimate("broadcast", x.nbytes, root=n - 1) + comm.estimate("barrier", 0))
+    check.true(est.operations == 4 and abs(est.seconds - want) <= 1e-12 * want, f"{est} against {want}")
+    check.true(bool((x == me + 1).all()) and bool((gathered == -1).all()), "estimating touched a buffer")
+    try:
+        with comm.estimating():
+            comm.split(color=0)
+        check.true(False, "split inside estimating() did not raise")
+    except uccl.NotSupported:
+        pass
+    if me == 0:  # alone: nobody else is in a collective meanwhile
+        with comm.estimating() as alone:
+            for _ in range(20):
+                comm.all_reduce(x)
+        check.true(alone.operations == 20 and alone.seconds > 0, f"{alone}")
+    comm.barrier()
+    comm.all_reduce(x)  # the real one, after the blocks: nothing of them reached the peers
+    check.true(bool((x == n * (n + 1) / 2).all()), f"all_reduce after estimating gave {x[:4]}")
+    return True
+
+
+def test_estimating_block():
+    run_world(3, "test_api:body_estimating", timeout=60)

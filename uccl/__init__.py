@@ -7,7 +7,7 @@
 Also a torch.distributed backend: init_process_group(backend="uccl").
 """
 from . import _core
-from .comm import Communicator
+from .comm import Communicator, Estimate
 from .errors import (AbortedError, AuthenticationError, InvalidArgument, MismatchError, NotSupported, RemoteError, TimeoutError,
                      UcclError)
 from .launch import init
@@ -55,6 +55,6 @@ def _register_torch_backend():
 
 _register_torch_backend()
 
-__all__ = ["Communicator", "Work", "TcpStore", "PrefixStore", "init", "build_info", "stream_wait_mode", "config", "UcclError", "InvalidArgument",
+__all__ = ["Communicator", "Estimate", "Work", "TcpStore", "PrefixStore", "init", "build_info", "stream_wait_mode", "config", "UcclError", "InvalidArgument",
            "NotSupported", "TimeoutError", "RemoteError", "MismatchError", "AbortedError",
            "AuthenticationError"]

@@ -14,6 +14,8 @@ Conventions (those of torch.distributed, which most users know):
   * Operations complete in issue order; every rank must issue the same collectives in the same
     order (a mismatch raises MismatchError naming the ranks and what differed).
 """
+import contextlib
+
 import numpy as np
 
 from . import _core
@@ -81,6 +83,18 @@ def _options(transport=None, algorithm=None, socket_ifname=None, timeout=None, n
     return d
 
 
+class Estimate:
+    """What Communicator.estimating() added up: predicted ``seconds`` of its ``operations``."""
+
+    __slots__ = ("seconds", "operations")
+
+    def __init__(self):
+        self.seconds, self.operations = 0.0, 0
+
+    def __repr__(self):
+        return f"<uccl.Estimate {self.operations} operations, {self.seconds * 1e6:.1f} us>"
+
+
 class Communicator:
     """A group of ranks running collectives together.
 
@@ -118,6 +132,32 @@ class Communicator:
         uccl.cost: the full vector (the gathered output of all_gather, the reduced vector of
         all_reduce / reduce_scatter, one rank's send buffer of all_to_all)."""
         return self._c.estimate(str(collective), float(nbytes), int(root))
+
+    @contextlib.contextmanager
+    def estimating(self):
+        """Inside the block every operation of this communicator runs nothing and completes at
+        once (no buffer is read or written, no message sent), and what uccl predicts for each is
+        added up (uccl::Estimator, what torch's dist._time_estimator does on a uccl group):
+
+            with comm.estimating() as est:
+                step(comm)                       # the program's collectives, as they are
+            print(est.seconds, est.operations)
+
+        At the end of the block an operation that could not be predicted raises (its error),
+        unless the block raised already. Meant for one thread: another thread's operations on
+        this communicator meanwhile are estimated too."""
+        est = _core.Estimator(self._c)
+        real, self._c = self._c, est
+        result = Estimate()
+        ok = False
+        try:
+            yield result
+            ok = True
+        finally:
+            self._c = real
+            result.seconds, result.operations = est.seconds, est.operations
+        if ok:
+            est.first_error()
 
     def estimate_p2p(self, sends=(), recvs=()):
         """Predicted seconds of a batch of this rank's messages running at once: ``sends`` and
