@@ -91,6 +91,14 @@ Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
   auto base = topology();
   if (!base) return std::shared_ptr<const Topology>();
   auto plan = probe_plan(*base, probe_mode());
+  // The probe cache is per pair of hosts and per transport: one pair over shm and over tcp
+  // (UCCL_TRANSPORT), or over verbs and over tcp, are different links. Only an item's leader
+  // (its first sender) reads and writes the cache, so it names the path it will measure.
+  for (ProbeItem& it : plan) {
+    if (it.pairs[0].first != rank_) continue;
+    auto paths = engine_->conns()->paths_to(base->peer(it.pairs[0].second));
+    if (paths.ok() && !paths.value().empty()) it.key += "|via=" + paths.value().front().name;
+  }
   if (plan.empty()) {
     probed_ = base;
     probed_set_.store(true, std::memory_order_release);

@@ -76,6 +76,19 @@ def test_probe_cache_reused_within_expiry():
     assert second[0]["links"] == first[0]["links"]
 
 
+def test_probe_cache_is_per_transport():
+    """The same hosts over another transport are another link: forcing tcp after a run that used
+    shm inside each host measures the host level again (the cluster level was tcp both times)."""
+    layout = _layout()
+    env = {"UCCL_PROBE": "auto", "UCCL_PROBE_CACHE_S": "600"}
+    first = run_local(layout, PROBE, env, timeout=120)
+    forced = run_local(layout, PROBE, dict(env, UCCL_TRANSPORT="tcp"), timeout=120)
+    again = run_local(layout, PROBE, dict(env, UCCL_TRANSPORT="tcp"), timeout=120)
+    assert "from the cache" not in first[0]["probe"]
+    assert "(1 from the cache)" in forced[0]["probe"], forced[0]["probe"]
+    assert "(2 from the cache)" in again[0]["probe"], again[0]["probe"]
+
+
 def test_bad_probe_setting_is_refused():
     code = ("import uccl\n"
             "try:\n    uccl.init(rank=0, world_size=1)\nexcept uccl.InvalidArgument as e:\n"
