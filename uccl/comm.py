@@ -163,7 +163,7 @@ class Communicator:
         """Predicted seconds of a batch of this rank's messages running at once: ``sends`` and
         ``recvs`` are (peer, nbytes) pairs (peer None: a receive from any source)."""
         ops = [(True, int(n), int(p)) for p, n in sends]
-        ops += [(False, int(n), -1 if p is None else int(p)) for p, n in recvs]
+        ops += [(False, int(n), _core.ANY_SOURCE if p is None else int(p)) for p, n in recvs]
         return self._c.estimate_p2p(ops)
 
     def abort(self, why="abort() called"):

@@ -15,11 +15,11 @@
 #include "base/device.h"
 #include "build_info.h"
 #include "uccl/communicator.h"
+#include "uccl/estimator.h"
 #include "base/config.h"
 #include "base/net.h"
 #include "python/core/blocking_call.h"
 #include "python/core/cost_bindings.h"
-#include "uccl/estimator.h"
 #include "python/core/device_bindings.h"
 #include "python/core/perf_loop.h"
 #include "python/core/py_errors.h"
@@ -328,6 +328,8 @@ PYBIND11_MODULE(_core, m) {
              py::gil_scoped_release nogil;
              return unwrap(c.estimate_p2p(v));
            }, py::arg("ops"));
+
+  m.attr("ANY_SOURCE") = kAnySource;  // P2POp::peer of a receive from any rank
 
   // uccl::Estimator: a Communicator that runs nothing and adds up what uccl predicts for each
   // operation (comm.estimating() swaps it in for the block).
