@@ -17,7 +17,7 @@ const TextSetting kProbe("topology", "UCCL_PROBE", "auto",
 const BytesSetting kProbeBytes("topology", "UCCL_PROBE_BYTES", "4M", "bytes each probe pair sends (also S/4 first)",
                                bytes_at_least(64 * 1024));
 const DoubleSetting kProbeCacheS("topology", "UCCL_PROBE_CACHE_S", "300",
-                                 "reuse a probe result for the same host pair for this many seconds "
+                                 "reuse a probe result for the same host pair and transport for this many seconds "
                                  "(/tmp/uccl-probe-cache; 0 = always measure)",
                                  number_above(-1e-9));
 
