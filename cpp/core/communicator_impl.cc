@@ -1,5 +1,7 @@
 #include "core/communicator_impl.h"
 
+#include "core/arg_checks.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -235,27 +237,11 @@ Result<WorkPtr> CommunicatorImpl::issue(const Call& c, ScheduleTask::Builder bui
 
 Status CommunicatorImpl::check_common(const char* what, DataType dt, size_t count, const void* send, const void* recv,
                                       bool need_recv) {
-  if (!dtype_valid(static_cast<int>(dt)))
-    return InvalidArgument(std::string(what) + ": invalid dtype " + std::to_string(static_cast<int>(dt)));
+  UCCL_RETURN_IF_ERROR(check_dtype(what, dt));
   if (count > 0 && !send) return InvalidArgument(std::string(what) + ": send buffer is null but count is " + std::to_string(count));
   if (count > 0 && need_recv && !recv)
     return InvalidArgument(std::string(what) + ": receive buffer is null but count is " + std::to_string(count));
   if (engine_->has_failed()) return engine_->error();  // no lock (and no Status copy) per call otherwise
-  return Status::Ok();
-}
-
-Status CommunicatorImpl::check_op(const char* what, DataType dt, RedOp op) {
-  if (!redop_valid(static_cast<int>(op)))
-    return InvalidArgument(std::string(what) + ": invalid reduction op " + std::to_string(static_cast<int>(op)));
-  if (redop_is_bitwise(op) && !dtype_is_integer(dt))
-    return InvalidArgument(std::string(what) + ": " + redop_name(op) + " needs an integer dtype, got " + dtype_name(dt));
-  return Status::Ok();
-}
-
-Status CommunicatorImpl::check_root(const char* what, int root) {
-  if (root < 0 || root >= size_)
-    return InvalidArgument(std::string(what) + ": root " + std::to_string(root) + " out of range for " +
-                           std::to_string(size_) + " ranks");
   return Status::Ok();
 }
 
@@ -283,7 +269,7 @@ Result<WorkPtr> CommunicatorImpl::all_reduce_impl(const AllReduceArgs& a, Expres
 Result<WorkPtr> CommunicatorImpl::all_reduce(const AllReduceArgs& a) { return all_reduce_impl(a, nullptr); }
 
 Result<WorkPtr> CommunicatorImpl::reduce_impl(const ReduceArgs& a, Express* x) {
-  UCCL_RETURN_IF_ERROR(check_root("reduce", a.root));
+  UCCL_RETURN_IF_ERROR(check_root("reduce", a.root, size_));
   UCCL_RETURN_IF_ERROR(check_common("reduce", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
   UCCL_RETURN_IF_ERROR(check_op("reduce", a.dtype, a.op));
   UCCL_WHERE(mem, "reduce", a.send, a.recv);
@@ -299,7 +285,7 @@ Result<WorkPtr> CommunicatorImpl::reduce_impl(const ReduceArgs& a, Express* x) {
 Result<WorkPtr> CommunicatorImpl::reduce(const ReduceArgs& a) { return reduce_impl(a, nullptr); }
 
 Result<WorkPtr> CommunicatorImpl::broadcast_impl(const BroadcastArgs& a, Express* x) {
-  UCCL_RETURN_IF_ERROR(check_root("broadcast", a.root));
+  UCCL_RETURN_IF_ERROR(check_root("broadcast", a.root, size_));
   const bool root = rank_ == a.root;
   UCCL_RETURN_IF_ERROR(check_common("broadcast", a.dtype, a.count, root ? a.send : a.recv, a.recv, !root));
   UCCL_WHERE(mem, "broadcast", root ? a.send : nullptr, a.recv);
@@ -423,7 +409,7 @@ Result<WorkPtr> CommunicatorImpl::all_to_all_v(const AllToAllVArgs& a) {
 }
 
 Result<WorkPtr> CommunicatorImpl::gather(const GatherArgs& a) {
-  UCCL_RETURN_IF_ERROR(check_root("gather", a.root));
+  UCCL_RETURN_IF_ERROR(check_root("gather", a.root, size_));
   UCCL_RETURN_IF_ERROR(check_common("gather", a.dtype, a.count, a.send, a.recv, rank_ == a.root));
   const size_t bytes = a.count * dtype_size(a.dtype);
   if (rank_ == a.root)
@@ -435,7 +421,7 @@ Result<WorkPtr> CommunicatorImpl::gather(const GatherArgs& a) {
 }
 
 Result<WorkPtr> CommunicatorImpl::scatter(const ScatterArgs& a) {
-  UCCL_RETURN_IF_ERROR(check_root("scatter", a.root));
+  UCCL_RETURN_IF_ERROR(check_root("scatter", a.root, size_));
   UCCL_RETURN_IF_ERROR(check_common("scatter", a.dtype, a.count, rank_ == a.root ? a.send : a.recv, a.recv));
   const size_t bytes = a.count * dtype_size(a.dtype);
   if (rank_ == a.root)

@@ -113,11 +113,12 @@ class CommunicatorImpl : public Communicator {
   Result<MemoryLoc> where(const char* what, std::initializer_list<const void*> bufs);
   Status check_common(const char* what, DataType dt, size_t count, const void* send, const void* recv,
                       bool need_recv = true);
-  Status check_op(const char* what, DataType dt, RedOp op);
-  Status check_root(const char* what, int root);
   CommOptions merged(const CommOptions& child) const;
   // The topology, fetched from the store on first use (nullptr if that failed).
   std::shared_ptr<const Topology> topology();
+  // What estimates read: the probed topology once a collective probed, else topology() (never
+  // the probe itself, which needs the peers).
+  std::shared_ptr<const Topology> estimate_topology();
   // The topology the algorithms choose with: topology() with the link rates the probe measured
   // (core/link_probe.h), probed on the first call. Collective: every rank calls it at the same
   // operation (the first one that needs_topology()). nullptr when the topology is unavailable.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "algorithms/select.h"
+#include "core/arg_checks.h"
 #include "core/communicator_impl.h"
 #include "topology/cost_model.h"
 
@@ -25,17 +26,18 @@ Status no_topology() {
 
 }  // namespace
 
+std::shared_ptr<const Topology> CommunicatorImpl::estimate_topology() {
+  return probed_set_.load(std::memory_order_acquire) ? probed_ : topology();
+}
+
 Result<double> CommunicatorImpl::estimate(Collective coll, size_t total_bytes, int root) {
   if (coll == Collective::kSendRecv)
     return InvalidArgument("estimate: point-to-point ops are estimated by estimate_p2p (their peers matter)");
   if (static_cast<int>(coll) > static_cast<int>(Collective::kAllToAllV))
     return InvalidArgument("estimate: invalid collective " + std::to_string(static_cast<int>(coll)));
-  if (root < 0 || root >= size_)
-    return InvalidArgument("estimate: root " + std::to_string(root) + " out of range for " + std::to_string(size_) +
-                           " ranks");
+  UCCL_RETURN_IF_ERROR(check_root("estimate", root, size_));
   if (size_ == 1) return 0.0;
-  const std::shared_ptr<const Topology> topo =
-      probed_set_.load(std::memory_order_acquire) ? probed_ : topology();
+  const std::shared_ptr<const Topology> topo = estimate_topology();
   if (!topo) return no_topology();
   SelectRequest req;
   req.coll = coll;
@@ -59,11 +61,10 @@ Result<double> CommunicatorImpl::estimate_p2p(const std::vector<P2POp>& ops) {
     if (op.peer != kAnySource && (op.peer < 0 || op.peer >= size_))
       return InvalidArgument("estimate_p2p: peer " + std::to_string(op.peer) + " out of range for " +
                              std::to_string(size_) + " ranks");
-    if (!dtype_valid(static_cast<int>(op.dtype)))
-      return InvalidArgument("estimate_p2p: invalid dtype " + std::to_string(static_cast<int>(op.dtype)));
+    UCCL_RETURN_IF_ERROR(check_dtype("estimate_p2p", op.dtype));
   }
   if (ops.empty()) return 0.0;
-  topo = probed_set_.load(std::memory_order_acquire) ? probed_ : topology();
+  topo = estimate_topology();
   if (!topo) return no_topology();
   for (const P2POp& op : ops) {
     int peer = op.peer;

@@ -4,6 +4,8 @@
 #include <numeric>
 #include <string>
 
+#include "core/arg_checks.h"
+
 namespace uccl {
 
 namespace {
@@ -29,17 +31,10 @@ class EstimatedWork : public Work {
   const Collective coll_;
 };
 
-Status check_dtype(const char* what, DataType dt) {
-  if (!dtype_valid(static_cast<int>(dt)))
-    return InvalidArgument(std::string(what) + ": invalid dtype " + std::to_string(static_cast<int>(dt)));
-  return Status::Ok();
-}
-
+// A reduction's dtype, then its op (what the communicator checks, in its order).
 Status check_reduction(const char* what, DataType dt, RedOp op) {
   UCCL_RETURN_IF_ERROR(check_dtype(what, dt));
-  if (!redop_valid(static_cast<int>(op)))
-    return InvalidArgument(std::string(what) + ": invalid reduction op " + std::to_string(static_cast<int>(op)));
-  return Status::Ok();
+  return check_op(what, dt, op);
 }
 
 Status check_counts(const char* what, const char* name, size_t n, int size) {
@@ -82,9 +77,7 @@ Result<WorkPtr> Estimator::add(Collective coll, const char* what, Status checked
   UCCL_RETURN_IF_ERROR(checked);
   Status e = real_->error();  // a failed communicator refuses operations: so does its estimate
   if (!e.ok()) return e;
-  if (root < 0 || root >= size())
-    return InvalidArgument(std::string(what) + ": root " + std::to_string(root) + " out of range for " +
-                           std::to_string(size()) + " ranks");
+  UCCL_RETURN_IF_ERROR(check_root(what, root, size()));
   return add_result(coll, real_->estimate(coll, total_bytes, root));
 }
 
