@@ -132,6 +132,7 @@ class CudaBackend final : public DeviceBackend {
     return mem_.alloc_pinned(bytes);
   }
   void free_pinned(void* ptr) override { mem_.free_pinned(ptr); }
+  bool pinned_scarce() override { return available(nullptr) && waits_outstanding(); }
   // cudaHostRegister / cudaHostUnregister may synchronize like cudaHostAlloc / cudaFreeHost:
   // registered only while no stream waits on a signal (else the range stays pageable), and
   // unregistered (then unmapped by `then`) at the next quiet moment.

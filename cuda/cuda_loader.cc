@@ -118,6 +118,7 @@ class CudaProxy final : public DeviceBackend {
   void free_pinned(void* ptr) override {
     if (b()) b()->free_pinned(ptr);
   }
+  bool pinned_scarce() override { return b() && b()->pinned_scarce(); }
   bool register_host(void* ptr, size_t bytes) override { return b() && b()->register_host(ptr, bytes); }
   void unregister_host(void* ptr, std::function<void()> then) override {
     if (b()) b()->unregister_host(ptr, std::move(then));

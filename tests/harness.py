@@ -277,7 +277,7 @@ def run_world(world, target, args=(), *, env=None, rank_env=None, host_ids=None,
             p.join(timeout=max(0.0, end - time.monotonic()))
     finally:
         hung = [r for r, p in enumerate(procs) if p.is_alive()]
-        native = {r: native_stacks(procs[r].pid) for r in hung[:2]}  # first, while they still wait
+        native = {r: native_stacks(procs[r].pid) for r in hung[:int(os.environ.get("UCCL_HARNESS_STACKS", 2))]}  # first, while they still wait
         for r in hung:
             try:
                 os.kill(procs[r].pid, signal.SIGUSR1)

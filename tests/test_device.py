@@ -762,3 +762,43 @@ def test_cuda_memory_the_backend_does_not_recognize_is_refused_not_read():
     with pytest.raises(uccl.NotSupported, match="does not recognize as device memory .it says: host"):
         check_cuda_memory(x.ctypes.data, x.nbytes, "x")
     check_cuda_memory(0, 0, "an empty array")  # nothing to read: nothing to check
+
+
+# ---- a random soak of the device paths (tests/device_soak.py; benchmarks/device_soak.py runs more) ----
+
+@pytest.mark.parametrize("seed", [3, 11, 29, 42, 57, 68])
+def test_random_soak_of_device_paths(seed):
+    """One seed = one job (world, transport, staging settings, copies, algorithm, a slow rank)
+    and 150 operations drawn alike on every rank: any collective or a p2p ring, any dtype and
+    reduction, counts from 0 to 200003, each rank's buffers on the host or either simulated
+    device per call, some ordered on a user's stream and waited for there, in asynchronous
+    batches of up to four; every result exact against numpy."""
+    import device_soak
+    world, transport, hosts, env, slow, res = device_soak.run_seed(seed, 150, timeout=240)
+    assert res.checks >= 150 * world // 2, res.checks
+    assert all(r["ops"] == 150 for r in res)
+    assert len({k for r in res for k in r["kinds"]}) == 3  # host and both devices took part
+
+
+def test_device_pools_past_the_pinned_reserve_do_not_hang():
+    """Found by the soak: while a stream waits on a signal (Work.wait(stream=)), pinned memory
+    comes from the backend's bounded reserve; one connection's receive-ahead pool of 4 KiB slots
+    took all of it, the next connection's first slot came pageable, its copies went by the copy
+    engine and queued behind the user's read of the result on that stream, which waited for this
+    very operation: a hang until the timeout. Pools now keep to two slots while pinned memory is
+    scarce and each direction holds a pinned hop of its own (StagedEndpoint::hop_for).
+    Whole mode too: a message-sized slot past the reserve's blocks went the same way; it now
+    moves through the hop by pieces. And shared slots (one host): a chunk through the
+    direction's hop must not be copied out of a slot hop it never had (a crash the soak found
+    in the first version of this fix)."""
+    base = {"op": "sum", "root": 0, "in_place": False, "counts": [0, 0, 0], "batch_end": True, "stream": True}
+    ops = [dict(base, i=0, coll="sendrecv", dtype="float32", count=200003, shift=1, kinds=["host", "host", "sim0"]),
+           dict(base, i=1, coll="all_to_all", dtype="float64", count=200003, shift=1, kinds=["host", "host", "sim0"]),
+           dict(base, i=2, coll="all_reduce", dtype="float32", count=300001, shift=1, kinds=["sim0", "host", "sim1"]),
+           dict(base, i=3, coll="gather", dtype="int64", count=65537, root=1, kinds=["sim1", "sim1", "sim0"])]
+    small = {"UCCL_STAGED": "on", "UCCL_STAGED_CHUNK_BYTES": "4K", "UCCL_STAGED_BOUNCE_BYTES": "1M"}
+    for env, hosts in ((small, mixed_hosts(3, 2)), ({"UCCL_STAGED": "off"}, mixed_hosts(3, 2)),
+                       (dict(small, UCCL_STAGED_SHARED="on", UCCL_ALGO="ring"), None)):
+        res = run_world(3, "device_soak:soak", (5, 0, (), True, ops), env=env, host_ids=hosts,
+                        timeout=120, comm_timeout=20)
+        assert res[2]["on_streams"] == 4 and res[0]["on_streams"] == 2, res

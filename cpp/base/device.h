@@ -7,7 +7,8 @@
 // once (static initializer, like a transport) and the rest of uccl walks the registry.
 //
 // The contract (docs/DEVICE_INTERFACE.md says the same, with the threading rules):
-//  * Nothing here blocks except synchronize() (tools, tests, teardown; never the executor).
+//  * Nothing here blocks except synchronize() (tools, tests, teardown; never the executor; the
+//    staged transport's one fallback waits on a stream of its own: staged_endpoint.h hop_for).
 //    Work is *enqueued* on a DeviceStream and completes in order on that stream; completion
 //    is observed by recording a DeviceEvent and query()ing it. The executor is a state machine
 //    driven by progress(): it only ever queries.
@@ -115,6 +116,12 @@ class DeviceBackend {
   // Page-locked host memory for bounce buffers (the sim backend: plain aligned memory).
   virtual Result<void*> alloc_pinned(size_t bytes) = 0;
   virtual void free_pinned(void* ptr) = 0;
+  // Whether pinned memory is scarce now: while a stream waits on a signal of uccl's, a backend
+  // whose pinned allocation would synchronize the device (cuda's cudaHostAlloc) serves
+  // alloc_pinned from a bounded reserve, and past it with pageable memory (signal_safe_memory.h).
+  // Pools of pinned buffers (the staged transport's slots) then stop growing early, so that
+  // every connection keeps some. The sim backend models it; the default: never.
+  virtual bool pinned_scarce() { return false; }
   // Page-locks host memory allocated elsewhere (a shared mapping both ranks of a pair see) so
   // that copies to and from it run at pinned speed (cuda: cudaHostRegister). Best effort: false
   // when it was not registered (copies still work, as from pageable memory). A registered range

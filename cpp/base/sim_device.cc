@@ -522,6 +522,7 @@ class SimProxy final : public DeviceBackend {
   void free(void* p) override { sim_backend()->free(p); }
   Result<void*> alloc_pinned(size_t n) override { return sim_backend()->alloc_pinned(n); }
   void free_pinned(void* p) override { sim_backend()->free_pinned(p); }
+  bool pinned_scarce() override { return sim_backend()->pinned_scarce(); }
   Result<std::unique_ptr<DeviceStream>> create_stream(int o) override { return sim_backend()->create_stream(o); }
   Result<std::unique_ptr<DeviceStream>> wrap_stream(int o, uintptr_t h) override { return sim_backend()->wrap_stream(o, h); }
   Status copy_async(void* d, const void* s, size_t n, CopyDir dir, DeviceStream* st) override {

@@ -80,6 +80,7 @@ class SimBackend final : public DeviceBackend {
   void free(void* ptr) override;
   Result<void*> alloc_pinned(size_t bytes) override;
   void free_pinned(void* ptr) override;
+  bool pinned_scarce() override { return waits_outstanding_.load() > 0; }
   Result<std::unique_ptr<DeviceStream>> create_stream(int ordinal) override;
   Result<std::unique_ptr<DeviceStream>> wrap_stream(int ordinal, uintptr_t handle) override;
   Status copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) override;

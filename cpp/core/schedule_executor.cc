@@ -85,12 +85,14 @@ Status ScheduleTask::start_phase(bool* ready) {
   }
   if (device_) {
     if (!locals_queued_) {
-      UCCL_RETURN_IF_ERROR(run_locals_on_device(ph));
+      UCCL_RETURN_IF_ERROR(run_locals_on_device(ph, &locals_pending_));
       locals_queued_ = true;
     }
-    Result<bool> q = x_->dev->query(x_->locals_done.get());
-    if (!q.ok()) return q.status().with_context("device work of the operation");
-    if (!q.value()) return Status::Ok();  // the device is still busy with the local actions
+    if (locals_pending_) {  // (a phase with nothing for the device posts at once: no event round trip)
+      Result<bool> q = x_->dev->query(x_->locals_done.get());
+      if (!q.ok()) return q.status().with_context("device work of the operation");
+      if (!q.value()) return Status::Ok();  // the device is still busy with the local actions
+    }
     post_messages(ph, nsend, nrecv, recv_bytes);
     *ready = true;
     return Status::Ok();
@@ -263,12 +265,15 @@ Status ScheduleTask::prepare_device() {
   return Status::Ok();
 }
 
-Status ScheduleTask::run_locals_on_device(const Phase& ph) {
+Status ScheduleTask::run_locals_on_device(const Phase& ph, bool* queued) {
   DeviceBackend* b = x_->dev;
   DeviceStream* st = x_->stream.get();
   const DataType dt = dtype_;
   const size_t esize = dtype_size(dt);
+  *queued = false;
   for (const Action& a : ph.actions) {
+    if (a.is_comm() && !(a.kind == Action::Kind::kSend && a.tee)) continue;
+    *queued = true;
     Status s;
     switch (a.kind) {
       case Action::Kind::kCopy: s = device_copy_async(b, a.dst, a.src, a.bytes, CopyDir::kDeviceToDevice, st); break;
@@ -282,7 +287,7 @@ Status ScheduleTask::run_locals_on_device(const Phase& ph) {
     }
     if (!s.ok()) return s.with_context("queueing a local action on the device");
   }
-  return b->record(x_->locals_done.get(), st);
+  return *queued ? b->record(x_->locals_done.get(), st) : Status::Ok();
 }
 
 Status ScheduleTask::progress(bool* done) {

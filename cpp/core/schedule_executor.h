@@ -105,9 +105,10 @@ class ScheduleTask {
   std::string tiny_waiting_for() const;
   // Device operations (env_.mem is a device): local actions are queued on the device with its
   // kernels (a send's tee becomes a device copy), and the phase's messages are posted on staged
-  // endpoints only once the executor's event says the local actions completed.
+  // endpoints only once the executor's event says the local actions completed (at once when
+  // the phase has none: *queued says whether anything went to the device).
   Status prepare_device();
-  Status run_locals_on_device(const Phase& ph);
+  Status run_locals_on_device(const Phase& ph, bool* queued);
   // The peer's endpoint for this operation (behind a staged endpoint for device memory);
   // nullptr while still connecting. comm_endpoint: the same once every peer is connected.
   Result<Endpoint*> endpoint_for(int peer);
@@ -137,6 +138,7 @@ class ScheduleTask {
   bool device_ = false;          // env_.mem is a device
   bool user_ready_ = true;       // the user's stream reached the operation
   bool locals_queued_ = false;   // this phase's local actions are on the device
+  bool locals_pending_ = false;  // ... and there were some (their event to query)
   TinyPlan tiny_;
   bool tiny_run_ = false;        // this run executes from tiny_
 };

@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "base/net.h"
+#include "base/signal_safe_memory.h"
 
 namespace uccl {
 
@@ -32,6 +33,10 @@ const TextSetting kStagedShared("staged", "UCCL_STAGED_SHARED", "on",
 
 namespace {
 std::atomic<size_t> g_bounce_bytes{0};
+
+// A pool's size while pinned memory is scarce (acquire): two slots keep a chunk on the wire
+// while the next one is copied.
+constexpr size_t kScarcePoolSlots = 2;
 
 // Unregisters host memory from the backend it was registered with, then unmaps it (perhaps
 // later: DeviceBackend::unregister_host).
@@ -144,6 +149,11 @@ void StagedEndpoint::free_slots(Dir& d) {
   drop_slot(d.dedicated);
   d.dedicated_busy = false;
   d.stream.reset();
+  if (d.hop) {
+    backend_->free_pinned(d.hop);
+    g_bounce_bytes -= SignalSafeMemory::kMinBlock;
+    d.hop = nullptr;
+  }
   if (&d == &out_) {
     unconsumed_.clear();
     if (out_seg_) release_mapping(out_seg_registered_, out_seg_->base(), std::move(*out_seg_));
@@ -208,6 +218,18 @@ Status StagedEndpoint::ensure_device(const MemoryLoc& loc) {
   if (!si.ok()) return si.status();
   out_.stream = so.take();
   in_.stream = si.take();
+  if (copies_by_kernel(backend_)) {
+    for (Dir* d : {&out_, &in_}) {
+      auto h = backend_->alloc_pinned(SignalSafeMemory::kMinBlock);
+      if (!h.ok()) continue;
+      if (!backend_->kernel_view_of_host(h.value(), ordinal_)) {
+        backend_->free_pinned(h.value());
+        continue;
+      }
+      d->hop = static_cast<char*>(h.value());
+      g_bounce_bytes += SignalSafeMemory::kMinBlock;
+    }
+  }
   return Status::Ok();
 }
 
@@ -244,10 +266,31 @@ StagedEndpoint::Slot* StagedEndpoint::acquire(Dir& d, size_t len) {
   }
   if (d.free_slots.empty()) {
     if (d.pool.size() >= slots_per_dir_) return nullptr;
+    // While pinned memory is scarce (a stream waits on a signal: the backend's bounded reserve),
+    // a pool keeps to a pipeline's minimum, so that every connection and direction gets slots
+    // (and hops) a kernel reaches: one receiving ahead must not take them all from the peer it
+    // sends to (the ring of a collective would then wait on itself).
+    const bool scarce = copies_by_kernel(backend_) && backend_->pinned_scarce();
+    if (!scarce) d.grow_refused = false;
+    if (scarce && (d.pool.size() >= kScarcePoolSlots || (d.grow_refused && !d.pool.empty()))) return nullptr;
     auto s = std::make_unique<Slot>();
     auto h = backend_->alloc_pinned(chunk_);
+    if (!h.ok()) return nullptr;
+    // Where uccl's copies run as kernels, a slot no kernel reaches (while a stream waits on a
+    // signal, pinned memory past the backend's reserve comes pageable) would take a hop for
+    // each of its chunks, and past the reserve's blocks none is left for a hop either: its
+    // copies would go by the engines, behind a user's copy that waits for this very operation
+    // (device.h). A pool that has slots waits for one of them to come back instead.
+    if (!d.pool.empty() && copies_by_kernel(backend_) && !backend_->kernel_view_of_host(h.value(), ordinal_)) {
+      backend_->free_pinned(h.value());
+      d.grow_refused = scarce;  // no second try each pass while it lasts
+      return nullptr;
+    }
     auto e = backend_->create_event();
-    if (!h.ok() || !e.ok()) return nullptr;
+    if (!e.ok()) {
+      backend_->free_pinned(h.value());
+      return nullptr;
+    }
     s->host = static_cast<char*>(h.value());
     s->bytes = chunk_;
     s->ev = e.take();
@@ -269,20 +312,35 @@ Status StagedEndpoint::device_temp(Slot* s) {
   return Status::Ok();
 }
 
-char* StagedEndpoint::hop_for(Slot* s, const void* host) {
+char* StagedEndpoint::hop_for(Dir& d, Slot* s, const void* host, size_t* bytes) {
   if (!copies_by_kernel(backend_) || backend_->kernel_view_of_host(host, ordinal_)) return nullptr;
-  if (!s->hop) {
+  // The slot's own hop only where pinned memory is not scarce: shared slots are many (a
+  // segment's worth), and each taking a block of the reserve left none for the next connection.
+  if (!s->hop && !backend_->pinned_scarce()) {
     auto h = backend_->alloc_pinned(s->bytes);
-    if (!h.ok()) return nullptr;
-    if (!backend_->kernel_view_of_host(h.value(), ordinal_)) {  // pageable past the pinned reserve
-      backend_->free_pinned(h.value());
-      return nullptr;
+    if (h.ok() && backend_->kernel_view_of_host(h.value(), ordinal_)) {
+      s->hop = static_cast<char*>(h.value());
+      g_bounce_bytes += s->bytes;
+    } else if (h.ok()) {
+      backend_->free_pinned(h.value());  // pageable past the pinned reserve
     }
-    s->hop = static_cast<char*>(h.value());
-    g_bounce_bytes += s->bytes;
   }
-  ++times_.hops;
-  return s->hop;
+  char* hop = s->hop ? s->hop : d.hop;
+  // The direction's hop serves one chunk at a time: its user moves the chunk through it by
+  // pieces, now (a size of 0 says so), where the slot's own hop lets the copy run async.
+  *bytes = s->hop ? s->bytes : 0;
+  if (hop) ++times_.hops;
+  return hop;
+}
+
+Status StagedEndpoint::copy_out_by_pieces(Dir& d, Slot* sl, char* hop, size_t hop_bytes, const char* src, size_t len) {
+  for (size_t off = 0; off < len; off += hop_bytes) {
+    const size_t n = std::min(hop_bytes, len - off);
+    UCCL_RETURN_IF_ERROR(device_copy_async(backend_, hop, src + off, n, CopyDir::kDeviceToHost, d.stream.get()));
+    UCCL_RETURN_IF_ERROR(backend_->synchronize(d.stream.get()));
+    std::memcpy(sl->host + off, hop, n);
+  }
+  return Status::Ok();
 }
 
 void StagedEndpoint::release(Dir& d, Slot* s) {
@@ -408,10 +466,17 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         times_.slot_wait += c.t - op.starved_since;
         op.starved_since = 0;
       }
-      char* hop = hop_for(sl, sl->host);
-      c.hop = hop != nullptr;
-      Status s = device_copy_async(backend_, hop ? hop : sl->host, static_cast<const char*>(op.s->data) + c.off,
-                                   c.len, CopyDir::kDeviceToHost, d.stream.get());
+      size_t hop_bytes = 0;
+      char* hop = hop_for(d, sl, sl->host, &hop_bytes);
+      const char* src = static_cast<const char*>(op.s->data) + c.off;
+      Status s;
+      if (hop && hop_bytes < c.len) {  // the direction's hop: by pieces, now
+        c.hop = false;
+        s = copy_out_by_pieces(d, sl, hop, SignalSafeMemory::kMinBlock, src, c.len);
+      } else {
+        c.hop = hop != nullptr;
+        s = device_copy_async(backend_, hop ? hop : sl->host, src, c.len, CopyDir::kDeviceToHost, d.stream.get());
+      }
       if (s.ok()) s = backend_->record(sl->ev.get(), d.stream.get());
       c.stage = Stage::kCopying;
       ++op.started;

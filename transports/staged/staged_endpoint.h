@@ -172,6 +172,11 @@ class StagedEndpoint final : public Endpoint {
     std::unique_ptr<Slot> dedicated;  // whole mode: one message-sized slot
     bool dedicated_busy = false;
     std::unique_ptr<DeviceStream> stream;
+    // Where uccl's copies run as kernels: the direction's own pinned block, made when the device
+    // is set (before this endpoint's pools take any of the backend's pinned reserve), the hop of
+    // last resort (hop_for).
+    char* hop = nullptr;
+    bool grow_refused = false;  // acquire: a new slot came pageable while pinned memory was scarce
   };
 
   void queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes, const void* buf);
@@ -198,12 +203,23 @@ class StagedEndpoint final : public Endpoint {
   // memory), made on first use and counted in staged_bounce_bytes().
   Status device_temp(Slot* s);
   // Where uccl's copies run as kernels (device_copy_async) and no kernel reaches `host` (pageable
-  // memory: shared slots made while a stream waited on a signal stay unregistered), the slot's
-  // pinned block the device side uses instead, the CPU moving the bytes between it and `host`;
-  // nullptr when no hop is needed (or no pinned block can be had: then the copy goes by the
-  // engines, device.h's hazard). Why: an engine copy can queue behind a user's copy that waits
-  // for this very operation.
-  char* hop_for(Slot* s, const void* host);
+  // memory: shared slots made while a stream waited on a signal stay unregistered; pool slots or
+  // a whole-mode slot made then, past the backend's pinned reserve), the pinned block the device
+  // side uses instead, the CPU moving the bytes between it and `host`; in *bytes its size, or 0
+  // for the direction's hop. nullptr when no hop is needed (or none can be had: then the copy
+  // goes by the engines, device.h's hazard). Why: an engine copy can queue behind a user's copy
+  // that waits for this very operation. The hop is the slot's own (as big as the slot, made on
+  // first use while pinned memory is not scarce) where it can be had, else the direction's
+  // (Dir::hop, SignalSafeMemory::kMinBlock), which a chunk moves through by pieces, each
+  // piece's copy waited for on the endpoint's own stream (copy_out_by_pieces, land_on_device).
+  // That blocks the progress thread for the copies' time, the one place this endpoint waits on
+  // the device: a fallback (a pageable slot, under kernel copies, while a stream waits),
+  // bounded (the stream waits on nothing of the user's).
+  char* hop_for(Dir& d, Slot* s, const void* host, size_t* bytes);
+  Status copy_out_by_pieces(Dir& d, Slot* s, char* hop, size_t hop_bytes, const char* src, size_t len);
+  // Queues a received chunk's bytes [off, off + len) at `from` onto the device (copied, or
+  // reduced into the destination) on d's stream.
+  Status land_range(Dir& d, Op& op, Chunk& c, size_t off, const char* from, size_t len);
   void drop_slot(std::unique_ptr<Slot>& s);
   void release(Dir& d, Slot* s);
   Status ensure_device(const MemoryLoc& loc);

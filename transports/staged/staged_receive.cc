@@ -8,6 +8,7 @@
 
 #include "base/net.h"
 #include "base/reduce.h"
+#include "base/signal_safe_memory.h"
 
 namespace uccl {
 
@@ -58,30 +59,43 @@ bool StagedEndpoint::advance_device_recv(Dir& d, Op& op, bool ready, bool may_po
 }
 
 Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
-  if (char* hop = hop_for(c.slot, from)) {  // the CPU's half of the hop first (hop_for)
-    std::memcpy(hop, from, c.len);
-    from = hop;
-  }
-  char* dst = static_cast<char*>(op.r->dst) + c.off;
+  size_t hop_bytes = 0;
+  char* hop = hop_for(d, c.slot, from, &hop_bytes);
   const double now = now_s();
   times_.data_wait += now - c.t;
   c.t = now;
-  Status s;
-  const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off : dst;
-  const size_t count = op.r->reduce ? c.len / dtype_size(op.r->dtype) : 0;
-  if (!op.r->reduce) {
-    s = device_copy_async(backend_, dst, from, c.len, CopyDir::kHostToDevice, d.stream.get());
-  } else if (const void* view = backend_->reduces_from_host() ? backend_->kernel_view_of_host(from, ordinal_) : nullptr) {
+  if (hop && hop_bytes < c.len) {  // the direction's hop: by pieces, now (hop_for)
+    const size_t piece = SignalSafeMemory::kMinBlock;
+    for (size_t off = 0; off < c.len; off += piece) {
+      const size_t n = std::min(piece, c.len - off);
+      std::memcpy(hop, from + off, n);
+      UCCL_RETURN_IF_ERROR(land_range(d, op, c, off, hop, n));
+      UCCL_RETURN_IF_ERROR(backend_->synchronize(d.stream.get()));
+    }
+  } else {
+    if (hop) {  // the CPU's half of the hop first
+      std::memcpy(hop, from, c.len);
+      from = hop;
+    }
+    UCCL_RETURN_IF_ERROR(land_range(d, op, c, 0, from, c.len));
+  }
+  return backend_->record(c.slot->ev.get(), d.stream.get());
+}
+
+Status StagedEndpoint::land_range(Dir& d, Op& op, Chunk& c, size_t off, const char* from, size_t len) {
+  char* dst = static_cast<char*>(op.r->dst) + c.off + off;
+  const char* acc = op.r->acc ? static_cast<const char*>(op.r->acc) + c.off + off : dst;
+  const size_t count = op.r->reduce ? len / dtype_size(op.r->dtype) : 0;
+  if (!op.r->reduce) return device_copy_async(backend_, dst, from, len, CopyDir::kHostToDevice, d.stream.get());
+  if (const void* view = backend_->reduces_from_host() ? backend_->kernel_view_of_host(from, ordinal_) : nullptr) {
     // Zero-copy: the kernel reads the chunk out of its slot (one pass over the device's data
     // instead of a copy to a temporary and a second pass).
-    s = backend_->reduce_async(dst, acc, view, count, op.r->dtype, op.r->op, d.stream.get());
-  } else {
-    s = device_temp(c.slot);
-    if (s.ok()) s = device_copy_async(backend_, c.slot->dev, from, c.len, CopyDir::kHostToDevice, d.stream.get());
-    if (s.ok()) s = backend_->reduce_async(dst, acc, c.slot->dev, count, op.r->dtype, op.r->op, d.stream.get());
+    return backend_->reduce_async(dst, acc, view, count, op.r->dtype, op.r->op, d.stream.get());
   }
-  if (s.ok()) s = backend_->record(c.slot->ev.get(), d.stream.get());
-  return s;
+  UCCL_RETURN_IF_ERROR(device_temp(c.slot));
+  char* tmp = static_cast<char*>(c.slot->dev) + off;
+  UCCL_RETURN_IF_ERROR(device_copy_async(backend_, tmp, from, len, CopyDir::kHostToDevice, d.stream.get()));
+  return backend_->reduce_async(dst, acc, tmp, count, op.r->dtype, op.r->op, d.stream.get());
 }
 
 bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
