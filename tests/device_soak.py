@@ -25,8 +25,8 @@ import uccl
 from uccl.sim import SimArray
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"]
-COLLS = ["all_reduce", "reduce", "broadcast", "all_gather", "all_gather_v", "reduce_scatter", "all_to_all",
-         "gather", "scatter", "sendrecv"]
+COLLS = ["all_reduce", "reduce", "broadcast", "all_gather", "all_gather_v", "reduce_scatter", "reduce_scatter_v",
+         "all_to_all", "all_to_all_v", "gather", "scatter", "sendrecv"]
 COUNTS = [0, 1, 2, 7, 31, 1023, 4099, 65537, 200003]
 KINDS = ["host", "sim0", "sim1"]
 
@@ -54,6 +54,10 @@ def plan(seed, world, n_ops):
             "shift": int(rng.integers(1, world)) if world > 1 else 0,
             "batch_end": bool(rng.random() < 0.45),
             "stream": bool(rng.random() < 0.5),  # device buffers: ordered on a user's stream
+            # all_to_all_v: counts[i][j] elements from rank i to rank j
+            "matrix": [[int(rng.integers(0, max(count, 1) + 1)) for _ in range(world)] for _ in range(world)],
+            # on the even / odd sub-communicator (comm.split) instead of the whole one
+            "sub": bool(world > 2 and rng.random() < 0.2),
         })
     if ops:
         ops[-1]["batch_end"] = True
@@ -115,15 +119,20 @@ class _Place:
         return x.numpy(stream=self.stream) if isinstance(x, SimArray) else np.asarray(x)
 
 
-def _issue(comm, op, rank, world, seed, stream_ok):
-    """Issues one operation asynchronously; returns (work, place, check): check() compares
-    (after the work was waited for, on place.stream when there is one)."""
-    n, red, root = op["count"], op["op"], op["root"]
+def _issue(comm, op, me, members, seed, stream_ok):
+    """Issues one operation asynchronously on `comm`, whose ranks are the job's ranks `members`
+    (me: this one); returns (work, place, check): check() compares (after the work was waited
+    for, on place.stream when there is one)."""
+    rank, world = members.index(me), len(members)
+    n, red, root = op["count"], op["op"], op["root"] % world
     dt = np.dtype(op["dtype"])
-    place = _Place(op["kinds"][rank], op["stream"] and stream_ok)
+    place = _Place(op["kinds"][me], op["stream"] and stream_ok)
     st = {"stream": place.stream} if place.stream is not None else {}
-    ins = lambda r, m=n: _input(seed, op, r, m)  # noqa: E731
+    ins = lambda r, m=n: _input(seed, op, members[r], m)  # noqa: E731
     coll = op["coll"]
+    op = dict(op, counts=[op["counts"][g] for g in members],
+              matrix=[[op["matrix"][a][b] for b in members] for a in members],
+              shift=(op["shift"] % world or 1) if world > 1 else 0)
     if coll == "all_reduce":
         x = place.put(ins(rank))
         out = None if op["in_place"] else place.empty(n, dt)
@@ -143,8 +152,13 @@ def _issue(comm, op, rank, world, seed, stream_ok):
         w = comm.broadcast(x, root=root, async_op=True, **st)
         return w, place, lambda: [("result", place.get(x), ins(root))]
     if coll == "all_gather":
-        x = place.put(ins(rank))
-        out = place.empty(n * world, dt)
+        if op["in_place"]:  # the input is this rank's block of the output
+            fill = lambda k: np.full(k * n, 99, dt)  # noqa: E731
+            out = place.put(np.concatenate([fill(rank), ins(rank), fill(world - rank - 1)]))
+            x = out[rank * n:(rank + 1) * n]
+        else:
+            x = place.put(ins(rank))
+            out = place.empty(n * world, dt)
         w = comm.all_gather(x, out=out, async_op=True, **st)
         return w, place, lambda: [("result", place.get(out), np.concatenate([ins(r) for r in range(world)]))]
     if coll == "all_gather_v":
@@ -160,6 +174,24 @@ def _issue(comm, op, rank, world, seed, stream_ok):
         w = comm.reduce_scatter(x, out=out, op=red, async_op=True, **st)
         want = _reduce([ins(r, n * world) for r in range(world)], red)[rank * n:(rank + 1) * n]
         return w, place, lambda: [("result", place.get(out), want)]
+    if coll == "reduce_scatter_v":
+        counts = op["counts"]
+        total = sum(counts)
+        x = place.put(ins(rank, total))
+        out = place.empty(counts[rank], dt)
+        w = comm.reduce_scatter_v(x, counts, out=out, op=red, async_op=True, **st)
+        lo = sum(counts[:rank])
+        want = _reduce([ins(r, total) for r in range(world)], red)[lo:lo + counts[rank]]
+        return w, place, lambda: [("result", place.get(out), want)]
+    if coll == "all_to_all_v":
+        m = op["matrix"]  # m[i][j]: elements rank i sends rank j
+        sc, rc = m[rank], [m[i][rank] for i in range(world)]
+        x = place.put(ins(rank, sum(sc)))
+        out = place.empty(sum(rc), dt)
+        w = comm.all_to_all_v(x, sc, rc, out=out, async_op=True, **st)
+        parts = [ins(i, sum(m[i]))[sum(m[i][:rank]):sum(m[i][:rank]) + m[i][rank]] for i in range(world)]
+        want = np.concatenate(parts) if sum(rc) else np.empty(0, dt)
+        return w, place, lambda: [("result", place.get(out), want)]
     if coll == "all_to_all":
         x = place.put(ins(rank, n * world))
         out = place.empty(n * world, dt)
@@ -173,7 +205,8 @@ def _issue(comm, op, rank, world, seed, stream_ok):
         w = comm.gather(x, out=out, root=root, async_op=True, **st)
         if rank != root:
             return w, place, lambda: [("input kept", place.get(x), ins(rank))]
-        return w, place, lambda: [("result at the root", place.get(out), np.concatenate([ins(r) for r in range(world)]))]
+        want = np.concatenate([ins(r) for r in range(world)])
+        return w, place, lambda: [("result at the root", place.get(out), want)]
     if coll == "scatter":
         x = place.put(ins(root, n * world)) if rank == root else None
         out = place.empty(n, dt)
@@ -194,10 +227,12 @@ def describe(op):
     keys = ["coll", "dtype", "count"]
     keys += ["op"] if c in ("all_reduce", "reduce", "reduce_scatter") else []
     keys += ["root"] if c in ("reduce", "broadcast", "gather", "scatter") else []
-    keys += ["in_place"] if c in ("all_reduce", "reduce") else []
-    keys += ["counts"] if c == "all_gather_v" else ["shift"] if c == "sendrecv" else []
-    keys += ["stream"]
-    return "op #%d: " % op["i"] + ", ".join(f"{k}={op[k]}" for k in keys + ["kinds"])
+    keys += ["op"] if c == "reduce_scatter_v" else []
+    keys += ["in_place"] if c in ("all_reduce", "reduce", "all_gather") else []
+    keys += ["counts"] if c in ("all_gather_v", "reduce_scatter_v") else ["shift"] if c == "sendrecv" else []
+    keys += ["matrix"] if c == "all_to_all_v" else []
+    keys += ["stream", "sub"]
+    return "op #%d: " % op["i"] + ", ".join(f"{k}={op.get(k)}" for k in keys + ["kinds"])
 
 
 def soak(ctx, seed, n_ops, slow_ranks=(), stream_waits=True, ops=None):
@@ -210,6 +245,10 @@ def soak(ctx, seed, n_ops, slow_ranks=(), stream_waits=True, ops=None):
     if rank in slow_ranks:
         uccl.sim.set_copy_speed(3.0, 20.0)  # a slower "vendor" on this rank
     ops = plan(seed, world, n_ops) if ops is None else ops
+    # op["sub"]: on the communicator of the ranks of this one's parity (comm.split), in flight
+    # beside the whole one's operations
+    sub = comm.split(rank % 2) if any(op.get("sub") for op in ops) else None
+    parity = [r for r in range(world) if r % 2 == rank % 2]
     pending = []
     kinds_seen, on_streams = set(), 0
     trace = os.environ.get("SOAK_TRACE") == "1"  # each operation on stderr as it is issued (a crash's last)
@@ -217,7 +256,9 @@ def soak(ctx, seed, n_ops, slow_ranks=(), stream_waits=True, ops=None):
         if trace:
             print(f"rank {rank} issues {describe(op)}", file=sys.stderr, flush=True)
         kinds_seen.add(op["kinds"][rank])
-        w, place, check = _issue(comm, op, rank, world, seed, stream_waits)
+        on_sub = op.get("sub") and sub is not None
+        w, place, check = _issue(sub if on_sub else comm, op, rank, parity if on_sub else list(range(world)), seed,
+                                 stream_waits)
         pending.append((op, w, place, check))
         if not op["batch_end"]:
             continue
@@ -263,6 +304,6 @@ def run_seed(seed, n_ops, timeout):
     from harness import run_world
     world, transport, hosts, env, slow = job(seed)
     stream_waits = env["UCCL_DEVICE_COPIES"] != "engine"  # (the engine's hazard under stream waits is by design)
-    res = run_world(world, "device_soak:soak", (seed, n_ops, slow, stream_waits), env=env, host_ids=hosts, transport=transport,
-                    timeout=timeout, comm_timeout=float(os.environ.get("SOAK_COMM_TIMEOUT", 60)))
+    res = run_world(world, "device_soak:soak", (seed, n_ops, slow, stream_waits), env=env, host_ids=hosts,
+                    transport=transport, timeout=timeout, comm_timeout=float(os.environ.get("SOAK_COMM_TIMEOUT", 60)))
     return world, transport, hosts, env, slow, res

@@ -769,7 +769,8 @@ def test_cuda_memory_the_backend_does_not_recognize_is_refused_not_read():
 @pytest.mark.parametrize("seed", [3, 11, 29, 42, 57, 68])
 def test_random_soak_of_device_paths(seed):
     """One seed = one job (world, transport, staging settings, copies, algorithm, a slow rank)
-    and 150 operations drawn alike on every rank: any collective or a p2p ring, any dtype and
+    and 150 operations drawn alike on every rank: any collective (the v forms too; some on a
+    sub-communicator beside the whole one) or a p2p ring, any dtype and
     reduction, counts from 0 to 200003, each rank's buffers on the host or either simulated
     device per call, some ordered on a user's stream and waited for there, in asynchronous
     batches of up to four; every result exact against numpy."""
@@ -791,7 +792,8 @@ def test_device_pools_past_the_pinned_reserve_do_not_hang():
     moves through the hop by pieces. And shared slots (one host): a chunk through the
     direction's hop must not be copied out of a slot hop it never had (a crash the soak found
     in the first version of this fix)."""
-    base = {"op": "sum", "root": 0, "in_place": False, "counts": [0, 0, 0], "batch_end": True, "stream": True}
+    base = {"op": "sum", "root": 0, "in_place": False, "counts": [0, 0, 0], "matrix": [[0] * 3] * 3,
+            "sub": False, "shift": 1, "batch_end": True, "stream": True}
     ops = [dict(base, i=0, coll="sendrecv", dtype="float32", count=200003, shift=1, kinds=["host", "host", "sim0"]),
            dict(base, i=1, coll="all_to_all", dtype="float64", count=200003, shift=1, kinds=["host", "host", "sim0"]),
            dict(base, i=2, coll="all_reduce", dtype="float32", count=300001, shift=1, kinds=["sim0", "host", "sim1"]),
