@@ -30,6 +30,18 @@ waits for them (the engine's queue instead of the blocking calls' inline path), 
 fails several queued operations at once.
 
     python benchmarks/kill_points.py --async-batch 4 --trials 150
+
+With --device every rank passes, per operation, host memory or either simulated device's
+(uccl.sim.SimArray), over staged pairs (UCCL_STAGED=on, 64 KiB chunks, shared slots on one
+host): a death in the middle of a staged transfer. Besides the checks above, each survivor's
+bounce buffers must be released once its error came (uccl._core.staged_bounce_bytes() == 0:
+pools, hops and shared slots; issue 14 item 8).
+
+    python benchmarks/kill_points.py --device --async-batch 2 --trials 100
+
+Each trial's number fixes its plan (victim, operation, delay, buffers): --first K --trials 1
+replays trial K (KP_COMM_TIMEOUT=S shortens the communicators' timeout, so a survivor that
+does not notice the death reports where it waited).
 """
 import argparse
 import multiprocessing as mp
@@ -45,13 +57,21 @@ import time
 import numpy as np
 
 
-def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink="", agree_kill="", batch=0):
+def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink="", agree_kill="", batch=0,
+              device=False):
     os.environ["UCCL_HOST_ID"] = "a" if rank < 2 else "b"
     if agree_kill:
         os.environ["UCCL_AGREE_KILL_POINT"] = agree_kill
+    if device:
+        os.environ.update(UCCL_STAGED="on", UCCL_STAGED_CHUNK_BYTES="64K")
     import uccl
+    mine = random.Random(seed * 10 + rank)  # where this rank's buffers live (ranks differ)
+
+    def buf(arr):
+        kind = mine.choice(["host", "sim0", "sim1"]) if device else "host"
+        return arr if kind == "host" else uccl.sim.SimArray.from_numpy(arr, int(kind[3]))
     store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=30)
-    comm = uccl.Communicator(rank, world, store, timeout=60)
+    comm = uccl.Communicator(rank, world, store, timeout=float(os.environ.get("KP_COMM_TIMEOUT", 60)))
     rng = random.Random(seed)  # the same op sequence on every rank
     if shrink or batch:
         # The first step, blocking: every rank has joined (an asynchronous call returns before
@@ -67,7 +87,7 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=""
                     os.kill(os.getpid(), signal.SIGKILL)
                 q.send(("kill", rank, time.time() + kill_delay))
                 threading.Timer(kill_delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
-            x = np.ones(n, np.float32)
+            x = buf(np.ones(n, np.float32))
             a = batch > 0
             if kind == "all_reduce":
                 w = comm.all_reduce(x, async_op=a)
@@ -89,7 +109,12 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=""
                     pending = []
         q.send(("no-error", rank, time.time(), ""))
     except uccl.UcclError as e:
-        q.send(("error", rank, time.time(), f"{type(e).__name__}: {e}"))
+        # Released with the failure: the thread that fails the connections may still be at it
+        # when the error reaches this one, so give it a moment (a leak stays).
+        bounce, until = 0, time.time() + 2
+        while device and time.time() < until and (bounce := uccl._core.staged_bounce_bytes()):
+            time.sleep(0.01)
+        q.send(("error", rank, time.time(), f"{type(e).__name__}: {e}", bounce))
         if shrink:
             shrink_and_check(comm, rank, world, q, [victim] if shrink == "exclude" else None)
     sys.exit(0)  # a normal exit: communicator destructors run
@@ -142,7 +167,8 @@ def trial(k, args):
     # thread was sending "kill") leaves every other rank blocked on it at exit forever.
     pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
     procs = [ctx.Process(target=rank_main, args=(r, world, port, k, victim, kill_op, kill_delay, pipes[r][1],
-                                                 shrink, agree_kill if r == coordinator else "", args.async_batch))
+                                                 shrink, agree_kill if r == coordinator else "", args.async_batch,
+                                                 args.device))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -210,6 +236,8 @@ def trial(k, args):
             problems.append(f"rank {r}'s error does not name rank {victim}: {rep[3][:200]}")
         if took > args.max_detect_s:
             problems.append(f"rank {r} took {took:.1f}s")
+        if len(rep) > 4 and rep[4]:
+            problems.append(f"rank {r} still holds {rep[4]} bytes of staging buffers after the failure")
         if procs[r].exitcode not in (0, None) and r not in dead:
             problems.append(f"rank {r} exit code {procs[r].exitcode}")
     if shrink:
@@ -243,11 +271,14 @@ def main():
     p.add_argument("--async-batch", type=int, default=0, metavar="K",
                    help="issue operations asynchronously, K in flight before waiting for them (0: blocking calls)")
     p.add_argument("--shrink", action="store_true", help="survivors shrink and all_reduce on the new communicator")
+    p.add_argument("--device", action="store_true",
+                   help="buffers on the host or a simulated device per operation, over staged pairs")
     p.add_argument("--shrink-exclude", action="store_true",
                    help="as --shrink, naming the ranks to exclude (comm.shrink(exclude=...), torch's shrink_group)")
+    p.add_argument("--first", type=int, default=0, help="the first trial's number (each number is one plan)")
     args = p.parse_args()
     failed, worst = 0, 0.0
-    for k in range(args.trials):
+    for k in range(args.first, args.first + args.trials):
         victim, op, delay, w, problems, agree_kill = trial(k, args)
         worst = max(worst, w)
         status = "ok" if not problems else "FAIL " + "; ".join(problems)

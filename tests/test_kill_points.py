@@ -30,6 +30,18 @@ def test_kill_points_with_operations_in_flight():
     run_trials("50", "--async-batch", "4")
 
 
+def test_kill_points_on_device_buffers():
+    """--device: per operation each rank passes host memory or either simulated device's, over
+    staged pairs (64 KiB chunks, shared slots on one host); the survivors must also hold no
+    staging buffer once their error came. The first 50 blocking trials include trial 47 (rank 0
+    killed: its neighbour's abort frame was dropped by a reset because the staged wrapper did not
+    wait for its inner endpoint's farewell, so rank 1 named rank 2), the 40 asynchronous ones
+    trial 16 (a receive waiting for a device switch, nothing posted on the shm endpoint, never
+    learnt that its peer died: the survivor waited for the communicator's timeout)."""
+    run_trials("50", "--device")
+    run_trials("40", "--device", "--async-batch", "2")
+
+
 def test_shrink_at_random_kill_points_gives_every_survivor_the_same_communicator():
     """--shrink: the survivors shrink and all_reduce exactly on the new communicator; every
     third trial also kills the agreement's coordinator inside it (CI runs fewer trials than the

@@ -16,7 +16,9 @@ the simulated device's streams wait instead, tests/torch/test_torch_device.py). 
     (allreduce, fp16 compression) and FSDP2 (fully_shard) on CUDA against the same on CPU;
   * 4 ranks: a 2-D DeviceMesh (dp x tp) with tensor parallelism and FSDP2, and
     torch.distributed.pipelining (GPipe, 1F1B) on CUDA against a single-process CPU reference
-    (tests/torch/test_torch_parallel.py's checks, run there on CPU tensors).
+    (tests/torch/test_torch_parallel.py's checks, run there on CPU tensors);
+  * the random soak of tests/torch/torch_soak.py (every op and ReduceOp, CPU and CUDA tensors
+    mixed per call, async batches; exact results) over CUDA IPC on 2 ranks and staged on 3.
 """
 import os
 import sys
@@ -215,6 +217,27 @@ def worker(rank, world, port, one_gpu, wait_mode=None):
     check_training(rank, world, d)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def soak_worker(rank, world, port, seed):
+    d = _dev(rank, True)
+    torch.cuda.set_device(d)
+    U.init_uccl(rank, world, port)
+    import torch_soak
+    checks = torch_soak.soak(rank, world, seed, 150, d)
+    assert checks > 50, checks
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("path,seed,world", [("ipc", 1, 2), ("staged", 2, 3)])
+def test_random_torch_soak_on_cuda(monkeypatch, path, seed, world):
+    """150 torch.distributed calls drawn alike on every rank (tests/torch/torch_soak.py, which
+    CI runs on the test device): every op and ReduceOp, counts 0 to 70001, CPU or CUDA tensors
+    per rank and call, async batches; exact results. ipc: the ranks of one GPU over CUDA IPC;
+    staged: UCCL_CUDA_IPC=off, the pipelined path through the host."""
+    if path == "staged":
+        monkeypatch.setenv("UCCL_CUDA_IPC", "off")
+    U.spawn(soak_worker, world, seed, deadline_s=150)
 
 
 @pytest.mark.parametrize("one_gpu", [True, False], ids=["two-ranks-one-gpu", "one-gpu-each"])

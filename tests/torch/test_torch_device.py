@@ -377,3 +377,25 @@ def test_device_memory_uccl_owns_is_used_in_place_on_the_current_stream(device_b
     in place (torch copies nothing), ordered on the current stream, wait() makes the stream
     wait, and a job mixing CPU and device ranks works."""
     U.spawn(direct_worker, 3, deadline_s=300)
+
+
+def soak_worker(rank, world, port, direct, seed):
+    ext = load_device()
+    if direct:
+        ext.use_uccl_sim_memory()
+    U.init_uccl(rank, world, port)
+    import torch_soak
+    checks = torch_soak.soak(rank, world, seed, 120, DEV)
+    assert checks > 40, checks
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("direct,seed,world", [(False, 1, 3), (True, 2, 3), (True, 3, 4)],
+                         ids=["staged-w3", "direct-w3", "direct-w4"])
+def test_random_torch_soak_on_the_test_device(device_built, direct, seed, world):
+    """120 torch.distributed calls drawn alike on every rank (tests/torch/torch_soak.py): every
+    op and ReduceOp, dtypes down to int8 and bfloat16, counts 0 to 70001, each rank's tensors on
+    the CPU or the test device per call, async batches of up to four waited for together; every
+    result exact. staged: the device's own copies move its tensors (any vendor's path); direct:
+    uccl's simulated device, in place on the current stream (CUDA's path)."""
+    U.spawn(soak_worker, world, direct, seed, deadline_s=300)

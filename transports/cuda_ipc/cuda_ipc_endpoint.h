@@ -47,6 +47,7 @@ class CudaIpcEndpoint final : public Endpoint {
   void disarm_wait() override { inner_->disarm_wait(); }
   bool has_pending() const override;
   void fail_all(const Status& why) override;
+  bool farewell_delivered() const override { return inner_->farewell_delivered(); }  // (staged_endpoint.h)
   TransportKind kind() const override;
   std::string describe() const override;
 

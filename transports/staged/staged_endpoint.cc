@@ -573,7 +573,22 @@ bool StagedEndpoint::progress() {
   moved |= advance(in_, false);
   moved |= advance(out_, true);
   counters_ = inner_->counters();
+  if (!moved && !inner_->has_pending() && (!out_.ops.empty() || !in_.ops.empty())) check_peer_alive();
   return moved;
+}
+
+void StagedEndpoint::check_peer_alive() {
+  Envelope env;
+  size_t bytes = 0;
+  Result<bool> alive = inner_->peek(&env, &bytes);
+  if (alive.ok() || alive.status().code() == Code::kNotSupported) return;
+  for (Dir* d : {&out_, &in_}) {
+    for (Op& op : d->ops) {
+      if (op.error.ok()) op.error = alive.status();
+    }
+  }
+  advance(in_, false);
+  advance(out_, true);
 }
 
 void StagedEndpoint::arm_wait(WaitSet* ws) {

@@ -110,6 +110,10 @@ class StagedEndpoint final : public Endpoint {
   bool peer_waits_on_cpu(int cpu) const override { return inner_->peer_waits_on_cpu(cpu); }
   bool has_pending() const override;
   void fail_all(const Status& why) override;
+  // The inner endpoint's farewell (tcp's abort frame naming the root cause): closed before it
+  // was delivered, a reset dropped it and the peer named this rank instead of the cause
+  // (benchmarks/kill_points.py --device).
+  bool farewell_delivered() const override { return inner_->farewell_delivered(); }
   TransportKind kind() const override { return inner_->kind(); }
   std::string describe() const override;
 
@@ -180,6 +184,12 @@ class StagedEndpoint final : public Endpoint {
   };
 
   void queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes, const void* buf);
+  // Ops that wait with nothing posted on the inner endpoint (a device switch waiting for the
+  // old device's copies, a pool waiting for a slot) would not learn that the peer died: the
+  // inner endpoint checks its peer only while it has requests (and at peek()). Asks it; a dead
+  // peer fails every op (found by benchmarks/kill_points.py --device: a survivor waited for the
+  // communicator's timeout).
+  void check_peer_alive();
   // Moves one direction's ops along; returns true if anything moved.
   bool advance(Dir& d, bool is_send);
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
