@@ -573,7 +573,13 @@ bool StagedEndpoint::progress() {
   moved |= advance(in_, false);
   moved |= advance(out_, true);
   counters_ = inner_->counters();
-  if (!moved && !inner_->has_pending() && (!out_.ops.empty() || !in_.ops.empty())) check_peer_alive();
+  if (!moved && !inner_->has_pending() && (!out_.ops.empty() || !in_.ops.empty())) {
+    const double now = now_s();  // at most once a millisecond: a peek may cost a system call
+    if (now - alive_checked_at_ >= 1e-3) {
+      alive_checked_at_ = now;
+      check_peer_alive();
+    }
+  }
   return moved;
 }
 

@@ -190,6 +190,7 @@ class StagedEndpoint final : public Endpoint {
   // peer fails every op (found by benchmarks/kill_points.py --device: a survivor waited for the
   // communicator's timeout).
   void check_peer_alive();
+  double alive_checked_at_ = 0;  // now_s() of the last check_peer_alive()
   // Moves one direction's ops along; returns true if anything moved.
   bool advance(Dir& d, bool is_send);
   bool advance_op(Dir& d, Op& op, bool is_send, bool may_post);
