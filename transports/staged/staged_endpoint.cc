@@ -449,15 +449,9 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       Chunk& c = op.chunks[op.started];
       Slot* sl = acquire(d, c.len);
       if (!sl) {
+        // (Waiting for the peer to consume shared slots with nothing posted on the inner
+        // endpoint: progress() asks it whether the peer lives, check_peer_alive.)
         if (op.starved_since == 0) op.starved_since = now_s();
-        // Waiting for the peer to consume shared slots, with nothing posted on the inner
-        // endpoint: it checks the peer's liveness only while requests are pending, so ask it.
-        if (!unconsumed_.empty() && !inner_->has_pending()) {
-          Envelope env;
-          size_t bytes = 0;
-          Result<bool> alive = inner_->peek(&env, &bytes);
-          if (!alive.ok()) op.error = alive.status();
-        }
         break;
       }
       c.slot = sl;
