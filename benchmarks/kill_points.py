@@ -255,6 +255,8 @@ def trial(k, args):
                 if (new_rank, new_size, members, exact) != (survivors.index(r), len(survivors), mask, True):
                     problems.append(f"rank {r}: new rank {new_rank} of {new_size}, members {members:b} "
                                     f"(want {survivors.index(r)} of {len(survivors)}, {mask:b}), exact {exact}")
+    if problems:  # what every survivor saw: which one named the wrong rank first
+        problems += [f"  rank {r}: {rep[3][:300]}" for r, rep in sorted(reports.items()) if rep[0] == "error"]
     # Only this trial's segments ("uccl-<pid>-..."): other jobs on the machine may hold their own.
     pids = {p.pid for p in procs}
     leftovers = [f for f in os.listdir("/dev/shm")

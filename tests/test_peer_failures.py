@@ -136,6 +136,54 @@ def test_failure_cause_reaches_ranks_not_connected_to_the_dead_peer(transport):
     assert not problems, "\n".join(problems)
 
 
+def body_store_gone_before_topology(ctx):
+    """Rank 0, which serves the store, dies after a barrier (no topology needed) and after rank 3
+    fetched the topology (describe()), before the first collective that chooses by it. Ranks 1
+    and 2 can no longer fetch it: they must fail that collective naming rank 0, not run a flat
+    algorithm while rank 3 runs another (trial 20 of kill_points.py --device: rank 3 failed in
+    the link probe, closed its sockets, and rank 1, waiting for its flat algorithm's message,
+    blamed rank 3)."""
+    import uccl
+    comm, me = ctx.comm, ctx.rank
+    ctx.linger = False
+    comm.barrier()
+    if me == 3:
+        comm.describe()
+        ctx.store.add("fetched", 1)
+    if me == 0:
+        while ctx.store.add("fetched", 0) < 1:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # the store's death is rank 0's
+        try:
+            ctx.store.add("alive", 0)
+            time.sleep(0.01)
+        except Exception:  # noqa: BLE001 - any failure of the store's connection
+            break
+    t0 = time.time()
+    try:
+        comm.reduce_scatter(np.ones(4 * 1024, np.float32))
+        return {"kind": "no error"}
+    except uccl.UcclError as e:
+        return {"kind": type(e).__name__, "msg": str(e), "peer": e.peer, "after_s": time.time() - t0}
+
+
+def test_a_rank_without_the_topology_fails_instead_of_choosing_alone():
+    results = run_world(4, "test_peer_failures:body_store_gone_before_topology", transport="auto",
+                        host_ids=mixed_hosts(4, 2), env={"UCCL_PROBE": "on", "UCCL_PROBE_CACHE_S": "0"},
+                        expect_exit={0}, timeout=90, grace=15)
+    problems = []
+    for r in (1, 2, 3):
+        res = results[r]
+        if res["kind"] != "RemoteError" or res["peer"] != 0 or "rank 0 " not in res["msg"]:
+            problems.append(f"rank {r}: {res}")
+        elif res["after_s"] > 5:
+            problems.append(f"rank {r}: failed after {res['after_s']:.1f} s")
+        elif r in (1, 2) and "topology" not in res["msg"]:  # it ran an algorithm of its own choice
+            problems.append(f"rank {r} did not fail for want of the topology: {res['msg']}")
+    assert not problems, "\n".join(problems)
+
+
 # ---- a stray TCP client ------------------------------------------------------------------------------
 
 def _listen_addresses(describe):

@@ -88,8 +88,12 @@ Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
   std::lock_guard<std::mutex> lock(probe_mu_);
   if (probed_) return probed_;
   if (!probe_failed_.ok()) return probe_failed_;
-  auto base = topology();
-  if (!base) return std::shared_ptr<const Topology>();
+  auto fetched = fetch_topology();
+  if (!fetched.ok()) {
+    probe_failed_ = fetched.status();
+    return probe_failed_;
+  }
+  const std::shared_ptr<const Topology> base = fetched.take();
   auto plan = probe_plan(*base, probe_mode());
   // The probe cache is per pair of hosts and per transport: one pair over shm and over tcp
   // (UCCL_TRANSPORT), or over verbs and over tcp, are different links. Only an item's leader
@@ -105,14 +109,7 @@ Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
     return probed_;
   }
   auto p2p_issue = [this](const std::vector<P2POp>& ops) { return p2p(ops); };
-  // A vanished store names the rank that served it (as ConnectionManager::store_error does, which
-  // also gives its host: that reads the peer table the engine thread writes, so not from here).
-  const int store_rank = engine_->conns()->store_rank();
-  auto store_error = [this, store_rank](const Status& s) {
-    if (s.code() == Code::kTimeout || store_rank < 0 || store_rank == rank_ || store_rank >= size_) return s;
-    return Status(Code::kRemoteError,
-                  s.message() + " (rank " + std::to_string(store_rank) + " served the store and is gone)", store_rank);
-  };
+  auto store_error = [this](const Status& s) { return store_failure(s); };
   auto t = probe_links(*base, plan, rank_, *store_, p2p_issue, store_error, engine_->timeout_s());
   if (!t.ok()) {
     probe_failed_ = t.status();
@@ -124,16 +121,28 @@ Result<std::shared_ptr<const Topology>> CommunicatorImpl::probed_topology() {
   return probed_;
 }
 
-std::shared_ptr<const Topology> CommunicatorImpl::topology() {
+Status CommunicatorImpl::store_failure(const Status& s) const {
+  // As ConnectionManager::store_error does, which also gives the host: that reads the peer table
+  // the engine thread writes, so not from here.
+  const int store_rank = engine_->conns()->store_rank();
+  if (s.ok() || s.code() == Code::kTimeout || store_rank < 0 || store_rank == rank_ || store_rank >= size_) return s;
+  return Status(Code::kRemoteError,
+                s.message() + " (rank " + std::to_string(store_rank) + " served the store and is gone)", store_rank);
+}
+
+Result<std::shared_ptr<const Topology>> CommunicatorImpl::fetch_topology() {
   if (auto t = topo_.get_if_built()) return t;
   auto t = topo_.get(*store_, size_, engine_->timeout_s());
-  if (!t.ok()) {
-    if (!topo_warned_.exchange(true))
-      UCCL_WARN("topology unavailable, using flat algorithms: %s", t.status().message().c_str());
-    return nullptr;
-  }
+  if (!t.ok()) return store_failure(t.status());
   UCCL_INFO("communicator %s:\n%s", opts_.name.c_str(), t.value()->describe(rank_, describe_path).c_str());
   return t.value();
+}
+
+std::shared_ptr<const Topology> CommunicatorImpl::topology() {
+  auto t = fetch_topology();
+  if (t.ok()) return t.take();
+  if (!topo_warned_.exchange(true)) UCCL_WARN("topology unavailable: %s", t.status().message().c_str());
+  return nullptr;
 }
 
 }  // namespace uccl

@@ -148,7 +148,13 @@ Result<OpEnv> CommunicatorImpl::make_env(const Call& c, const MemoryLoc& mem, ui
     env.topo = probed_;  // every call after the first: no lock
   } else if (size_ > 1 && needs_topology(c.coll)) {
     auto t = probed_topology();
-    if (!t.ok()) return t.status();
+    if (!t.ok()) {
+      // Collective, like a failed operation: the peers, which may have the topology and be
+      // waiting for this rank's messages, learn the cause (abort notes) instead of a closed socket.
+      Status why = t.status().with_context(collective_name(c.coll));
+      engine_->abort(why);
+      return why;
+    }
     env.topo = t.value();
   }
   if (env.topo && !cpu_sharers_noted_) {

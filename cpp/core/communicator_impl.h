@@ -114,14 +114,24 @@ class CommunicatorImpl : public Communicator {
   Status check_common(const char* what, DataType dt, size_t count, const void* send, const void* recv,
                       bool need_recv = true);
   CommOptions merged(const CommOptions& child) const;
-  // The topology, fetched from the store on first use (nullptr if that failed).
+  // The topology, fetched from the store on first use. A failed fetch (the store gone, a peer
+  // that never published its PeerInfo) is kept and returned, a vanished store naming the rank
+  // that served it (store_failure).
+  Result<std::shared_ptr<const Topology>> fetch_topology();
+  // fetch_topology() for what can do without one (describe, estimates): nullptr on failure,
+  // warned once.
   std::shared_ptr<const Topology> topology();
+  // A store operation's failure as the communicator reports it: where rank 0's process served
+  // the store, its vanishing is a RemoteError naming rank 0 (a timeout stays one).
+  Status store_failure(const Status& s) const;
   // What estimates read: the probed topology once a collective probed, else topology() (never
   // the probe itself, which needs the peers).
   std::shared_ptr<const Topology> estimate_topology();
   // The topology the algorithms choose with: topology() with the link rates the probe measured
   // (core/link_probe.h), probed on the first call. Collective: every rank calls it at the same
-  // operation (the first one that needs_topology()). nullptr when the topology is unavailable.
+  // operation (the first one that needs_topology()). Fails when the topology is unavailable:
+  // a rank without it cannot choose the algorithm its peers choose (make_env then fails the
+  // communicator, so the peers learn why instead of waiting for messages that never come).
   Result<std::shared_ptr<const Topology>> probed_topology();
 
   const int rank_, size_;
