@@ -257,6 +257,56 @@ def test_mismatched_calls_raise_mismatch_error(transport):
     assert not problems, "\n".join(problems)
 
 
+def body_settings(ctx, option_algos):
+    """One all_reduce on a communicator whose ranks may differ in a job-wide setting (the
+    environment the harness gave them, or the algorithm option given here)."""
+    import uccl
+    me, n = ctx.rank, ctx.world
+    comm = ctx.comm
+    if option_algos:
+        comm = uccl.Communicator(me, n, Prefixed(ctx.store, "opt/"), algorithm=option_algos[me], timeout=20)
+    x = np.full(4096, me + 1, np.float32)
+    t = time.monotonic()
+    try:
+        comm.all_reduce(x)
+        res = ("no error", "", None, time.monotonic() - t, bool((x == n * (n + 1) / 2).all()))
+    except uccl.UcclError as e:
+        res = (type(e).__name__, str(e), e.peer, time.monotonic() - t, False)
+    ctx.linger = False
+    ctx.store.add("settings-done", 1)  # rank 0 serves the store: it leaves last
+    while me == 0 and ctx.store.add("settings-done", 0) < n:
+        time.sleep(0.01)
+    return res
+
+
+@pytest.mark.parametrize("case", ["env", "option", "same-value-other-text"])
+def test_ranks_that_differ_in_a_job_wide_setting_refuse_to_connect(case):
+    """UCCL_SMALL_MSG_BYTES, UCCL_ALGO or the algorithm option (base/config.h Scope::kJob) that
+    differ between ranks made them run different schedules: at 2 ranks ring and rhd exchange the
+    same halves and the results were silently wrong, at 4 they hung to the timeout. Now the pair
+    refuses to connect and every rank fails at once, naming the setting; the same value written
+    differently (64K, 65536) is the same setting."""
+    env_of = {"env": lambda r: {"UCCL_SMALL_MSG_BYTES": "1K"} if r == 2 else {},
+              "option": lambda r: {},
+              "same-value-other-text": lambda r: {"UCCL_SMALL_MSG_BYTES": "65536" if r == 1 else "64K"}}[case]
+    algos = ["auto", "ring", "auto"] if case == "option" else None
+    results = run_world(3, "test_errors:body_settings", (algos,), transport="auto", rank_env=env_of, timeout=90)
+    kinds = [r[0] for r in results]
+    if case == "same-value-other-text":
+        assert kinds == ["no error"] * 3 and all(r[4] for r in results), results
+        return
+    setting = "UCCL_SMALL_MSG_BYTES" if case == "env" else "UCCL_ALGO"
+    problems = []
+    if "MismatchError" not in kinds or any(k not in ("MismatchError", "RemoteError") for k in kinds):
+        problems.append(f"ranks raised {kinds}")
+    for r, (kind, msg, peer, took, _) in enumerate(results):
+        if setting not in msg:
+            problems.append(f"rank {r}'s error does not name {setting}: {kind}: {msg}")
+        if took > 10:
+            problems.append(f"rank {r} took {took:.1f} s to fail")
+    assert not problems, "\n".join(problems)
+
+
 def body_root_mismatch(ctx):
     """World 2: rank 0 calls broadcast(root=0), rank 1 broadcast(root=1)."""
     import uccl

@@ -26,10 +26,11 @@ std::string envelope_to_string(const Envelope& e) {
                   static_cast<unsigned long long>(e.count), dt, static_cast<unsigned>(e.root));
     return buf;
   }
-  std::snprintf(buf, sizeof buf, "%s #%llu (count %llu, %s, %s, root %d)",
+  std::snprintf(buf, sizeof buf, "%s #%llu (count %llu, %s, %s, root %d, %s)",
                 collective_name(static_cast<Collective>(e.coll)), static_cast<unsigned long long>(e.op_seq),
                 static_cast<unsigned long long>(e.count), dt,
-                redop_valid(e.redop) ? redop_name(static_cast<RedOp>(e.redop)) : "?", e.root);
+                redop_valid(e.redop) ? redop_name(static_cast<RedOp>(e.redop)) : "?", e.root,
+                algorithm_name(static_cast<Algorithm>(e.algo)));
   return buf;
 }
 
@@ -38,6 +39,11 @@ Status mismatch_error(const PeerContext& peer, const Envelope& expect, size_t ex
   std::string msg = peer.describe() + " sent " + envelope_to_string(got) + " with " + std::to_string(got_bytes) +
                     " bytes, but rank " + std::to_string(peer.my_rank) + " expected " + envelope_to_string(expect) +
                     " with " + std::to_string(expect_bytes) + " bytes";
+  Envelope other_algo = got;
+  other_algo.algo = expect.algo;
+  if (got.algo != expect.algo && other_algo.same_call(expect))  // the same call, chosen differently
+    msg += " (the ranks chose different algorithms: the settings that choose them, UCCL_ALGO or the communicator's "
+           "algorithm option and UCCL_SMALL_MSG_BYTES, must be the same on every rank)";
   return Status(Code::kMismatch, msg, peer.peer_rank);
 }
 

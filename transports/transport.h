@@ -47,11 +47,16 @@ struct Envelope {
   uint8_t coll = 0;     // Collective enum value
   uint8_t dtype = 0;    // DataType
   uint8_t redop = 0;    // RedOp
-  uint8_t pad[5] = {0, 0, 0, 0, 0};
+  // Algorithm (uccl/types.h) the sender's schedule runs; kAuto (0) for p2p. Every rank must
+  // choose alike (select.h); one that did not (a setting that differs between ranks) would
+  // otherwise take a message of another algorithm whose size happens to match as its own.
+  uint8_t algo = 0;
+  uint8_t mark = 0;     // transport-private: a transport's own kind of message (shm alt_mark, staged slot notes)
+  uint8_t pad[3] = {0, 0, 0};
 
   bool same_call(const Envelope& o) const {
     return op_seq == o.op_seq && count == o.count && root == o.root && coll == o.coll &&
-           dtype == o.dtype && redop == o.redop;
+           dtype == o.dtype && redop == o.redop && algo == o.algo;
   }
 };
 static_assert(sizeof(Envelope) == 32, "Envelope is part of the wire protocol");
@@ -109,7 +114,7 @@ struct RecvRequest : Request {
   size_t lead = 0;
   size_t delivered = 0;  // bytes combined so far: kept current by endpoints that take turns
   // An alternate form (only for endpoints whose takes_alternates() is true): a message of
-  // exactly alt_bytes whose envelope carries alt_mark in pad[0] lands in alt_dst instead, as it
+  // exactly alt_bytes whose envelope carries alt_mark in its mark lands in alt_dst instead, as it
   // is (not reduced), and the endpoint sets took_alt (it clears it at post). The staged
   // endpoint's shared slots send a chunk either as its bytes or as a note naming a slot, and
   // its receiver cannot know which before the message is there.

@@ -43,10 +43,12 @@ def main(out=sys.stdout):
             section = v.get("section")
             print(f"  [{section}]", file=out)
         mark = "*" if v["is_set"] else " "
-        print(f" {mark}{v['name']:28s} = {v['value']!s:10s} (default {v['default']!s}) {v['meaning']}", file=out)
+        job = " [job-wide]" if v.get("job") else ""
+        print(f" {mark}{v['name']:28s} = {v['value']!s:10s} (default {v['default']!s}){job} {v['meaning']}", file=out)
         if v.get("error"):
             print(f"   ! refused: {v['error']}", file=out)
-    print("  (* = set in the environment; ! = refused: the default is used, and creating a communicator fails)",
+    print("  (* = set in the environment; ! = refused: the default is used, and creating a communicator fails;\n"
+          "   job-wide = decides what the ranks exchange: must be the same on every rank, or they refuse to connect)",
           file=out)
     print("\nnetwork interfaces:", file=out)
     for i in _core.interfaces():

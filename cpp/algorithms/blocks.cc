@@ -6,9 +6,15 @@ namespace uccl {
 const TextSetting kAlgo("algorithms", "UCCL_ALGO", "auto",
                         "force an algorithm: auto, ring, direct, hier, rhd (recursive halving/doubling all_reduce), "
                         "twoshot (all_reduce / reduce_scatter: every rank reduces its block from all peers at once)",
-                        any_text());  // checked by Communicator::create with the option (parse_algorithm)
+                        any_text(),  // checked by Communicator::create with the option (parse_algorithm)
+                        Scope::kJob);  // ranks compare the communicator's algorithm (option or this)
 const BytesSetting kSmallMsgBytes("algorithms", "UCCL_SMALL_MSG_BYTES", "64K",
-                                  "latency-oriented (direct) algorithms up to this many bytes", bytes_at_least(0));
+                                  "latency-oriented (direct) algorithms up to this many bytes", bytes_at_least(0),
+                                  Scope::kJob);
+
+Result<Algorithm> resolve_algorithm(const std::string& option) {
+  return parse_algorithm(!option.empty() && option != "auto" ? option : kAlgo.get());
+}
 
 size_t Blocks::total() const {
   size_t t = 0;
@@ -39,7 +45,7 @@ Blocks blocks_from(const std::vector<size_t>& counts, const std::vector<size_t>&
   return b;
 }
 
-Algorithm choose_algorithm(const OpEnv& env, Collective coll, size_t bytes) {
+Algorithm choose_algorithm(const OpEnv& env, Schedule* s, Collective coll, size_t bytes) {
   SelectRequest req;
   req.coll = coll;
   req.dtype = static_cast<DataType>(env.envelope.dtype);
@@ -52,6 +58,7 @@ Algorithm choose_algorithm(const OpEnv& env, Collective coll, size_t bytes) {
   bool fresh = true;
   const Algorithm algo = env.choices ? env.choices->memo.choose(req, &fresh) : choose_fast(req);
   set_algo(env, algorithm_name(algo));
+  s->set_algorithm(algo);
   // INFO: the first time this communicator picks an algorithm for a collective, and again for
   // each other algorithm it picks (not on every call); the text is only built then.
   if (fresh && env.choices && log_enabled(LogLevel::kInfo)) {

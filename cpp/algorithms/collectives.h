@@ -28,8 +28,10 @@ inline void set_algo(const OpEnv& env, const char* name) {
 }
 
 // The selection table's algorithm for this operation (bytes = D, see select.h), recorded in
-// the stats; its reason is INFO-logged the first time this communicator picks it for `coll`.
-Algorithm choose_algorithm(const OpEnv& env, Collective coll, size_t bytes);
+// the stats and in the schedule (its messages' envelopes carry it: ranks that chose
+// differently fail with a mismatch); its reason is INFO-logged the first time this
+// communicator picks it for `coll`.
+Algorithm choose_algorithm(const OpEnv& env, Schedule* s, Collective coll, size_t bytes);
 
 Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s);
 Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s);

@@ -28,7 +28,7 @@ void root_check(int root, const OpEnv& env, Schedule* s, bool towards_root) {
 Status build_all_gather_v(const void* send, void* recv, const Blocks& b, DataType dt, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(dt);
-  const Algorithm algo = choose_algorithm(env, Collective::kAllGather, b.total() * es);
+  const Algorithm algo = choose_algorithm(env, s, Collective::kAllGather, b.total() * es);
   if (algo == Algorithm::kHier) return build_hier_all_gather_v(send, recv, b, dt, env, s);
   if (algo != Algorithm::kRing) {  // direct, or local (one rank)
     s->new_phase();
@@ -51,7 +51,7 @@ Status build_broadcast(const BroadcastArgs& a, const OpEnv& env, Schedule* s) {
   const bool root = r == a.root;
   s->new_phase();
   if (root && a.recv) s->copy(a.recv, a.send, bytes);
-  const Algorithm algo = choose_algorithm(env, Collective::kBroadcast, bytes);
+  const Algorithm algo = choose_algorithm(env, s, Collective::kBroadcast, bytes);
   if (algo == Algorithm::kLocal) return Status::Ok();
   if (algo == Algorithm::kDirect) {
     for (int p = 0; p < n; ++p) {
@@ -81,7 +81,7 @@ Status build_all_to_all_v(const AllToAllVArgs& a, const OpEnv& env, Schedule* s)
   const size_t es = dtype_size(a.dtype);
   size_t total = 0;
   for (int p = 0; p < n; ++p) total += a.send_counts[p];
-  choose_algorithm(env, Collective::kAllToAll, total * es);  // local or direct: the schedule below
+  choose_algorithm(env, s, Collective::kAllToAll, total * es);  // local or direct: the schedule below
   const void* send = a.send;
   s->new_phase();
   if (a.send == a.recv && n > 1) {
@@ -106,7 +106,7 @@ Status build_all_to_all_v(const AllToAllVArgs& a, const OpEnv& env, Schedule* s)
 Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t bytes = a.count * dtype_size(a.dtype);
-  choose_algorithm(env, Collective::kGather, n * bytes);  // direct: the schedule below
+  choose_algorithm(env, s, Collective::kGather, n * bytes);  // direct: the schedule below
   s->new_phase();
   root_check(a.root, env, s, /*towards_root=*/false);
   if (r != a.root) {
@@ -123,7 +123,7 @@ Status build_gather(const GatherArgs& a, const OpEnv& env, Schedule* s) {
 Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t bytes = a.count * dtype_size(a.dtype);
-  choose_algorithm(env, Collective::kScatter, n * bytes);  // direct: the schedule below
+  choose_algorithm(env, s, Collective::kScatter, n * bytes);  // direct: the schedule below
   s->new_phase();
   root_check(a.root, env, s, /*towards_root=*/true);
   if (r != a.root) {
@@ -140,7 +140,7 @@ Status build_scatter(const ScatterArgs& a, const OpEnv& env, Schedule* s) {
 Status build_barrier(const OpEnv& env, Schedule* s) {
   // Dissemination barrier: ceil(log2 n) rounds of empty messages at distance 1, 2, 4, ...
   const int n = env.size, r = env.rank;
-  choose_algorithm(env, Collective::kBarrier, 0);  // dissemination: the schedule below
+  choose_algorithm(env, s, Collective::kBarrier, 0);  // dissemination: the schedule below
   for (int d = 1; d < n; d *= 2) {
     s->new_phase();
     s->send((r + d) % n, nullptr, 0);

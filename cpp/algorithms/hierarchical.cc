@@ -38,7 +38,7 @@ using Ranges = std::vector<std::pair<size_t, size_t>>;  // (byte offset, bytes)
 const BytesSetting kHierSegmentBytes("algorithms", "UCCL_HIER_SEGMENT_BYTES", "4M",
                                      "hierarchical collectives of at least twice this many bytes run as segments "
                                      "of at least this size (at most 8), pipelined over the levels; 0: never",
-                                     bytes_at_least(0));
+                                     bytes_at_least(0), Scope::kJob);
 constexpr size_t kMaxSegments = 16;
 
 size_t segments_for(size_t bytes, const OpEnv& env) {

@@ -143,7 +143,7 @@ void two_shot_all_reduce(const void* send, void* recv, const Blocks& b, bool avg
 Status build_all_reduce(const AllReduceArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), bytes = a.count * es;
-  const Algorithm algo = choose_algorithm(env, Collective::kAllReduce, bytes);
+  const Algorithm algo = choose_algorithm(env, s, Collective::kAllReduce, bytes);
   if (algo == Algorithm::kHier) return build_hier_all_reduce(a, env, s);
   const void* send = a.send;
   s->new_phase();
@@ -203,7 +203,7 @@ Status build_reduce_scatter_v(const void* send, void* recv, const Blocks& b, con
                               const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), total = b.total() * es, mine = b.cnt[r] * es, maxb = max_block(b) * es;
-  const Algorithm algo = choose_algorithm(env, Collective::kReduceScatter, total);
+  const Algorithm algo = choose_algorithm(env, s, Collective::kReduceScatter, total);
   if (algo == Algorithm::kHier) return build_hier_reduce_scatter_v(send, recv, b, a, env, s);
   const bool direct = algo == Algorithm::kDirect;  // local (one rank) takes the ring's path
   // Scratch layout: [premul-scaled input][direct: n slots | ring: two blocks in flight | two-shot: none].
@@ -242,7 +242,7 @@ Status build_reduce(const ReduceArgs& a, const OpEnv& env, Schedule* s) {
   const int n = env.size, r = env.rank;
   const size_t es = dtype_size(a.dtype), bytes = a.count * es;
   const bool root = r == a.root;
-  const Algorithm algo = choose_algorithm(env, Collective::kReduce, bytes);
+  const Algorithm algo = choose_algorithm(env, s, Collective::kReduce, bytes);
   const Blocks b = even_blocks(a.count, n);
   const size_t maxb = max_block(b) * es;
   const bool direct = algo != Algorithm::kRing;  // local (one rank) takes the direct path

@@ -12,6 +12,7 @@ void Schedule::reset(DataType dtype, RedOp op) {
   dtype_ = dtype;
   op_ = op;
   used_ = 0;
+  algorithm_ = Algorithm::kAuto;
 }
 
 void Schedule::new_phase() {

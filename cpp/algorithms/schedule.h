@@ -95,6 +95,9 @@ class Schedule {
 
   DataType dtype() const { return dtype_; }
   RedOp op() const { return op_; }
+  // The algorithm the schedule runs (choose_algorithm sets it): its messages' envelopes carry it.
+  Algorithm algorithm() const { return algorithm_; }
+  void set_algorithm(Algorithm a) { algorithm_ = a; }
   size_t num_phases() const { return used_; }
   Phase& phase(size_t i) { return phases_[i]; }
   const Phase& phase(size_t i) const { return phases_[i]; }
@@ -103,6 +106,7 @@ class Schedule {
   Action& add(Action::Kind kind, int peer, void* dst, const void* src, const void* src2, size_t bytes);
   DataType dtype_;
   RedOp op_;
+  Algorithm algorithm_ = Algorithm::kAuto;
   std::vector<Phase> phases_;  // [0, used_) belong to the current operation
   size_t used_ = 0;
 };

@@ -81,8 +81,7 @@ bool never(const SelectRequest&, std::string*) { return false; }
 
 // One row per algorithm; the order breaks ties.
 struct Row {
-  Algorithm algo;
-  const char* name;
+  Algorithm algo;  // its name: algorithm_name (uccl/types.h)
   bool forcible;        // UCCL_ALGO may name it
   bool plain;           // competes when a forced algorithm cannot run
   bool reads_topology;  // refuse/avoid look at the topology's shape
@@ -94,10 +93,10 @@ struct Row {
 };
 
 const Row kTable[] = {
-    {Algorithm::kLocal, "local", false, true, false, kAR | kAG | kRS | kBcast | kReduce | kA2A, kAnyDtype,
+    {Algorithm::kLocal, false, true, false, kAR | kAG | kRS | kBcast | kReduce | kA2A, kAnyDtype,
      [](const SelectRequest& r, std::string* why) { return r.size != 1 && say(why, "more than one rank"); }, never,
      [](const Topology&, const SelectRequest&) { return 0.0; }},
-    {Algorithm::kDirect, "direct", true, true, false, kAR | kAG | kRS | kBcast | kReduce | kA2A | kGather | kScatter,
+    {Algorithm::kDirect, true, true, false, kAR | kAG | kRS | kBcast | kReduce | kA2A | kGather | kScatter,
      kAnyDtype,
      [](const SelectRequest& r, std::string* why) {
        // gather and scatter have no local row: direct is their algorithm at any size
@@ -110,7 +109,7 @@ const Row kTable[] = {
      [](const Topology& t, const SelectRequest& r) {
        return predict_direct(t, cost_op(r.coll), static_cast<double>(r.bytes), r.root);
      }},
-    {Algorithm::kRing, "ring", true, true, false, kAR | kAG | kRS | kBcast | kReduce, kAnyDtype,
+    {Algorithm::kRing, true, true, false, kAR | kAG | kRS | kBcast | kReduce, kAnyDtype,
      [](const SelectRequest& r, std::string* why) {
        if (r.coll == Collective::kBroadcast && r.size == 2) return say(why, "a broadcast to two ranks is one message");
        return need_two(r, why);
@@ -119,7 +118,7 @@ const Row kTable[] = {
      [](const Topology& t, const SelectRequest& r) {
        return predict_flat_ring(t, cost_op(r.coll), static_cast<double>(r.bytes), r.root);
      }},
-    {Algorithm::kHalvingDoubling, "rhd", true, false, true, kAR, kAnyDtype,
+    {Algorithm::kHalvingDoubling, true, false, true, kAR, kAnyDtype,
      [](const SelectRequest& r, std::string* why) {
        return !(r.size >= 2 && (r.size & (r.size - 1)) == 0) &&
               say(why, std::to_string(r.size) + " ranks: not a power of two");
@@ -138,7 +137,7 @@ const Row kTable[] = {
      [](const Topology& t, const SelectRequest& r) {
        return predict_halving_doubling(t, cost_op(r.coll), static_cast<double>(r.bytes));
      }},
-    {Algorithm::kHier, "hier", true, false, true, kAR | kAG | kRS, kAnyDtype,
+    {Algorithm::kHier, true, false, true, kAR | kAG | kRS, kAnyDtype,
      [](const SelectRequest& r, std::string* why) {
        if (r.size < 2) return say(why, "one rank");
        if (!r.topo) return say(why, "topology unknown");
@@ -149,7 +148,7 @@ const Row kTable[] = {
      [](const Topology& t, const SelectRequest& r) {
        return predict_hierarchical(t, cost_op(r.coll), static_cast<double>(r.bytes));
      }},
-    {Algorithm::kTwoShot, "twoshot", true, false, true, kAR | kRS, kAnyDtype, need_two,
+    {Algorithm::kTwoShot, true, false, true, kAR | kRS, kAnyDtype, need_two,
      [](const SelectRequest& r, std::string* why) {
        // Its phases have every rank send to all others at once: fine through shared memory,
        // incast on a NIC. On one host it moves the ring's bytes in 2 phases instead of
@@ -170,7 +169,7 @@ const Row kTable[] = {
      [](const Topology& t, const SelectRequest& r) {
        return predict_two_shot(t, cost_op(r.coll), static_cast<double>(r.bytes));
      }},
-    {Algorithm::kDissemination, "dissemination", false, true, false, kBarrier, kAnyDtype, never, never,
+    {Algorithm::kDissemination, false, true, false, kBarrier, kAnyDtype, never, never,
      [](const Topology& t, const SelectRequest&) { return predict_dissemination(t); }},
 };
 constexpr int kRows = sizeof(kTable) / sizeof(kTable[0]);
@@ -194,7 +193,7 @@ double cost_of(const Row& row, const SelectRequest& req) { return req.topo ? row
 std::string forcible_names() {
   std::string s = "auto";
   for (const Row& r : kTable)
-    if (r.forcible) s += std::string(", ") + r.name;
+    if (r.forcible) s += std::string(", ") + algorithm_name(r.algo);
   return s;
 }
 
@@ -247,17 +246,11 @@ Choice decide(const SelectRequest& req, bool want_cost) {
 
 }  // namespace
 
-const char* algorithm_name(Algorithm a) {
-  if (a == Algorithm::kAuto) return "auto";
-  const Row* r = row_of(a);
-  return r ? r->name : "unknown";
-}
-
 Result<Algorithm> parse_algorithm(const std::string& name) {
   if (name.empty() || name == "auto") return Algorithm::kAuto;
   if (name == "hierarchical") return Algorithm::kHier;
   for (const Row& r : kTable)
-    if (r.forcible && name == r.name) return r.algo;
+    if (r.forcible && name == algorithm_name(r.algo)) return r.algo;
   return InvalidArgument("unknown algorithm '" + name + "': expected " + forcible_names() + " (or hierarchical)");
 }
 
@@ -293,14 +286,14 @@ Selection select_algorithm(const SelectRequest& in) {
     const Row& row = kTable[i];
     std::string why;
     if (!(c.runs & (1u << i))) {
-      if ((row.colls & bit(req.coll)) && refuses(row, req, &why)) out += (out.empty() ? "" : "; ") + std::string(row.name) + " (" + why + ")";
+      if ((row.colls & bit(req.coll)) && refuses(row, req, &why)) out += (out.empty() ? "" : "; ") + std::string(algorithm_name(row.algo)) + " (" + why + ")";
       continue;
     }
     const bool avoids = row.avoid(req, &why);
     const double cost = i == c.best ? c.cost : cost_of(row, req);
     sel.candidates.push_back({row.algo, cost, avoids, why});
     if (!(c.pool & (1u << i)) && i != c.best)
-      avoided += (avoided.empty() ? "" : "; ") + std::string(row.name) + " " + fmt_seconds(cost) + (why.empty() ? "" : " (" + why + ")");
+      avoided += (avoided.empty() ? "" : "; ") + std::string(algorithm_name(row.algo)) + " " + fmt_seconds(cost) + (why.empty() ? "" : " (" + why + ")");
   }
   char head[160];
   snprintf(head, sizeof head, "%s of %s on %d ranks: ", collective_name(in.coll),
@@ -316,14 +309,14 @@ Selection select_algorithm(const SelectRequest& in) {
   sel.cost = c.cost;
   const Row* forced = req.forced == Algorithm::kAuto ? nullptr : row_of(req.forced);
   if (c.forced_runs) {
-    sel.reason += std::string(best.name) + " forced by UCCL_ALGO/algorithm option (" + fmt_seconds(c.cost) + ")";
+    sel.reason += std::string(algorithm_name(best.algo)) + " forced by UCCL_ALGO/algorithm option (" + fmt_seconds(c.cost) + ")";
   } else {
     if (forced) {
       std::string why;
       refuses(*forced, req, &why);
-      sel.reason += std::string("forced ") + forced->name + " cannot run (" + why + "), the plain algorithms compete; ";
+      sel.reason += std::string("forced ") + algorithm_name(forced->algo) + " cannot run (" + why + "), the plain algorithms compete; ";
     }
-    sel.reason += std::string(best.name) + " predicted " + fmt_seconds(c.cost);
+    sel.reason += std::string(algorithm_name(best.algo)) + " predicted " + fmt_seconds(c.cost);
     for (const Candidate& k : sel.candidates)
       if (k.algo != best.algo && (c.pool & (1u << (row_of(k.algo) - kTable))))
         sel.reason += std::string(", ") + algorithm_name(k.algo) + " " + fmt_seconds(k.cost);
@@ -357,7 +350,7 @@ Result<double> predict_algorithm(const SelectRequest& req, Algorithm algo) {
   r.coll = base_collective(req.coll);
   std::string why;
   if (refuses(*row, r, &why))
-    return InvalidArgument(std::string(row->name) + " cannot run " + collective_name(req.coll) + " here: " + why);
+    return InvalidArgument(std::string(algorithm_name(row->algo)) + " cannot run " + collective_name(req.coll) + " here: " + why);
   return row->cost(*req.topo, r);
 }
 

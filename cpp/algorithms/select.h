@@ -31,21 +31,13 @@ namespace uccl {
 
 class Topology;
 
-enum class Algorithm : uint8_t {
-  kAuto,           // not an algorithm: "let the table choose"
-  kLocal,          // one rank: a copy
-  kDirect,         // every message in one phase (latency)
-  kRing,           // rings (bandwidth)
-  kHalvingDoubling,  // "rhd": recursive halving/doubling all_reduce
-  kHier,           // rings along the topology's levels (hierarchical.cc)
-  kTwoShot,        // "twoshot": each rank reduces its block from all peers at once, then sends it to all
-  kDissemination,  // barrier
-};
-
-const char* algorithm_name(Algorithm a);  // "auto", "local", "direct", "ring", "rhd", "hier", ...
+// The algorithms (enum Algorithm) and their names (algorithm_name) are vocabulary: uccl/types.h.
 // The names UCCL_ALGO / the algorithm option accept ("" and "auto" = kAuto, "hierarchical" =
 // "hier"); anything else is InvalidArgument listing them.
 Result<Algorithm> parse_algorithm(const std::string& name);
+// A communicator's algorithm: its algorithm option, or UCCL_ALGO where the option is empty or
+// "auto", parsed.
+Result<Algorithm> resolve_algorithm(const std::string& option);
 
 // all_gather_v -> all_gather, reduce_scatter_v -> reduce_scatter, all_to_all_v -> all_to_all.
 Collective base_collective(Collective c);

@@ -21,6 +21,20 @@ const char* collective_name(Collective c) {
   return "unknown_collective";
 }
 
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kLocal: return "local";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kHalvingDoubling: return "rhd";
+    case Algorithm::kHier: return "hier";
+    case Algorithm::kTwoShot: return "twoshot";
+    case Algorithm::kDissemination: return "dissemination";
+  }
+  return "unknown";
+}
+
 Result<Collective> parse_collective(const std::string& name) {
   for (int c = 0; c <= static_cast<int>(Collective::kAllToAllV); ++c)
     if (c != static_cast<int>(Collective::kSendRecv) && name == collective_name(static_cast<Collective>(c)))

@@ -36,8 +36,8 @@ bool to_double(const std::string& text, double* out) {
 
 }  // namespace
 
-ConfigVar::ConfigVar(const char* section, const char* name, const char* def, const char* meaning)
-    : section_(section), name_(name), def_(def), meaning_(meaning) {
+ConfigVar::ConfigVar(const char* section, const char* name, const char* def, const char* meaning, Scope scope)
+    : section_(section), name_(name), def_(def), meaning_(meaning), scope_(scope) {
   std::lock_guard<std::mutex> lock(registry_mu());
   registry().push_back(this);
 }
@@ -207,8 +207,16 @@ std::vector<ConfigRow> config_table() {
     Status s = v->error();
     const std::string value = env && v->secret() ? std::string("(set, hidden)") : env ? env : v->def();
     out.push_back({v->section(), v->name(), value, v->def(), v->meaning(), env != nullptr,
-                   s.ok() ? std::string() : s.message()});
+                   s.ok() ? std::string() : s.message(), v->scope() == Scope::kJob});
   }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> job_settings() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const ConfigVar* v : sorted_vars())
+    if (v->scope() == Scope::kJob) out.emplace_back(v->name(), v->value_text());
+  std::sort(out.begin(), out.end());
   return out;
 }
 

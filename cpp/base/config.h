@@ -16,6 +16,12 @@
 // (checked by Communicator::create) names the variable, the text and what was expected. No
 // other code calls getenv for a UCCL_* name (grep for it).
 //
+// A setting that decides what the ranks exchange (which algorithm, how a collective is cut, the
+// link probe) is declared Scope::kJob: every rank of a communicator must have the same value.
+// Each rank publishes those values with its PeerInfo and a rank refuses to connect to a peer
+// whose values differ (a MismatchError naming the setting), because otherwise the two would run
+// different schedules: a hang, or worse, blocks of one algorithm combined as another's.
+//
 // Declare settings at namespace scope and do not call get() from another static initializer
 // (the declaring file's objects may not be constructed yet).
 #pragma once
@@ -25,6 +31,8 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "uccl/status.h"
@@ -33,10 +41,13 @@ namespace uccl {
 
 enum class LogLevel : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
+// kRank: each process may set its own value. kJob: every rank of a communicator must agree.
+enum class Scope : uint8_t { kRank, kJob };
+
 class ConfigVar {
  public:
   // `section` groups the table (general first, then the other sections; names in order).
-  ConfigVar(const char* section, const char* name, const char* def, const char* meaning);
+  ConfigVar(const char* section, const char* name, const char* def, const char* meaning, Scope scope = Scope::kRank);
   ConfigVar(const ConfigVar&) = delete;
   ConfigVar& operator=(const ConfigVar&) = delete;
   const char* section() const { return section_; }
@@ -45,6 +56,10 @@ class ConfigVar {
   const char* meaning() const { return meaning_; }
   // A secret (a key): config_table() shows only whether it is set, never its text.
   virtual bool secret() const { return false; }
+  Scope scope() const { return scope_; }
+  // The value in force (after load), as canonical text: equal texts <=> equal values ("64K" and
+  // "65536" give the same text).
+  virtual std::string value_text() const = 0;
   // Why the environment's text was refused (Ok when unset or valid). Loads the variable.
   Status error() const;
 
@@ -60,6 +75,7 @@ class ConfigVar {
   const char* name_;
   const char* def_;
   const char* meaning_;
+  const Scope scope_;
   mutable std::once_flag once_;
   mutable Status error_;
 };
@@ -70,8 +86,9 @@ class Setting : public ConfigVar {
  public:
   // Returns "" when the text is valid, else what was expected.
   using Parser = std::function<std::string(const std::string& text, T* out)>;
-  Setting(const char* section, const char* name, const char* def, const char* meaning, Parser parser)
-      : ConfigVar(section, name, def, meaning), parser_(std::move(parser)) {}
+  Setting(const char* section, const char* name, const char* def, const char* meaning, Parser parser,
+          Scope scope = Scope::kRank)
+      : ConfigVar(section, name, def, meaning, scope), parser_(std::move(parser)) {}
   const T& get() const {
     load();
     return value_;
@@ -81,6 +98,12 @@ class Setting : public ConfigVar {
     T v{};
     parser_(def(), &v);
     return v;
+  }
+  std::string value_text() const override {
+    const T& v = get();
+    if constexpr (std::is_same_v<T, std::string>) return v;
+    else if constexpr (std::is_enum_v<T>) return std::to_string(static_cast<std::underlying_type_t<T>>(v));
+    else return std::to_string(v);
   }
 
  private:
@@ -135,8 +158,11 @@ struct ConfigRow {
   std::string meaning;
   bool is_set;          // present in the environment
   std::string error;    // why the environment's text was refused ("" when valid)
+  bool job = false;     // Scope::kJob: the same on every rank
 };
 // Every declared UCCL_* variable (for `python -m uccl.info` and the README).
 std::vector<ConfigRow> config_table();
+// The Scope::kJob variables' names and value_text(), sorted by name.
+std::vector<std::pair<std::string, std::string>> job_settings();
 
 }  // namespace uccl

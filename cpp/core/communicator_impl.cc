@@ -15,11 +15,6 @@ namespace uccl {
 
 namespace {
 
-// The communicator's algorithm option, or UCCL_ALGO where the option is empty or "auto".
-const std::string& algorithm_name(const CommOptions& opts) {
-  return !opts.algorithm.empty() && opts.algorithm != "auto" ? opts.algorithm : kAlgo.get();
-}
-
 uintptr_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 // Whether [a, a + a_len) and [b, b + b_len) share a byte.
@@ -66,7 +61,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
   if (!store) return InvalidArgument("a store is required");
   UCCL_RETURN_IF_ERROR(config_status());  // a UCCL_* value that does not parse is refused here
   UCCL_RETURN_IF_ERROR(check_transport_names(!opts.transport.empty() ? opts.transport : kTransport.get()));
-  auto algo = parse_algorithm(algorithm_name(opts));
+  auto algo = resolve_algorithm(opts.algorithm);
   if (!algo.ok()) return algo.status().with_context("option or UCCL_ALGO");
   log_set_rank(rank);
   const double timeout = opts.timeout_s > 0 ? opts.timeout_s : kTimeoutS.get();
@@ -85,7 +80,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int rank, int size, s
 CommunicatorImpl::CommunicatorImpl(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts,
                                    std::shared_ptr<Engine> engine)
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts), engine_(std::move(engine)),
-      algo_(parse_algorithm(algorithm_name(opts)).value()),
+      algo_(resolve_algorithm(opts.algorithm).value()),
       small_msg_bytes_(kSmallMsgBytes.get()), express_on_(kExpress.get()) {
   exec_.p2p_sent.assign(size, 0);
   exec_.p2p_recvd.assign(size, 0);

@@ -51,6 +51,15 @@ Status ConnectionManager::start_connect(int peer) {
   // A short lookup: if the peer has not created the communicator yet, try again later.
   auto info = peer_info(peer, 0.05);
   if (!info.ok()) return info.status().code() == Code::kTimeout ? Status::Ok() : info.status();
+  // Ranks that differ in a job-wide setting would run different schedules: refuse the pair
+  // before either sends a byte (the peer learns why from the failure notice).
+  const std::string diff = settings_difference(me_, *info.value());
+  if (!diff.empty())
+    return Status(Code::kMismatch,
+                  "connecting to " + peer_context(peer).describe() + ": " + diff +
+                      "; settings that decide what the ranks exchange must be the same on every rank "
+                      "(python -m uccl.info marks them 'job-wide')",
+                  peer);
   auto paths = paths_to(*info.value());
   if (!paths.ok()) return paths.status().with_context("connecting to " + peer_context(peer).describe());
   // Walk the candidates from where the last attempt stopped: a transport that answered

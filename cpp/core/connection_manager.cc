@@ -10,6 +10,8 @@
 #include <cstring>
 #include <random>
 
+#include "algorithms/schedule.h"
+#include "algorithms/select.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/net.h"
@@ -121,6 +123,15 @@ Status ConnectionManager::init() {
   me_.pid = getpid();
   me_.staging_chunk = staged_offer();
   me_.staging_shared = staged_shared_offer();
+  // What every rank must share (base/config.h Scope::kJob); the algorithm is this
+  // communicator's own (its option, else UCCL_ALGO; Communicator::create checked that it parses).
+  me_.settings = job_settings();
+  auto algo = resolve_algorithm(opts_.algorithm);
+  for (auto& s : me_.settings) {
+    if (s.first != kAlgo.name() || !algo.ok()) continue;
+    s.first = std::string("the algorithm (") + kAlgo.name() + " or the communicator's algorithm option)";
+    s.second = algorithm_name(algo.value());
+  }
   // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
   UCCL_RETURN_IF_ERROR(describe_local_host(&me_, local_rdma_nics()));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());

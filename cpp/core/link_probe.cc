@@ -13,9 +13,9 @@ namespace uccl {
 const TextSetting kProbe("topology", "UCCL_PROBE", "auto",
                          "measure link rates before the first collective: auto (when the algorithm choice depends "
                          "on them and the topology file does not declare them), on (every level), off",
-                         one_of({"auto", "on", "off"}));
+                         one_of({"auto", "on", "off"}), Scope::kJob);
 const BytesSetting kProbeBytes("topology", "UCCL_PROBE_BYTES", "4M", "bytes each probe pair sends (also S/4 first)",
-                               bytes_at_least(64 * 1024));
+                               bytes_at_least(64 * 1024), Scope::kJob);
 const DoubleSetting kProbeCacheS("topology", "UCCL_PROBE_CACHE_S", "300",
                                  "reuse a probe result for the same host pair and transport for this many seconds "
                                  "(/tmp/uccl-probe-cache; 0 = always measure)",

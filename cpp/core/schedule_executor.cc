@@ -298,6 +298,7 @@ Status ScheduleTask::progress(bool* done) {
     if (device_) UCCL_RETURN_IF_ERROR(prepare_device());
     x_->sched.reset(dtype_, op_);
     UCCL_RETURN_IF_ERROR(build_(env_, &x_->sched));
+    env_.envelope.algo = static_cast<uint8_t>(x_->sched.algorithm());
     if (device_ && !env_.scratch->error().ok()) return env_.scratch->error().with_context("device scratch");
     built_ = true;
     if (log_enabled(LogLevel::kInfo)) {

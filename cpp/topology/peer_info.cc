@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "base/config.h"
@@ -64,6 +65,7 @@ std::string PeerInfo::serialize() const {
   if (staging_shared) o << "staging_shared\t1\n";
   if (!agree.empty()) o << "agree\t" << clean(agree) << '\n';
   if (!machine.empty()) o << "machine\t" << clean(machine) << '\n';
+  for (auto& s : settings) o << "setting\t" << clean(s.first) << '\t' << clean(s.second) << '\n';
   return o.str();
 }
 
@@ -95,6 +97,8 @@ Result<PeerInfo> PeerInfo::parse(const std::string& text) {
       p.agree = f[1];
     } else if (f[0] == "machine" && f.size() >= 2) {
       p.machine = f[1];
+    } else if (f[0] == "setting" && f.size() >= 3) {
+      p.settings.emplace_back(f[1], f[2]);
     } else if (!line.empty()) {
       return InvalidArgument("malformed PeerInfo line: " + line);
     }
@@ -114,6 +118,23 @@ std::string host_identity() {
 }
 
 std::string machine_identity() { return read_first_line("/proc/sys/kernel/random/boot_id"); }
+
+std::string settings_difference(const PeerInfo& me, const PeerInfo& peer) {
+  if (peer.settings.empty()) return "";  // a peer that does not say
+  std::map<std::string, std::string> theirs(peer.settings.begin(), peer.settings.end());
+  for (auto& [name, mine] : me.settings) {
+    auto it = theirs.find(name);
+    const std::string other = it == theirs.end() ? std::string("(not known)") : it->second;
+    if (other != mine)
+      return name + " is '" + mine + "' on rank " + std::to_string(me.rank) + " but '" + other + "' on rank " +
+             std::to_string(peer.rank);
+  }
+  for (auto& [name, value] : peer.settings)
+    if (std::none_of(me.settings.begin(), me.settings.end(), [&](auto& m) { return m.first == name; }))
+      return name + " is not known on rank " + std::to_string(me.rank) + " but '" + value + "' on rank " +
+             std::to_string(peer.rank);
+  return "";
+}
 
 std::vector<AddressChoice> rank_peer_addresses(const PeerInfo& me, const PeerInfo& peer) {
   struct Cand {

@@ -48,6 +48,10 @@ struct PeerInfo {
   bool staging_shared = false;
   // "ip:port" of this communicator's agreement listener (core/agreement.h: shrink), "" if none.
   std::string agree;
+  // The settings every rank of the communicator must share (base/config.h Scope::kJob), name
+  // and value text, sorted by name: they decide what the ranks exchange. Empty from a peer that
+  // does not say.
+  std::vector<std::pair<std::string, std::string>> settings;
 
   std::string serialize() const;
   static Result<PeerInfo> parse(const std::string& text);
@@ -62,6 +66,10 @@ struct AddressChoice {
   std::string fabric;            // "" when no common fabric
 };
 std::vector<AddressChoice> rank_peer_addresses(const PeerInfo& me, const PeerInfo& peer);
+
+// "" when both ranks publish the same job-wide settings, else the first that differs:
+// "UCCL_SMALL_MSG_BYTES is '65536' on rank 0 but '1024' on rank 2".
+std::string settings_difference(const PeerInfo& me, const PeerInfo& peer);
 
 // Striping one connection over several networks (issue 18, rails item 2): a lane is one of the
 // peer's listen addresses on a subnet one of my tcp NICs is on too. Lanes are distinct subnets,

@@ -69,6 +69,23 @@ enum class Collective : uint8_t {
   kAllToAllV = 12,
 };
 const char* collective_name(Collective c);
+
+// The algorithms a collective can run (chosen in one place: cpp/algorithms/select.h). Values
+// travel in the Envelope, which carries the sender's algorithm so that ranks that chose
+// differently (settings that differ between ranks) fail with a mismatch instead of combining
+// unrelated blocks: append only.
+enum class Algorithm : uint8_t {
+  kAuto = 0,             // not an algorithm: "let the table choose" (and p2p messages)
+  kLocal = 1,            // one rank: a copy
+  kDirect = 2,           // every message in one phase (latency)
+  kRing = 3,             // rings (bandwidth)
+  kHalvingDoubling = 4,  // "rhd": recursive halving/doubling all_reduce
+  kHier = 5,             // rings along the topology's levels (hierarchical.cc)
+  kTwoShot = 6,          // "twoshot": each rank reduces its block from all peers at once, then sends it to all
+  kDissemination = 7,    // barrier
+};
+// "auto", "local", "direct", "ring", "rhd", "hier", "twoshot", "dissemination"; "unknown" else.
+const char* algorithm_name(Algorithm a);
 // The collective that collective_name() calls `name` ("all_reduce", "all_gather_v", ...; not
 // "send_recv", which is a batch of messages rather than a collective): kInvalidArgument naming
 // the accepted words otherwise. The C API and Python name collectives this way.

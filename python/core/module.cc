@@ -129,6 +129,7 @@ PYBIND11_MODULE(_core, m) {
       d["is_set"] = v.is_set;
       d["section"] = v.section;
       d["error"] = v.error;  // why the environment's value was refused ("" when valid)
+      d["job"] = v.job;      // the same on every rank (base/config.h Scope::kJob)
       out.append(d);
     }
     return out;

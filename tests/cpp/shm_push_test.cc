@@ -262,7 +262,7 @@ TEST_CASE("receives that take an alternate form") {
   for (size_t i = 0; i < kMessages; ++i) {
     payload[i] = is_note(i) ? make_payload(kNote, 100 + i) : make_payload(big, i);
     Envelope e = env_for(i + 1);
-    if (is_note(i)) e.pad[0] = kMark;
+    if (is_note(i)) e.mark = kMark;
     make_send(&s[i], payload[i].data(), payload[i].size(), e, true);
     ep->post_send(&s[i]);
     all.push_back(&s[i]);
@@ -272,7 +272,7 @@ TEST_CASE("receives that take an alternate form") {
   SendRequest plain, wrong;
   make_send(&plain, small.data(), kNote, env_for(100));
   Envelope e = env_for(101);
-  e.pad[0] = kMark;
+  e.mark = kMark;
   make_send(&wrong, marked.data(), marked.size(), e);
   ep->post_send(&plain);
   ep->post_send(&wrong);

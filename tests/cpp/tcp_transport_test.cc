@@ -254,6 +254,25 @@ TEST_CASE("mismatched envelope or size -> kMismatch") {
     CHECK(r.error.message().find("100 bytes") != std::string::npos);
     CHECK(r.error.message().find("96 bytes") != std::string::npos);
   }
+  {  // same call and size, another algorithm: ranks that chose differently (2 ranks, ring and rhd
+     // exchange the same halves; taken as its own, the blocks were combined wrongly)
+    Pair p = make_pair(1);
+    std::vector<uint8_t> buf(64);
+    SendRequest s;
+    RecvRequest r;
+    s.data = buf.data(), s.bytes = 64, s.env = env(3, 16);
+    s.env.algo = static_cast<uint8_t>(Algorithm::kHalvingDoubling);
+    r.dst = buf.data(), r.bytes = 64, r.expect = env(3, 16);
+    r.expect.algo = static_cast<uint8_t>(Algorithm::kRing);
+    p.a->post_send(&s);
+    p.b->post_recv(&r);
+    CHECK(drive(p, [&] { return !r.pending(); }, 5));
+    CHECK(r.error.code() == Code::kMismatch);
+    const std::string& m = r.error.message();
+    CHECK(m.find("rhd") != std::string::npos);
+    CHECK(m.find("ring") != std::string::npos);
+    CHECK(m.find("chose different algorithms") != std::string::npos);
+  }
 }
 
 TEST_CASE("garbage on the stream -> kRemoteError") {

@@ -234,7 +234,7 @@ bool ShmEndpoint::recv_start(RecvRequest* r) {
           "found a corrupt message header in the shared memory ring");
     return true;
   }
-  if (r->alt_dst && rx_hdr_.env.pad[0] == r->alt_mark && bytes == r->alt_bytes && rx_hdr_.env.same_call(r->expect)) {
+  if (r->alt_dst && rx_hdr_.env.mark == r->alt_mark && bytes == r->alt_bytes && rx_hdr_.env.same_call(r->expect)) {
     // The alternate form (RecvRequest::alt_dst): the receive now describes it. It is small
     // (never pulled or pushed), so an offer of the plain form for this message stays unclaimed
     // until the next offer in its slot replaces it.

@@ -499,7 +499,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
           c.via_slot = true;
           c.s.data = &c.note;
           c.s.bytes = sizeof(SlotNote);
-          c.s.env.pad[0] = kSlotNoteMark;
+          c.s.env.mark = kSlotNoteMark;
         } else {
           c.s.data = c.slot->host;
           c.s.bytes = c.len;

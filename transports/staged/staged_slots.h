@@ -15,7 +15,7 @@
 //  * A device chunk is copied into a free slot; once the copy is done the sender sends a
 //    SlotNote (which slot, the chunk's sequence number and length, the segment's name) in place
 //    of the chunk's bytes, as an ordinary message of the inner endpoint whose envelope carries
-//    kSlotNoteMark in pad[0]. Envelope checks, ordering, any-source look-ahead and the failure
+//    kSlotNoteMark in its mark. Envelope checks, ordering, any-source look-ahead and the failure
 //    detection stay the inner endpoint's. Host chunks travel as plain messages (one CMA copy).
 //  * The receiver does not know a chunk's form in advance (the sender's buffer decides): each
 //    receive it posts takes the chunk's bytes or, as RecvRequest::alt_dst, a note (a message of
@@ -41,7 +41,7 @@
 
 namespace uccl {
 
-constexpr uint8_t kSlotNoteMark = 0xA5;  // Envelope::pad[0] of a message that is a SlotNote
+constexpr uint8_t kSlotNoteMark = 0xA5;  // Envelope::mark of a message that is a SlotNote
 
 struct SlotNote {
   uint64_t magic = 0;  // kSlotNoteMagic
