@@ -614,6 +614,47 @@ def test_peer_killed_during_staged_transfer(transport):
         assert res["leftover"] == [], res
 
 
+def body_slots_gone_before_read(ctx):
+    """Rank 0 sends from device memory through shared slots (a note naming its slot segment),
+    then fails (comm.abort: the abort note goes out, then its slots are freed and unlinked)
+    before rank 1 posts the receive. Rank 1 takes the note, finds the segment gone, and must
+    report rank 0's failure with its cause, not "cannot open shared memory segment"
+    (NotSupported, naming nobody: kill_points.py --device trial 30, where the receiver then
+    blamed nobody and its peers the wrong rank)."""
+    from uccl.sim import SimArray
+    comm, me = ctx.comm, ctx.rank
+    ctx.linger = False
+    n = 1 << 14  # one 64 KiB chunk: its send completes once the note is out
+    if me == 0:  # the pair connects first (lazily: the receiver's engine must take part)
+        comm.send(np.ones(4, np.float32), 1)
+    else:
+        comm.recv(np.zeros(4, np.float32), 0)
+    if me == 0:
+        comm.send(SimArray.from_numpy(np.ones(n, np.float32)), 1)
+        comm.abort("rank 0 gives up (test)")
+        ctx.store.set("aborted", b"1")
+        ctx.store.wait(["received"], 30)
+        return None
+    ctx.store.wait(["aborted"], 30)
+    t = time.monotonic()
+    try:
+        comm.recv(np.zeros(n, np.float32), 0)
+        res = {"kind": "no error"}
+    except uccl.UcclError as e:
+        res = {"kind": type(e).__name__, "msg": str(e), "peer": e.peer, "took": time.monotonic() - t}
+    ctx.store.set("received", b"1")
+    return res
+
+
+def test_a_peer_that_freed_the_slots_it_named_is_reported_as_failed():
+    [_, res] = run_world(2, "test_device:body_slots_gone_before_read", transport="shm",
+                         env={"UCCL_STAGED": "on", "UCCL_STAGED_SHARED": "on", "UCCL_STAGED_CHUNK_BYTES": "64K"},
+                         timeout=60)
+    assert res["kind"] == "RemoteError" and res["peer"] == 0, res
+    assert "rank 0 gives up (test)" in res["msg"], res
+    assert res["took"] < 5, res
+
+
 # ---- the pipeline overlaps copies with the wire -----------------------------------------------------
 
 def body_overlap(ctx, mib):

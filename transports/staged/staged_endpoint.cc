@@ -390,7 +390,8 @@ void StagedEndpoint::finish(Op& op, bool is_send) {
   Request* user = is_send ? static_cast<Request*>(op.s) : op.r;
   if (!user->pending()) return;
   if (!op.error.ok()) fail(user, op.error);
-  else if (op.finished == op.chunks.size()) complete(user);
+  else if (!op.gone.ok() && now_s() - op.gone_at >= kGoneWaitS) fail(user, op.gone);
+  else if (op.gone.ok() && op.finished == op.chunks.size()) complete(user);
 }
 
 bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {

@@ -155,6 +155,12 @@ class StagedEndpoint final : public Endpoint {
     std::vector<Chunk> chunks;
     size_t started = 0, posted = 0, finished = 0;
     Status error;
+    // Shared slots: the peer removed a segment it had just named in a note, so it failed or
+    // exited; it fails its connection (whose abort note carries the root cause) before it frees
+    // its slots, so the inner endpoint is about to say why. The op waits for that, or fails with
+    // this after kGoneWaitS (finish).
+    Status gone;
+    double gone_at = 0;
     bool register_tried = false;  // shared slots: one try per op to register them for DMA
     double starved_since = 0;     // sending: when a chunk first found no free slot (ChunkTimes)
   };
@@ -190,6 +196,7 @@ class StagedEndpoint final : public Endpoint {
   // peer fails every op (found by benchmarks/kill_points.py --device: a survivor waited for the
   // communicator's timeout).
   void check_peer_alive();
+  static constexpr double kGoneWaitS = 1.0;  // Op::gone: how long the inner endpoint may take to say why
   double alive_checked_at_ = 0;  // now_s() of the last check_peer_alive()
   // Moves one direction's ops along; returns true if anything moved.
   bool advance(Dir& d, bool is_send);

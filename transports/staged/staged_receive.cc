@@ -110,7 +110,7 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
   // 1. Receives on the inner endpoint, posted ahead. Each takes whichever form its chunk comes
   //    in: the bytes (straight into the user's buffer, reduced on the way as on a plain pair; a
   //    device's into a bounce slot) or a note (RecvRequest::alt_dst).
-  while (ready && may_post && op.error.ok() && op.started < n) {
+  while (ready && may_post && op.error.ok() && op.gone.ok() && op.started < n) {
     Chunk& c = op.chunks[op.started];
     if (device && !(c.slot = acquire(d, c.len))) break;
     c.r.expect = op.r->expect;
@@ -150,6 +150,16 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
       if (src.ok()) c.src = src.value();
       retire_peer_mapping();  // the sender made a new segment: let the old one go
       if (!op.error.ok()) continue;
+      if (!src.ok() && src.status().code() == Code::kNotSupported) {  // the segment is gone (Op::gone)
+        if (op.gone.ok()) {
+          op.gone = Status(Code::kRemoteError,
+                           "rank " + std::to_string(peer_rank_) + " removed the staging slots it had just named (it "
+                               "failed or exited): " + src.status().message(),
+                           peer_rank_);
+          op.gone_at = now_s();
+        }
+        continue;
+      }
       if (!src.ok()) {
         op.error = Status(src.status().code(), src.status().message(), peer_rank_);
         continue;
