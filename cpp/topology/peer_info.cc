@@ -129,9 +129,10 @@ std::string settings_difference(const PeerInfo& me, const PeerInfo& peer) {
       return name + " is '" + mine + "' on rank " + std::to_string(me.rank) + " but '" + other + "' on rank " +
              std::to_string(peer.rank);
   }
-  for (auto& [name, value] : peer.settings)
-    if (std::none_of(me.settings.begin(), me.settings.end(), [&](auto& m) { return m.first == name; }))
-      return name + " is not known on rank " + std::to_string(me.rank) + " but '" + value + "' on rank " +
+  std::map<std::string, std::string> mine(me.settings.begin(), me.settings.end());
+  for (auto& s : peer.settings)
+    if (!mine.count(s.first))
+      return s.first + " is not known on rank " + std::to_string(me.rank) + " but '" + s.second + "' on rank " +
              std::to_string(peer.rank);
   return "";
 }
