@@ -284,12 +284,15 @@ def test_two_ranks_grow_by_two_joiners():
 
 
 @pytest.mark.timeout(300)
-def test_joiner_with_another_transport_setting_is_refused_on_both_sides():
+@pytest.mark.parametrize("setting,value,word", [("UCCL_TRANSPORT", "tcp", "transport"),
+                                                ("UCCL_SMALL_MSG_BYTES", "1K", "UCCL_SMALL_MSG_BYTES")],
+                         ids=["transport", "job-wide-setting"])
+def test_joiner_with_another_setting_is_refused_on_both_sides(setting, value, word):
     results = run_world(3, "test_shrink:body_grow", args=(2, "mismatch"), make_comm=False, timeout=120,
-                        rank_env=lambda r: {"UCCL_TRANSPORT": "tcp"} if r == 2 else {})
+                        rank_env=lambda r: {setting: value} if r == 2 else {})
     for r in results:
         assert r["error"] == "MismatchError", r
-        assert "transport" in r["msg"], r
+        assert word in r["msg"], r
 
 
 def test_shrink_and_grow_check_their_arguments():

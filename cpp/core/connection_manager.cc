@@ -51,6 +51,17 @@ ConnectionManager::~ConnectionManager() {
   if (agree_fd_ >= 0) ::close(agree_fd_);
 }
 
+std::vector<std::pair<std::string, std::string>> job_wide_settings(const CommOptions& opts) {
+  auto out = job_settings();
+  auto algo = resolve_algorithm(opts.algorithm);  // Communicator::create checked that it parses
+  for (auto& s : out) {
+    if (s.first != kAlgo.name() || !algo.ok()) continue;
+    s.first = std::string("the algorithm (") + kAlgo.name() + " or the communicator's algorithm option)";
+    s.second = algorithm_name(algo.value());
+  }
+  return out;
+}
+
 Status ConnectionManager::init() {
   Result<std::string> key = job_key();
   if (!key.ok()) return key.status();
@@ -125,13 +136,7 @@ Status ConnectionManager::init() {
   me_.staging_shared = staged_shared_offer();
   // What every rank must share (base/config.h Scope::kJob); the algorithm is this
   // communicator's own (its option, else UCCL_ALGO; Communicator::create checked that it parses).
-  me_.settings = job_settings();
-  auto algo = resolve_algorithm(opts_.algorithm);
-  for (auto& s : me_.settings) {
-    if (s.first != kAlgo.name() || !algo.ok()) continue;
-    s.first = std::string("the algorithm (") + kAlgo.name() + " or the communicator's algorithm option)";
-    s.second = algorithm_name(algo.value());
-  }
+  me_.settings = job_wide_settings(opts_);
   // RDMA NICs, cluster label, fabrics and link rates (sysfs, UCCL_TOPO_FILE, UCCL_CLUSTER).
   UCCL_RETURN_IF_ERROR(describe_local_host(&me_, local_rdma_nics()));
   return store_->set("uccl/peer/" + std::to_string(rank_), me_.serialize());

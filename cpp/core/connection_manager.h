@@ -38,6 +38,12 @@
 
 namespace uccl {
 
+// The job-wide settings (base/config.h Scope::kJob) as a communicator with these options has
+// them, name and value: UCCL_ALGO's entry is the algorithm its option and UCCL_ALGO resolve to.
+// Published with the PeerInfo (a pair whose settings differ refuses to connect) and part of
+// grow()'s fingerprint.
+std::vector<std::pair<std::string, std::string>> job_wide_settings(const CommOptions& opts);
+
 class ConnectionManager {
  public:
   ConnectionManager(int rank, int size, std::shared_ptr<Store> store, const CommOptions& opts, double timeout_s);

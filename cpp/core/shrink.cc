@@ -53,6 +53,7 @@ std::string fingerprint(const CommOptions& o) {
   s << "job-key " << (key.ok() && !key.value().empty() ? "set" : "none") << '\n';
   s << "transport " << (o.transport.empty() || o.transport == "auto" ? kTransport.get() : o.transport) << '\n';
   s << "socket-family " << (kSocketFamily.get().empty() ? "any" : kSocketFamily.get()) << '\n';
+  for (auto& [name, value] : job_wide_settings(o)) s << name << " = " << value << '\n';
   return s.str();
 }
 
