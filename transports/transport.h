@@ -210,6 +210,11 @@ class Endpoint {
   // endpoint: closing a socket with input still unread resets the connection, and the reset
   // drops what was still queued for the peer.
   virtual bool farewell_delivered() const { return true; }
+  // The peer's own word on why it left, where the transport carries one out of band and the
+  // peer already left it (shm's close note: "failed and closed the connection; root cause:
+  // ..."), while messages it sent before may still be waiting in order. Ok while it left none.
+  // Consumes nothing, never blocks. (The staged endpoint asks when the peer's shared slots vanish.)
+  virtual Status peer_farewell() const { return Status::Ok(); }
   virtual TransportKind kind() const = 0;
   // Human description for logs and errors: "tcp 10.0.0.2:41234 (2 sockets)".
   virtual std::string describe() const = 0;

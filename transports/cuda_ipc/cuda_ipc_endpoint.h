@@ -48,6 +48,7 @@ class CudaIpcEndpoint final : public Endpoint {
   bool has_pending() const override;
   void fail_all(const Status& why) override;
   bool farewell_delivered() const override { return inner_->farewell_delivered(); }  // (staged_endpoint.h)
+  Status peer_farewell() const override { return inner_->peer_farewell(); }
   TransportKind kind() const override;
   std::string describe() const override;
 

@@ -141,6 +141,8 @@ class ShmEndpoint final : public Endpoint {
   // The header at the ring's tail, when no receive is in progress (see Endpoint::peek).
   Result<bool> peek(Envelope* env, size_t* bytes) override;
   void fail_all(const Status& why) override;
+  // The close note the peer left (its abort names the root cause), before the ring is drained.
+  Status peer_farewell() const override { return ctl_ && peer_left_note() ? peer_gone_status() : Status::Ok(); }
   TransportKind kind() const override { return TransportKind::kShm; }
   bool takes_tee() const override { return true; }
   bool takes_turns() const override { return true; }  // by ring pieces and CMA chunks

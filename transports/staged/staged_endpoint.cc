@@ -389,6 +389,7 @@ void StagedEndpoint::post_recv(RecvRequest* r) {
 void StagedEndpoint::finish(Op& op, bool is_send) {
   Request* user = is_send ? static_cast<Request*>(op.s) : op.r;
   if (!user->pending()) return;
+  if (!op.gone.ok() && op.error.ok()) op.error = inner_->peer_farewell();  // Op::gone: its reason, once said
   if (!op.error.ok()) fail(user, op.error);
   else if (!op.gone.ok() && now_s() - op.gone_at >= kGoneWaitS) fail(user, op.gone);
   else if (op.gone.ok() && op.finished == op.chunks.size()) complete(user);

@@ -114,6 +114,7 @@ class StagedEndpoint final : public Endpoint {
   // was delivered, a reset dropped it and the peer named this rank instead of the cause
   // (benchmarks/kill_points.py --device).
   bool farewell_delivered() const override { return inner_->farewell_delivered(); }
+  Status peer_farewell() const override { return inner_->peer_farewell(); }
   TransportKind kind() const override { return inner_->kind(); }
   std::string describe() const override;
 
@@ -157,8 +158,9 @@ class StagedEndpoint final : public Endpoint {
     Status error;
     // Shared slots: the peer removed a segment it had just named in a note, so it failed or
     // exited; it fails its connection (whose abort note carries the root cause) before it frees
-    // its slots, so the inner endpoint is about to say why. The op waits for that, or fails with
-    // this after kGoneWaitS (finish).
+    // its slots, so the inner endpoint says why: at once where the note is out of band
+    // (peer_farewell: shm's close note), else once its earlier messages are read. The op waits
+    // for that, or fails with this after kGoneWaitS (finish).
     Status gone;
     double gone_at = 0;
     bool register_tried = false;  // shared slots: one try per op to register them for DMA
