@@ -175,7 +175,13 @@ def native_stacks(pid, timeout=45.0, limit=8000):
             cur.append(ln[:200])
     idle = ("gomp_thread_start", "libcudadebugger")  # an OpenMP worker, the debugger's helper
     busy = [t for t in threads if len(t) > 1 and not any(m in ln for ln in t[1:] for m in idle)]
-    busy.sort(key=lambda t: not any("uccl" in ln for ln in t))
+    # A simulated device's stream worker with nothing queued (its own loop is the first uccl
+    # frame) goes last: a soak's ranks have a dozen, and they filled the dump before the thread
+    # that hung (2026-11-29).
+    def idle_stream(t):
+        first = next((ln for ln in t[1:] if "uccl" in ln), "")
+        return "SimStream::SimStream" in first
+    busy.sort(key=lambda t: (not any("uccl" in ln for ln in t), idle_stream(t)))
     text = "\n".join(ln for t in busy for ln in t)
     return text[:limit] + ("\n..." if len(text) > limit else "")
 

@@ -660,6 +660,44 @@ def test_a_peer_that_freed_the_slots_it_named_is_reported_as_failed(behind):
     assert res["took"] < 0.5, res  # the close note says why at once
 
 
+def body_drop_comm_with_a_callback_due(ctx):
+    """A communicator dropped from Python (the GIL held) while its last operation, waited for
+    with wait(stream=), has not finished: the Python callback that keeps its buffers is due on
+    the progress thread, which needs the GIL, while the destructor joins that thread. Hung
+    (tests/device_soak.py seed 446, one run in ~8); the Python-facing communicator now lets
+    the GIL go while it is destroyed (python/core/module.cc for_python)."""
+    from uccl.sim import SimArray, Stream
+    import sys
+    ctx.linger = False
+    interval = sys.getswitchinterval()
+    for i in range(3):
+        comm = ctx.comm.split(0)  # held only here
+        x = SimArray.from_numpy(np.ones(1 << 16, np.float32))
+        st = Stream(0)
+        w = comm.all_reduce(x, async_op=True)
+        # Keep the GIL (no switch for 60 s) while the operation completes: its callback then
+        # waits for the GIL on the progress thread, as it did when the drop came at that moment.
+        sys.setswitchinterval(60)
+        w.wait(stream=st)  # returns at once, a Python callback registered
+        until = time.monotonic() + 0.3
+        while time.monotonic() < until:
+            pass
+        t = time.monotonic()
+        del comm, w  # the last references: the destructor runs here, the GIL held
+        took = time.monotonic() - t
+        sys.setswitchinterval(interval)
+    ctx.store.add("dropped", 1)
+    while ctx.rank == 0 and ctx.store.add("dropped", 0) < ctx.world:
+        time.sleep(0.01)
+    return took
+
+
+def test_dropping_a_communicator_with_a_python_callback_due_does_not_hang():
+    results = run_world(2, "test_device:body_drop_comm_with_a_callback_due", env={"UCCL_STAGED": "on"},
+                        transport="shm", timeout=60)
+    assert all(t < 10 for t in results), results
+
+
 # ---- the pipeline overlaps copies with the wire -----------------------------------------------------
 
 def body_overlap(ctx, mib):

@@ -78,6 +78,25 @@ py::dict stats_dict(const OpStats& s) {
   return d;
 }
 
+// A communicator handed to Python. Its last reference may be Python's, dropped with the GIL
+// held (a `del`, a function's locals); the destructor joins the progress thread, which may be
+// waiting for the GIL to run a Python callback (Work.on_complete, the one wait(stream=)
+// registers) or a Python store's method: a deadlock (tests/device_soak.py seed 446, a
+// sub-communicator dropped while its last operation's callback was due). The deleter lets
+// the GIL go while the communicator is destroyed.
+std::shared_ptr<Communicator> for_python(std::shared_ptr<Communicator> c) {
+  if (!c) return c;
+  Communicator* raw = c.get();
+  return std::shared_ptr<Communicator>(raw, [keep = std::move(c)](Communicator*) mutable {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      keep.reset();
+    } else {
+      keep.reset();
+    }
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -205,7 +224,7 @@ PYBIND11_MODULE(_core, m) {
       .def_static("create", [](int rank, int size, std::shared_ptr<Store> store, py::dict opts) {
             CommOptions o = options_from(opts);
             py::gil_scoped_release nogil;
-            return unwrap(C::create(rank, size, store, o));
+            return for_python(unwrap(C::create(rank, size, store, o)));
           }, py::arg("rank"), py::arg("size"), py::arg("store"), py::arg("options") = py::dict())
       .def_property_readonly("rank", &C::rank)
       .def_property_readonly("size", &C::size)
@@ -287,32 +306,32 @@ PYBIND11_MODULE(_core, m) {
       .def("split", [](C& c, int color, int key, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;
-             return unwrap(c.split(color, key, o));
+             return for_python(unwrap(c.split(color, key, o)));
            }, py::arg("color"), py::arg("key"), py::arg("options") = py::dict())
       .def("new_group", [](C& c, std::vector<int> ranks, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;
-             return unwrap(c.new_group(ranks, o));
+             return for_python(unwrap(c.new_group(ranks, o)));
            }, py::arg("ranks"), py::arg("options") = py::dict())
       .def("shrink", [](C& c, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;
-             return unwrap(c.shrink(o));
+             return for_python(unwrap(c.shrink(o)));
            }, py::arg("options") = py::dict())
       .def("shrink_excluding", [](C& c, std::vector<int> exclude, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;
-             return unwrap(c.shrink_excluding(exclude, o));
+             return for_python(unwrap(c.shrink_excluding(exclude, o)));
            }, py::arg("exclude"), py::arg("options") = py::dict())
       .def("grow", [](C& c, int new_size, const std::string& tag, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;
-             return unwrap(c.grow(new_size, tag, o));
+             return for_python(unwrap(c.grow(new_size, tag, o)));
            }, py::arg("new_size"), py::arg("tag"), py::arg("options") = py::dict())
       .def_static("join", [](std::shared_ptr<Store> store, const std::string& tag, py::dict opts) {
              CommOptions o = options_from(opts);
              py::gil_scoped_release nogil;
-             return unwrap(C::join(store, tag, o));
+             return for_python(unwrap(C::join(store, tag, o)));
            }, py::arg("store"), py::arg("tag"), py::arg("options") = py::dict())
       .def("abort", &C::abort, py::arg("why") = "abort() called", release)
       .def("error", [](C& c) { check(c.error()); }, release)
