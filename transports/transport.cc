@@ -42,8 +42,8 @@ Status mismatch_error(const PeerContext& peer, const Envelope& expect, size_t ex
   Envelope other_algo = got;
   other_algo.algo = expect.algo;
   if (got.algo != expect.algo && other_algo.same_call(expect))  // the same call, chosen differently
-    msg += " (the ranks chose different algorithms: the settings that choose them, UCCL_ALGO or the communicator's "
-           "algorithm option and UCCL_SMALL_MSG_BYTES, must be the same on every rank)";
+    msg += " (the ranks chose different algorithms: the settings that choose them, marked job-wide by "
+           "python -m uccl.info, must be the same on every rank)";
   return Status(Code::kMismatch, msg, peer.peer_rank);
 }
 

@@ -150,11 +150,9 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
       if (src.ok()) c.src = src.value();
       retire_peer_mapping();  // the sender made a new segment: let the old one go
       if (!op.error.ok()) continue;
-      if (!src.ok() && src.status().code() == Code::kNotSupported) {  // the segment is gone (Op::gone)
-        Status why = inner_->peer_farewell();  // the reason it left, when it said (shm's close note)
-        if (!why.ok()) {
-          op.error = why;
-        } else if (op.gone.ok()) {
+      // The segment is gone: the peer failed (Op::gone; finish() asks the inner endpoint why).
+      if (!src.ok() && src.status().code() == Code::kNotSupported) {
+        if (op.gone.ok()) {
           op.gone = Status(Code::kRemoteError,
                            "rank " + std::to_string(peer_rank_) + " removed the staging slots it had just named (it "
                                "failed or exited): " + src.status().message(),
