@@ -361,6 +361,22 @@ def test_estimate_reads_the_communicators_topology():
     assert two_hosts[0] > one_host[0], (one_host, two_hosts)
 
 
+def body_estimate_with_a_forced_algorithm(ctx):
+    """A forced algorithm that cannot run here (rhd on 3 ranks): the operation runs a plain one,
+    and the estimate predicts that one instead of refusing (it raised InvalidArgument "rhd cannot
+    run all_reduce here", found by tests/thread_soak.py's watcher)."""
+    comm = ctx.comm
+    x = np.ones(1 << 16, np.float32)
+    comm.all_reduce(x)
+    ctx.check.true(bool((x == ctx.world).all()), f"all_reduce gave {x[:4]}")
+    return comm.estimate("all_reduce", x.nbytes), comm.estimate("reduce_scatter", x.nbytes)
+
+
+def test_estimate_with_a_forced_algorithm_that_cannot_run():
+    forced = run_world(3, "test_api:body_estimate_with_a_forced_algorithm", algorithm="rhd", timeout=60)
+    assert all(a > 0 and b > 0 for a, b in forced), forced
+
+
 def body_estimating(ctx):
     """comm.estimating(): the program's own calls run nothing and add up their predictions."""
     comm, me, n, check = ctx.comm, ctx.rank, ctx.world, ctx.check

@@ -47,7 +47,9 @@ Result<double> CommunicatorImpl::estimate(Collective coll, size_t total_bytes, i
   req.topo = topo.get();
   req.forced = algo_;
   req.small_msg_bytes = small_msg_bytes_;
-  auto t = predict_algorithm(req, algo_);
+  // What the selection picks with req.forced, as the operation would: a forced algorithm that
+  // cannot run here gives way to the plain ones there too (predict_algorithm(req, algo_) refused).
+  auto t = predict_algorithm(req, Algorithm::kAuto);
   if (!t.ok()) return t.status().with_context("estimate");
   if (t.value() < 0)
     return Status(Code::kNotSupported, std::string("estimate: no prediction for ") + collective_name(coll));
