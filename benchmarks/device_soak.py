@@ -3,6 +3,7 @@
     python benchmarks/device_soak.py --seeds 20            # seeds 0..19, 1-3 s each here
     python benchmarks/device_soak.py --seed 7 --ops 80     # replay one seed (a failure names it)
     python benchmarks/device_soak.py --minutes 30 --first 1000
+    python benchmarks/device_soak.py --threads --seeds 20  # 2-4 threads per rank (tests/thread_soak.py)
 
 Each seed draws the job as well as its operations: the world (2-4), the transport (shm, tcp, or
 two emulated hosts), the staged path's settings (split or whole mode, shared slots or plain
@@ -20,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from device_soak import job, run_seed  # noqa: E402
+from thread_soak import run_seed_threads, threads_for  # noqa: E402
 
 
 def main():
@@ -30,6 +32,8 @@ def main():
     ap.add_argument("--minutes", type=float, default=0, help="run seeds until this much time has passed")
     ap.add_argument("--ops", type=int, default=60, help="operations per seed")
     ap.add_argument("--timeout", type=float, default=240, help="seconds one seed may take")
+    ap.add_argument("--threads", action="store_true",
+                    help="each rank runs 2-4 threads, each with a communicator and a plan of its own")
     a = ap.parse_args()
     import _pytest.outcomes
     seeds = [a.seed] if a.seed is not None else range(a.first, a.first + (10 ** 9 if a.minutes else a.seeds))
@@ -40,10 +44,11 @@ def main():
             break
         t0 = time.monotonic()
         world, transport, hosts, env, slow = job(seed)
-        label = (f"seed {seed}: world {world}, {transport}{' (2 hosts)' if hosts else ''}, "
+        label = (f"seed {seed}: world {world}{f', {threads_for(seed)} threads' if a.threads else ''}, "
+                 f"{transport}{' (2 hosts)' if hosts else ''}, "
                  + " ".join(f"{k[5:]}={v}" for k, v in env.items()) + (f", slow ranks {list(slow)}" if slow else ""))
         try:
-            _, _, _, _, _, res = run_seed(seed, a.ops, a.timeout)
+            _, _, _, _, _, res = (run_seed_threads if a.threads else run_seed)(seed, a.ops, a.timeout)
         except _pytest.outcomes.Failed as e:
             print(f"FAILED {label}\n{e}", flush=True)
             return 1

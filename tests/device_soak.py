@@ -18,6 +18,7 @@ operations; run_seed(seed) runs it (from the parent process).
 """
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class _Place:
     before the call (not waited for: the operation must be ordered after them), the call is
     ordered on it, and results are read by copies queued there behind Work.wait(stream=)."""
 
-    streams = {}  # device -> uccl.sim.Stream, made once per rank
+    _streams = threading.local()  # .by_device: device -> uccl.sim.Stream, one per rank and thread
 
     def __init__(self, kind, use_stream):
         self.kind = kind
@@ -98,9 +99,10 @@ class _Place:
         self.stream = None
         self.keep = []  # host sources of copies still queued
         if self.device is not None and use_stream:
-            self.stream = _Place.streams.get(self.device)
-            if self.stream is None:
-                self.stream = _Place.streams[self.device] = uccl.sim.Stream(self.device)
+            mine = _Place._streams.__dict__.setdefault("by_device", {})
+            if self.device not in mine:
+                mine[self.device] = uccl.sim.Stream(self.device)
+            self.stream = mine[self.device]
 
     def put(self, a):
         if self.device is None:

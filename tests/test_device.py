@@ -373,6 +373,71 @@ def test_a_copy_queued_behind_a_stream_wait(copies, transport):
         assert r.get("error", ("",))[0] == "TimeoutError" and r["first"] == 1.0, r
 
 
+def body_two_communicators_in_threads(ctx):
+    """Each rank: a thread on the world communicator and one on a split copy, each issuing an
+    all_reduce of device memory, wait(stream=) and a copy queued behind the wait (a read of the
+    result: it holds the simulated copy engine until the wait is met). Rank 0's world thread goes
+    first, rank 1's split thread goes first; the other thread starts its input copy 0.3 s later.
+    With signal waits on both communicators the first thread's held copy stands in front of the
+    other communicator's input copy on each rank, and each operation waits for the rank where the
+    other holds it: neither ever runs. Under auto only the world (the process's first
+    communicator) waits by signal; the split copy's wait is the host's."""
+    import threading
+    import time
+    from uccl.sim import SimArray, Stream
+    comm, me = ctx.comm, ctx.rank
+    sub = comm.split(0)
+    count = 4096
+    first = threading.Event()
+    out = {"errors": []}
+
+    def run(c, name, value, starts_first):
+        try:
+            if not starts_first:
+                first.wait(30)
+                time.sleep(0.3)
+            s = Stream(0)
+            src = np.full(count, value * (me + 1), np.float32)
+            x = SimArray((count,), np.float32, 0)
+            x.copy_from(src, stream=s, sync=False)
+            w = c.all_reduce(x, async_op=True, stream=s)
+            if starts_first:
+                first.set()  # (before the wait: under auto the split copy's wait blocks this thread)
+            w.wait(stream=s)
+            held = SimArray((count,), np.float32, 0)
+            held.copy_from(src, stream=s, sync=False)  # behind the wait, on the engine
+            w.wait(timeout=15)
+            s.synchronize()
+            out[name] = float(x.numpy()[0])
+        except Exception as e:  # noqa: BLE001 - reported in the result
+            out["errors"].append(f"{name}: {type(e).__name__}: {e}")
+            first.set()
+
+    threads = [threading.Thread(target=run, args=(comm, "world", 1.0, me == 0)),
+               threading.Thread(target=run, args=(sub, "sub", 10.0, me == 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    out["describe_world"], out["describe_sub"] = comm.describe(), sub.describe()
+    return out
+
+
+def test_two_communicators_waited_by_stream_in_different_orders_do_not_deadlock():
+    """Found by tests/thread_soak.py (seed 0, 4 threads: an operation timed out on every run with
+    device buffers and stream waits, never with host buffers or host waits): base/device.h
+    stream_wait_for gives signal waits to one communicator of the process under auto. Before, the
+    scenario timed out on both communicators (their 10 s)."""
+    results = run_world(2, "test_device:body_two_communicators_in_threads", env={"UCCL_STREAM_WAIT": "auto"},
+                        transport="tcp", timeout=90, comm_timeout=10)
+    for r in results:
+        assert not r["errors"], r
+        assert r["world"] == 3.0 and r["sub"] == 30.0, r
+        assert "stream waits on sim: signal" in r["describe_world"], r["describe_world"]
+        assert "stream waits on sim: host (auto: another communicator of this process waits by signal)" in \
+            r["describe_sub"], r["describe_sub"]
+
+
 def body_wait_stream_host(ctx, kill_peer):
     """UCCL_STREAM_WAIT=host (what auto picks for CUDA): wait(stream=)
     returns only once the operation is done, so the stream has nothing left to wait for and reads
@@ -863,6 +928,19 @@ def test_random_soak_of_device_paths(seed):
     assert res.checks >= 150 * world // 2, res.checks
     assert all(r["ops"] == 150 for r in res)
     assert len({k for r in res for k in r["kinds"]}) == 3  # host and both devices took part
+
+
+@pytest.mark.parametrize("seed", [5, 17])
+def test_random_soak_with_threads(seed):
+    """The soak with 2-4 threads per rank (tests/thread_soak.py), each on a communicator of its
+    own (the world, split copies), some handing their operations to another thread to wait for
+    and check, one thread reading describe() and estimate() of them all meanwhile, the copies
+    destroyed by their threads while the others run; every result exact against numpy."""
+    import thread_soak
+    world, transport, hosts, env, slow, res = thread_soak.run_seed_threads(seed, 60, timeout=240)
+    n = thread_soak.threads_for(seed)
+    assert all(r["issued"] == [60] * n for r in res), res
+    assert res.checks >= 60 * n * world // 2, res.checks
 
 
 def test_device_pools_past_the_pinned_reserve_do_not_hang():

@@ -17,8 +17,9 @@ class Work:
         now on runs only after the operation finished (NCCL's ``work.wait()``). Errors then come
         from a later ``wait()`` / ``is_completed()``; the stream is released on failure too. Where a
         stream must not wait on uccl's thread (CUDA, unless ``UCCL_STREAM_WAIT=signal`` or ``kernel``;
-        ``uccl.stream_wait_mode()`` says), the host waits for the operation instead and
-        its error is raised here.
+        ``uccl.stream_wait_mode()`` says; and under ``auto`` every communicator but the process's
+        first, ``describe()`` says), the host waits for the operation instead and its error is
+        raised here.
         """
         if stream is not None:
             from .comm import _stream_handle

@@ -126,8 +126,9 @@ const TextSetting kStreamWait("device", "UCCL_STREAM_WAIT", "auto",
                               "how wait(stream=) / the torch backend's work.wait() hold a stream back: signal (the "
                               "device runtime waits on a flag uccl raises; the host returns at once), kernel (a "
                               "one-thread kernel on the stream polls that flag), host (the host waits for the op), "
-                              "auto (signal where the device runtime cannot deadlock on it: the simulated device; "
-                              "host on CUDA, device.h)",
+                              "auto (signal where the device runtime cannot deadlock on it: the simulated device, "
+                              "and there on the process's first communicator only, host on the others; host on "
+                              "CUDA; device.h)",
                               one_of({"auto", "signal", "kernel", "host"}));
 
 StreamWaitMode stream_wait_policy(DeviceBackend* b, std::string* why) {
@@ -139,6 +140,13 @@ StreamWaitMode stream_wait_policy(DeviceBackend* b, std::string* why) {
     return StreamWaitMode::kHost;
   }
   return b->signal_waits_safe(why) ? StreamWaitMode::kSignal : StreamWaitMode::kHost;
+}
+
+StreamWaitMode stream_wait_for(DeviceBackend* b, bool owns_signal_waits, std::string* why) {
+  const StreamWaitMode m = stream_wait_policy(b, why);
+  if (m == StreamWaitMode::kHost || owns_signal_waits || kStreamWait.get() != "auto") return m;
+  if (why) *why = "auto: another communicator of this process waits by signal";
+  return StreamWaitMode::kHost;
 }
 
 const TextSetting kDeviceCopies("device", "UCCL_DEVICE_COPIES", "auto",

@@ -240,6 +240,22 @@ Status refuse_capture(DeviceBackend* b, DeviceStream* s, const std::string& what
 // reason).
 StreamWaitMode stream_wait_policy(DeviceBackend* b, std::string* why);
 
+// What one communicator's Work::wait_stream does: stream_wait_policy(), except that under auto
+// only the communicator that owns the process's signal waits (`owns_signal_waits`: the first one
+// made, while it lives; core/engine.h) waits by signal, and every other by the host.
+// Why: a stream waiting on a signal holds the device's shared copy queues for whatever its user
+// queues behind the wait (reading the result: tensor.cpu(), x.numpy(stream=)) until uccl raises
+// the signal. Two communicators doing so, whose operations the ranks issue in different orders
+// (threads: a pipeline's sends beside data-parallel all_reduces), wait on each other across
+// ranks: rank 0's read behind A's wait holds the copy of B's input, rank 1's read behind B's wait
+// holds A's input, and neither operation can start where it is held (tests/thread_soak.py found
+// it on the simulated device, whose one copy-engine queue is the worst case of CUDA's shared
+// hardware queues). NCCL leaves that to its users: operations on different communicators must be
+// issued in the same order on every rank. With one communicator waiting by signal nothing can
+// hold its operations but its own earlier ones, and host waits hold no queue at all. A forced
+// UCCL_STREAM_WAIT=signal|kernel applies to every communicator, with NCCL's rule.
+StreamWaitMode stream_wait_for(DeviceBackend* b, bool owns_signal_waits, std::string* why);
+
 // How uccl's own copies of device memory run (the executor's local copies, the staged and IPC
 // transports): by kernel (copy_by_kernel_async) where a user's stream may wait on uccl's signals
 // (stream_wait_policy() is not kHost), else by the copy engines (copy_async: DMA, no cores

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "base/config.h"
+#include "base/device.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "transports/registry.h"
@@ -15,14 +16,24 @@ namespace uccl {
 namespace {
 const BoolSetting kProgressThread("general", "UCCL_PROGRESS_THREAD", "1",
                                   "run a background progress thread for asynchronous ops", boolean());
+
+// The engine that owns the process's signal waits (Engine::owns_signal_waits), or none.
+std::atomic<const Engine*> g_signal_waits_owner{nullptr};
 }  // namespace
 
 // ---- Engine ------------------------------------------------------------------------------------
 
 Engine::Engine(int rank, int size, std::unique_ptr<ConnectionManager> conns, double timeout_s)
-    : rank_(rank), size_(size), conns_(std::move(conns)), timeout_s_(timeout_s) {}
+    : rank_(rank), size_(size), conns_(std::move(conns)), timeout_s_(timeout_s) {
+  const Engine* none = nullptr;
+  owns_signal_waits_ = g_signal_waits_owner.compare_exchange_strong(none, this);
+}
 
-Engine::~Engine() { shutdown(); }
+Engine::~Engine() {
+  shutdown();
+  const Engine* me = this;
+  if (owns_signal_waits_) g_signal_waits_owner.compare_exchange_strong(me, nullptr);
+}
 
 void Engine::start_progress_thread() {
   if (kProgressThread.get()) thread_ = std::thread([this] { thread_main(); });
@@ -436,8 +447,22 @@ void Engine::shutdown() {
 }
 
 std::string Engine::describe() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return conns_->describe();
+  std::string s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = conns_->describe();
+  }
+  if (!any_device_memory()) return s;
+  // How this communicator's wait(stream=) holds a stream back on each device that may own memory
+  // here (it differs between communicators of one process: base/device.h stream_wait_for).
+  for (DeviceBackend* b : device_backends()) {
+    std::string why;
+    if (!b->available(&why) || !b->may_own_memory()) continue;
+    const StreamWaitMode m = stream_wait_for(b, owns_signal_waits_, &why);
+    s += std::string("  stream waits on ") + b->name() + ": " + stream_wait_mode_name(m) +
+         (m == StreamWaitMode::kHost ? " (" + why + ")" : "") + "\n";
+  }
+  return s;
 }
 
 }  // namespace uccl

@@ -125,6 +125,10 @@ class Engine {
   void shutdown();
   std::string describe();
   double timeout_s() const { return timeout_s_; }
+  // Whether this communicator's stream waits may go by signal under UCCL_STREAM_WAIT=auto: the
+  // first engine made in the process claims that, until it is destroyed; then the next one made
+  // does (base/device.h stream_wait_for says why only one).
+  bool owns_signal_waits() const { return owns_signal_waits_; }
   ConnectionManager* conns() { return conns_.get(); }
   std::mutex& mutex() { return mu_; }
 
@@ -172,6 +176,7 @@ class Engine {
   std::atomic<size_t> queued_{0};  // queue_.size(), stored under mu_; end_will_wait reads it without the lock
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  bool owns_signal_waits_ = false;
 };
 
 }  // namespace uccl

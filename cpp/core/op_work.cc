@@ -41,9 +41,10 @@ Status OpWork::wait_stream(uintptr_t stream) {
   auto st = mem.backend->wrap_stream(mem.ordinal, stream);
   if (!st.ok()) return st.status().with_context(label() + ": wait_stream");
   UCCL_RETURN_IF_ERROR(refuse_capture(mem.backend, st.value().get(), label() + ": wait_stream"));
-  // Where a signal wait could deadlock the device runtime (device.h, signal_waits_safe), the
-  // host waits: once the operation is done its results are in place for every stream.
-  const StreamWaitMode how = stream_wait_policy(mem.backend, nullptr);
+  // Where a signal wait could deadlock the device runtime (device.h, signal_waits_safe) or hold
+  // another communicator's operations (stream_wait_for), the host waits: once the operation is
+  // done its results are in place for every stream.
+  const StreamWaitMode how = stream_wait_for(mem.backend, engine_->owns_signal_waits(), nullptr);
   if (how == StreamWaitMode::kHost) return wait(-1.0);
   auto sig = mem.backend->create_signal(mem.ordinal);
   if (!sig.ok()) return sig.status().with_context(label() + ": wait_stream");
