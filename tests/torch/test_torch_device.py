@@ -390,6 +390,25 @@ def soak_worker(rank, world, port, direct, seed):
     dist.destroy_process_group()
 
 
+def soak_threads_worker(rank, world, port, direct, seed, n_threads):
+    ext = load_device()
+    if direct:
+        ext.use_uccl_sim_memory()
+    U.init_uccl(rank, world, port)
+    import torch_soak
+    checks = torch_soak.soak_threads(rank, world, seed, 60, DEV, n_threads)
+    assert all(c > 15 for c in checks), checks
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("direct,seed,world", [(True, 4, 3), (False, 5, 2)], ids=["direct-w3", "staged-w2"])
+def test_random_torch_soak_with_threads(device_built, direct, seed, world):
+    """The torch soak on three threads per rank, each on a process group of its own (the default
+    one and two new groups of every rank), as a trainer's data-parallel, pipeline and metrics
+    threads would run (tests/torch/torch_soak.py soak_threads)."""
+    U.spawn(soak_threads_worker, world, direct, seed, 3, deadline_s=300)
+
+
 @pytest.mark.parametrize("direct,seed,world", [(False, 1, 3), (True, 2, 3), (True, 3, 4)],
                          ids=["staged-w3", "direct-w3", "direct-w4"])
 def test_random_torch_soak_on_the_test_device(device_built, direct, seed, world):

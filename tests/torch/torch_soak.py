@@ -85,7 +85,7 @@ def _redop(red):
             "product": dist.ReduceOp.PRODUCT, "avg": dist.ReduceOp.AVG}[red]
 
 
-def _issue(o, rank, world, seed, device):
+def _issue(o, rank, world, seed, device, group=None):
     """Issues one call asynchronously; returns (works, check) where check() yields
     (what, got, want) once the works were waited for."""
     n, root, dt = o["n"], o["root"], o["dtype"]
@@ -97,36 +97,36 @@ def _issue(o, rank, world, seed, device):
     kind = o["op"]
     if kind == "all_reduce":
         x = put(ins(rank))
-        w = dist.all_reduce(x, op=_redop(o["red"]), async_op=True)
+        w = dist.all_reduce(x, op=_redop(o["red"]), async_op=True, group=group)
         return [w], lambda: [("result", x, _reduce([ins(r) for r in range(world)], o["red"], world))]
     if kind == "broadcast":
         x = put(ins(rank))
-        w = dist.broadcast(x, src=root, async_op=True)
+        w = dist.broadcast(x, src=root, async_op=True, group=group)
         return [w], lambda: [("result", x, ins(root))]
     if kind == "reduce":
         red = "sum" if o["red"] in ("avg", "premul") else o["red"]  # (torch: reduce has no AVG on every backend)
         x = put(ins(rank))
-        w = dist.reduce(x, dst=root, op=_redop(red), async_op=True)
+        w = dist.reduce(x, dst=root, op=_redop(red), async_op=True, group=group)
         if rank != root:
             return [w], lambda: []
         return [w], lambda: [("result at the root", x, _reduce([ins(r) for r in range(world)], red, world))]
     if kind == "all_gather":
         outs = [zeros(n) for _ in range(world)]
-        w = dist.all_gather(outs, put(ins(rank)), async_op=True)
+        w = dist.all_gather(outs, put(ins(rank)), async_op=True, group=group)
         return [w], lambda: [(f"block {r}", outs[r], ins(r)) for r in range(world)]
     if kind == "all_gather_into_tensor":
         out = zeros(n * world)
-        w = dist.all_gather_into_tensor(out, put(ins(rank)), async_op=True)
+        w = dist.all_gather_into_tensor(out, put(ins(rank)), async_op=True, group=group)
         return [w], lambda: [("result", out, torch.cat([ins(r) for r in range(world)]))]
     if kind in ("reduce_scatter_tensor", "reduce_scatter"):
         red = o["red"]
         out = zeros(n)
         full = ins(rank, n * world)
         if kind == "reduce_scatter_tensor":
-            w = dist.reduce_scatter_tensor(out, put(full), op=_redop(red), async_op=True)
+            w = dist.reduce_scatter_tensor(out, put(full), op=_redop(red), async_op=True, group=group)
         else:
             w = dist.reduce_scatter(out, [put(b) for b in full.split(n)] if n else [put(full)] * world,
-                                    op=_redop(red), async_op=True)
+                                    op=_redop(red), async_op=True, group=group)
         want = _reduce([ins(r, n * world) for r in range(world)], red, world)[rank * n:(rank + 1) * n]
         return [w], lambda: [("result", out, want)]
     if kind == "all_to_all_single":
@@ -135,42 +135,43 @@ def _issue(o, rank, world, seed, device):
         recv = [sp[i * world + rank] for i in range(world)]
         src = lambda i: ins(i, 2 * sum(sp[i * world:(i + 1) * world])).reshape(-1, 2)  # noqa: E731
         out = torch.full((sum(recv), 2), 7, dtype=dt, device=where)
-        w = dist.all_to_all_single(out, put(src(rank)), recv, send, async_op=True)
+        w = dist.all_to_all_single(out, put(src(rank)), recv, send, async_op=True, group=group)
         parts = [src(i)[sum(sp[i * world:i * world + rank]):sum(sp[i * world:i * world + rank]) + recv[i]]
                  for i in range(world)]
         return [w], lambda: [("result", out, torch.cat(parts))]
     if kind == "all_to_all":
         outs = [zeros(n) for _ in range(world)]
         w = dist.all_to_all(outs, [put(ins(rank, n * world)[j * n:(j + 1) * n]) for j in range(world)],
-                            async_op=True)
+                            async_op=True, group=group)
         return [w], lambda: [(f"block from {r}", outs[r], ins(r, n * world)[rank * n:(rank + 1) * n])
                              for r in range(world)]
     if kind == "gather":
         outs = [zeros(n) for _ in range(world)] if rank == root else None
-        w = dist.gather(put(ins(rank)), outs, dst=root, async_op=True)
+        w = dist.gather(put(ins(rank)), outs, dst=root, async_op=True, group=group)
         if rank != root:
             return [w], lambda: []
         return [w], lambda: [(f"block {r}", outs[r], ins(r)) for r in range(world)]
     if kind == "scatter":
         out = zeros(n)
         blocks = [put(ins(root, n * world)[j * n:(j + 1) * n]) for j in range(world)] if rank == root else None
-        w = dist.scatter(out, blocks, src=root, async_op=True)
+        w = dist.scatter(out, blocks, src=root, async_op=True, group=group)
         return [w], lambda: [("result", out, ins(root, n * world)[rank * n:(rank + 1) * n])]
     if kind == "p2p_ring":
         to, frm = (rank + o["shift"]) % world, (rank - o["shift"]) % world
         out = zeros(n)
-        ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, put(ins(rank)), to),
-                                     dist.P2POp(dist.irecv, out, frm)])
+        ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, put(ins(rank)), to, group),
+                                     dist.P2POp(dist.irecv, out, frm, group)])
         return ws, lambda: [("received", out, ins(frm))]
     raise ValueError(kind)
 
 
-def soak(rank, world, seed, n_ops, device):
-    """Runs plan(seed) on this rank with `device` as the accelerator; raises AssertionError naming
-    the seed and the op at the first wrong result. Returns how many checks ran."""
+def soak(rank, world, seed, n_ops, device, group=None):
+    """Runs plan(seed) on this rank with `device` as the accelerator, on `group` (a group of every
+    rank, in rank order; None: the default one); raises AssertionError naming the seed and the op
+    at the first wrong result. Returns how many checks ran."""
     pending, checks = [], 0
     for o in plan(seed, world, n_ops):
-        works, check = _issue(o, rank, world, seed, device)
+        works, check = _issue(o, rank, world, seed, device, group)
         pending.append((o, works, check))
         if not o["batch_end"]:
             continue
@@ -185,5 +186,33 @@ def soak(rank, world, seed, n_ops, device):
                     f" got  {got.flatten()[:8]}\n want {want.flatten()[:8]}")
                 checks += 1
         pending = []
-    dist.barrier()
+    dist.barrier(group=group)
+    return checks
+
+
+def soak_threads(rank, world, seed, n_ops, device, n_threads):
+    """soak() on n_threads threads at once, each on a group of its own (the default group and
+    new groups of every rank: separate uccl communicators), each with its plan (seed * 16 + t),
+    as a trainer's data-parallel thread beside a pipeline's or a metrics thread. Returns the
+    checks of every thread; raises the first thread's failure."""
+    import threading
+    groups = [None] + [dist.new_group(list(range(world))) for _ in range(n_threads - 1)]
+    checks, errors = [0] * n_threads, []
+
+    def run(t):
+        try:
+            checks[t] = soak(rank, world, seed * 16 + t, n_ops, device, groups[t])
+        except BaseException as e:  # noqa: BLE001 - raised below with the thread's name
+            import traceback
+            errors.append(f"thread {t}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+
+    threads = [threading.Thread(target=run, args=(t,), name=f"soak {t}") for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise AssertionError("\n".join(errors))
+    for g in groups[1:]:
+        dist.destroy_process_group(g)
     return checks
