@@ -56,6 +56,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -234,8 +235,15 @@ class StagedEndpoint final : public Endpoint {
   // piece's copy waited for on the endpoint's own stream (copy_out_by_pieces, land_on_device).
   // That blocks the progress thread for the copies' time, the one place this endpoint waits on
   // the device: a fallback (a pageable slot, under kernel copies, while a stream waits),
-  // bounded (the stream waits on nothing of the user's).
+  // bounded (the stream waits on nothing of the user's). Where the direction's own block came
+  // pageable (made while a stream waited, the backend's reserve spent by the endpoints of other
+  // communicators: tests/thread_soak.py seed 66 timed out so), the device's hop of the process
+  // (device_hop(): one block per backend and device, made by the first endpoint that needs one
+  // and kept for the process's life, not counted in staged_bounce_bytes()), which the endpoints
+  // of every communicator take turns on (hop_lock: the piece loops hold its mutex).
   char* hop_for(Dir& d, Slot* s, const void* host, size_t* bytes);
+  // Locked on the device hop of the process when `hop` is it; else an empty lock.
+  std::unique_lock<std::mutex> hop_lock(const char* hop);
   Status copy_out_by_pieces(Dir& d, Slot* s, char* hop, size_t hop_bytes, const char* src, size_t len);
   // Queues a received chunk's bytes [off, off + len) at `from` onto the device (copied, or
   // reduced into the destination) on d's stream.

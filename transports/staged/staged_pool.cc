@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "base/log.h"
 #include "base/signal_safe_memory.h"
@@ -18,6 +21,32 @@ std::atomic<size_t> g_bounce_bytes{0};
 // A pool's size while pinned memory is scarce (acquire): two slots keep a chunk on the wire
 // while the next one is copied.
 constexpr size_t kScarcePoolSlots = 2;
+
+// The last-resort hop of a device for the whole process (hop_for): made pinned once, then kept.
+struct DeviceHop {
+  std::mutex mu;  // held while a chunk moves through it by pieces
+  char* block = nullptr;
+};
+std::mutex g_device_hops_mu;
+std::map<std::pair<DeviceBackend*, int>, DeviceHop>* g_device_hops = new std::map<std::pair<DeviceBackend*, int>, DeviceHop>();
+
+// The device hop of (b, ordinal), making its block where it has none yet (nullptr when the
+// backend hands out only memory no kernel reaches now: tried again on the next call). The first
+// endpoint bound to the device makes it (ensure_device), before the pools spend the reserve.
+DeviceHop* device_hop(DeviceBackend* b, int ordinal) {
+  std::lock_guard<std::mutex> lock(g_device_hops_mu);
+  DeviceHop& h = (*g_device_hops)[{b, ordinal}];
+  if (!h.block) {
+    auto m = b->alloc_pinned(SignalSafeMemory::kMinBlock);
+    if (!m.ok()) return nullptr;
+    if (!b->kernel_view_of_host(m.value(), ordinal)) {
+      b->free_pinned(m.value());
+      return nullptr;
+    }
+    h.block = static_cast<char*>(m.value());  // kept for the process's life
+  }
+  return &h;
+}
 
 // Unregisters host memory from the backend it was registered with, then unmaps it (perhaps
 // later: DeviceBackend::unregister_host).
@@ -138,6 +167,7 @@ Status StagedEndpoint::ensure_device(const MemoryLoc& loc) {
   out_.stream = so.take();
   in_.stream = si.take();
   if (copies_by_kernel(backend_)) {
+    device_hop(backend_, ordinal_);  // made now, while the backend's pinned reserve has blocks
     for (Dir* d : {&out_, &in_}) {
       auto h = backend_->alloc_pinned(SignalSafeMemory::kMinBlock);
       if (!h.ok()) continue;
@@ -245,14 +275,27 @@ char* StagedEndpoint::hop_for(Dir& d, Slot* s, const void* host, size_t* bytes) 
     }
   }
   char* hop = s->hop ? s->hop : d.hop;
-  // The direction's hop serves one chunk at a time: its user moves the chunk through it by
-  // pieces, now (a size of 0 says so), where the slot's own hop lets the copy run async.
+  if (!hop) {
+    DeviceHop* h = device_hop(backend_, ordinal_);
+    hop = h ? h->block : nullptr;
+  }
+  // The direction's hop (or the device's) serves one chunk at a time: its user moves the chunk
+  // through it by pieces, now (a size of 0 says so), where the slot's own hop lets the copy run
+  // async.
   *bytes = s->hop ? s->bytes : 0;
   if (hop) ++times_.hops;
   return hop;
 }
 
+std::unique_lock<std::mutex> StagedEndpoint::hop_lock(const char* hop) {
+  if (!hop || hop == out_.hop || hop == in_.hop) return {};
+  DeviceHop* h = device_hop(backend_, ordinal_);
+  if (!h || h->block != hop) return {};
+  return std::unique_lock<std::mutex>(h->mu);
+}
+
 Status StagedEndpoint::copy_out_by_pieces(Dir& d, Slot* sl, char* hop, size_t hop_bytes, const char* src, size_t len) {
+  std::unique_lock<std::mutex> lock = hop_lock(hop);
   for (size_t off = 0; off < len; off += hop_bytes) {
     const size_t n = std::min(hop_bytes, len - off);
     UCCL_RETURN_IF_ERROR(device_copy_async(backend_, hop, src + off, n, CopyDir::kDeviceToHost, d.stream.get()));

@@ -65,6 +65,7 @@ Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from
   times_.data_wait += now - c.t;
   c.t = now;
   if (hop && hop_bytes < c.len) {  // the direction's hop: by pieces, now (hop_for)
+    std::unique_lock<std::mutex> lock = hop_lock(hop);
     const size_t piece = SignalSafeMemory::kMinBlock;
     for (size_t off = 0; off < c.len; off += piece) {
       const size_t n = std::min(piece, c.len - off);
