@@ -385,6 +385,7 @@ def body_slow_rank(ctx):
     ctx.linger = False
     if me == 1:
         ctx.store.wait(["slow-done"], 30)
+        ctx.store.set("slow-seen", b"1")
         return None
     t0 = time.monotonic()
     try:
@@ -393,6 +394,9 @@ def body_slow_rank(ctx):
     except uccl.UcclError as e:
         res = (type(e).__name__, str(e), time.monotonic() - t0)
     ctx.store.set("slow-done", b"1")
+    # Rank 0 serves the store: leaving before rank 1's wait has seen the key could reset its
+    # connection mid-wait (one run in the whole suite's did so: "recv from peer failed").
+    ctx.store.wait(["slow-seen"], 30)
     return res
 
 

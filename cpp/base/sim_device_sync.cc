@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "base/sim_stream.h"
 
@@ -15,16 +16,26 @@ Result<std::unique_ptr<DeviceEvent>> SimBackend::create_event() {
   return std::unique_ptr<DeviceEvent>(std::make_unique<SimEvent>());
 }
 
-Status SimBackend::record(DeviceEvent* e, DeviceStream* s) {
-  SimStream* st = sim_stream_of(s);
+namespace {
+// What record and stream_wait share: the simulated stream and event state behind s and e, and
+// the event's generation (recording: a new one; waiting: the last one recorded).
+Status stream_and_event(const std::string& name, DeviceStream* s, DeviceEvent* e, bool record, SimStream** st,
+                        std::shared_ptr<SimEventState>* state, uint64_t* gen) {
+  *st = sim_stream_of(s);
   auto* ev = dynamic_cast<SimEvent*>(e);
-  if (!st || !ev) return InvalidArgument(name_ + ": not a simulated stream / event");
-  std::shared_ptr<SimEventState> state = ev->st;
+  if (!*st || !ev) return InvalidArgument(name + ": not a simulated stream / event");
+  *state = ev->st;
+  std::lock_guard<std::mutex> lock((*state)->mu);
+  *gen = record ? ++(*state)->recorded : (*state)->recorded;
+  return Status::Ok();
+}
+}  // namespace
+
+Status SimBackend::record(DeviceEvent* e, DeviceStream* s) {
+  SimStream* st;
+  std::shared_ptr<SimEventState> state;
   uint64_t gen;
-  {
-    std::lock_guard<std::mutex> lock(state->mu);
-    gen = ++state->recorded;
-  }
+  UCCL_RETURN_IF_ERROR(stream_and_event(name_, s, e, true, &st, &state, &gen));
   st->enqueue([state, gen](const Status& sticky) {
     std::lock_guard<std::mutex> lock(state->mu);
     if (gen > state->completed) state->completed = gen;
@@ -44,15 +55,10 @@ Result<bool> SimBackend::query(DeviceEvent* e) {
 }
 
 Status SimBackend::stream_wait(DeviceStream* s, DeviceEvent* e) {
-  SimStream* st = sim_stream_of(s);
-  auto* ev = dynamic_cast<SimEvent*>(e);
-  if (!st || !ev) return InvalidArgument(name_ + ": not a simulated stream / event");
-  std::shared_ptr<SimEventState> state = ev->st;
+  SimStream* st;
+  std::shared_ptr<SimEventState> state;
   uint64_t gen;
-  {
-    std::lock_guard<std::mutex> lock(state->mu);
-    gen = state->recorded;
-  }
+  UCCL_RETURN_IF_ERROR(stream_and_event(name_, s, e, false, &st, &state, &gen));
   st->enqueue([state, gen](const Status&) {
     std::unique_lock<std::mutex> lock(state->mu);
     state->cv.wait(lock, [&] { return state->completed >= gen; });
