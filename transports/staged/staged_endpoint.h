@@ -238,8 +238,8 @@ class StagedEndpoint final : public Endpoint {
   // bounded (the stream waits on nothing of the user's). Where the direction's own block came
   // pageable (made while a stream waited, the backend's reserve spent by the endpoints of other
   // communicators: tests/thread_soak.py seed 66 timed out so), the device's hop of the process
-  // (device_hop(): one block per backend and device, made by the first endpoint that needs one
-  // and kept for the process's life, not counted in staged_bounce_bytes()), which the endpoints
+  // (device_hop(): one block per backend and device, made when the first endpoint binds the
+  // device and kept for the process's life, not counted in staged_bounce_bytes()), which the endpoints
   // of every communicator take turns on (hop_lock: the piece loops hold its mutex).
   char* hop_for(Dir& d, Slot* s, const void* host, size_t* bytes);
   // Locked on the device hop of the process when `hop` is it; else an empty lock.
