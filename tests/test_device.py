@@ -954,10 +954,11 @@ def test_device_pools_past_the_pinned_reserve_do_not_hang():
     took all of it, the next connection's first slot came pageable, its copies went by the copy
     engine and queued behind the user's read of the result on that stream, which waited for this
     very operation: a hang until the timeout. Pools now keep to two slots while pinned memory is
-    scarce and each direction holds a pinned hop of its own (StagedEndpoint::hop_for).
+    scarce and the device has a pinned hop made before the pools spend the reserve
+    (StagedEndpoint::hop_for; first one per endpoint and direction, now one per device).
     Whole mode too: a message-sized slot past the reserve's blocks went the same way; it now
     moves through the hop by pieces. And shared slots (one host): a chunk through the
-    direction's hop must not be copied out of a slot hop it never had (a crash the soak found
+    device's hop must not be copied out of a slot hop it never had (a crash the soak found
     in the first version of this fix)."""
     base = {"op": "sum", "root": 0, "in_place": False, "counts": [0, 0, 0], "matrix": [[0] * 3] * 3,
             "sub": False, "shift": 1, "batch_end": True, "stream": True}

@@ -209,10 +209,10 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
         op.starved_since = 0;
       }
       size_t hop_bytes = 0;
-      char* hop = hop_for(d, sl, sl->host, &hop_bytes);
+      char* hop = hop_for(sl, sl->host, &hop_bytes);
       const char* src = static_cast<const char*>(op.s->data) + c.off;
       Status s;
-      if (hop && hop_bytes < c.len) {  // the direction's hop: by pieces, now
+      if (hop && hop_bytes < c.len) {  // the device's hop: by pieces, now
         c.hop = false;
         s = copy_out_by_pieces(d, sl, hop, SignalSafeMemory::kMinBlock, src, c.len);
       } else {

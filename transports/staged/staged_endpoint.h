@@ -185,10 +185,6 @@ class StagedEndpoint final : public Endpoint {
     std::unique_ptr<Slot> dedicated;  // whole mode: one message-sized slot
     bool dedicated_busy = false;
     std::unique_ptr<DeviceStream> stream;
-    // Where uccl's copies run as kernels: the direction's own pinned block, made when the device
-    // is set (before this endpoint's pools take any of the backend's pinned reserve), the hop of
-    // last resort (hop_for).
-    char* hop = nullptr;
     bool grow_refused = false;  // acquire: a new slot came pageable while pinned memory was scarce
   };
 
@@ -227,22 +223,23 @@ class StagedEndpoint final : public Endpoint {
   // memory: shared slots made while a stream waited on a signal stay unregistered; pool slots or
   // a whole-mode slot made then, past the backend's pinned reserve), the pinned block the device
   // side uses instead, the CPU moving the bytes between it and `host`; in *bytes its size, or 0
-  // for the direction's hop. nullptr when no hop is needed (or none can be had: then the copy
+  // for the device's hop. nullptr when no hop is needed (or none can be had: then the copy
   // goes by the engines, device.h's hazard). Why: an engine copy can queue behind a user's copy
   // that waits for this very operation. The hop is the slot's own (as big as the slot, made on
-  // first use while pinned memory is not scarce) where it can be had, else the direction's
-  // (Dir::hop, SignalSafeMemory::kMinBlock), which a chunk moves through by pieces, each
-  // piece's copy waited for on the endpoint's own stream (copy_out_by_pieces, land_on_device).
-  // That blocks the progress thread for the copies' time, the one place this endpoint waits on
-  // the device: a fallback (a pageable slot, under kernel copies, while a stream waits),
-  // bounded (the stream waits on nothing of the user's). Where the direction's own block came
-  // pageable (made while a stream waited, the backend's reserve spent by the endpoints of other
-  // communicators: tests/thread_soak.py seed 66 timed out so), the device's hop of the process
-  // (device_hop(): one block per backend and device, made when the first endpoint binds the
-  // device and kept for the process's life, not counted in staged_bounce_bytes()), which the endpoints
-  // of every communicator take turns on (hop_lock: the piece loops hold its mutex).
-  char* hop_for(Dir& d, Slot* s, const void* host, size_t* bytes);
-  // Locked on the device hop of the process when `hop` is it; else an empty lock.
+  // first use while pinned memory is not scarce) where it can be had, else the device's hop of
+  // the process (device_hop() in staged_pool.cc: one SignalSafeMemory::kMinBlock per backend and
+  // device, made when the first endpoint binds the device, before any pool spends the backend's
+  // pinned reserve, and kept for the process's life; not counted in staged_bounce_bytes()). A
+  // chunk moves through that one by pieces, each piece's copy waited for on the endpoint's own
+  // stream (copy_out_by_pieces, land_on_device), the endpoints of every communicator taking
+  // turns on it (hop_lock). That blocks the progress thread for the copies' time, the one place
+  // this endpoint waits on the device: a fallback (a pageable slot, under kernel copies, while a
+  // stream waits), bounded (the stream waits on nothing of the user's). Why one for the device and
+  // not one per endpoint and direction, as before: the endpoints of several communicators spent
+  // the reserve on theirs, the later ones' came pageable, and their chunks went by the engines
+  // (tests/thread_soak.py seed 66 timed out so).
+  char* hop_for(Slot* s, const void* host, size_t* bytes);
+  // Locked on the device's hop when `hop` is it; else an empty lock.
   std::unique_lock<std::mutex> hop_lock(const char* hop);
   Status copy_out_by_pieces(Dir& d, Slot* s, char* hop, size_t hop_bytes, const char* src, size_t len);
   // Queues a received chunk's bytes [off, off + len) at `from` onto the device (copied, or

@@ -27,15 +27,14 @@ struct DeviceHop {
   std::mutex mu;  // held while a chunk moves through it by pieces
   char* block = nullptr;
 };
-std::mutex g_device_hops_mu;
-std::map<std::pair<DeviceBackend*, int>, DeviceHop>* g_device_hops = new std::map<std::pair<DeviceBackend*, int>, DeviceHop>();
-
 // The device hop of (b, ordinal), making its block where it has none yet (nullptr when the
 // backend hands out only memory no kernel reaches now: tried again on the next call). The first
 // endpoint bound to the device makes it (ensure_device), before the pools spend the reserve.
 DeviceHop* device_hop(DeviceBackend* b, int ordinal) {
-  std::lock_guard<std::mutex> lock(g_device_hops_mu);
-  DeviceHop& h = (*g_device_hops)[{b, ordinal}];
+  static std::mutex mu;
+  static auto* hops = new std::map<std::pair<DeviceBackend*, int>, DeviceHop>();  // process lifetime
+  std::lock_guard<std::mutex> lock(mu);
+  DeviceHop& h = (*hops)[{b, ordinal}];
   if (!h.block) {
     auto m = b->alloc_pinned(SignalSafeMemory::kMinBlock);
     if (!m.ok()) return nullptr;
@@ -97,11 +96,6 @@ void StagedEndpoint::free_slots(Dir& d) {
   drop_slot(d.dedicated);
   d.dedicated_busy = false;
   d.stream.reset();
-  if (d.hop) {
-    backend_->free_pinned(d.hop);
-    g_bounce_bytes -= SignalSafeMemory::kMinBlock;
-    d.hop = nullptr;
-  }
   if (&d == &out_) {
     unconsumed_.clear();
     if (out_seg_) release_mapping(out_seg_registered_, out_seg_->base(), std::move(*out_seg_));
@@ -166,19 +160,7 @@ Status StagedEndpoint::ensure_device(const MemoryLoc& loc) {
   if (!si.ok()) return si.status();
   out_.stream = so.take();
   in_.stream = si.take();
-  if (copies_by_kernel(backend_)) {
-    device_hop(backend_, ordinal_);  // made now, while the backend's pinned reserve has blocks
-    for (Dir* d : {&out_, &in_}) {
-      auto h = backend_->alloc_pinned(SignalSafeMemory::kMinBlock);
-      if (!h.ok()) continue;
-      if (!backend_->kernel_view_of_host(h.value(), ordinal_)) {
-        backend_->free_pinned(h.value());
-        continue;
-      }
-      d->hop = static_cast<char*>(h.value());
-      g_bounce_bytes += SignalSafeMemory::kMinBlock;
-    }
-  }
+  if (copies_by_kernel(backend_)) device_hop(backend_, ordinal_);  // now, while the reserve has blocks
   return Status::Ok();
 }
 
@@ -261,7 +243,7 @@ Status StagedEndpoint::device_temp(Slot* s) {
   return Status::Ok();
 }
 
-char* StagedEndpoint::hop_for(Dir& d, Slot* s, const void* host, size_t* bytes) {
+char* StagedEndpoint::hop_for(Slot* s, const void* host, size_t* bytes) {
   if (!copies_by_kernel(backend_) || backend_->kernel_view_of_host(host, ordinal_)) return nullptr;
   // The slot's own hop only where pinned memory is not scarce: shared slots are many (a
   // segment's worth), and each taking a block of the reserve left none for the next connection.
@@ -274,21 +256,20 @@ char* StagedEndpoint::hop_for(Dir& d, Slot* s, const void* host, size_t* bytes) 
       backend_->free_pinned(h.value());  // pageable past the pinned reserve
     }
   }
-  char* hop = s->hop ? s->hop : d.hop;
+  char* hop = s->hop;
   if (!hop) {
     DeviceHop* h = device_hop(backend_, ordinal_);
     hop = h ? h->block : nullptr;
   }
-  // The direction's hop (or the device's) serves one chunk at a time: its user moves the chunk
-  // through it by pieces, now (a size of 0 says so), where the slot's own hop lets the copy run
-  // async.
+  // The device's hop serves one chunk at a time: its user moves the chunk through it by pieces,
+  // now (a size of 0 says so), where the slot's own hop lets the copy run async.
   *bytes = s->hop ? s->bytes : 0;
   if (hop) ++times_.hops;
   return hop;
 }
 
 std::unique_lock<std::mutex> StagedEndpoint::hop_lock(const char* hop) {
-  if (!hop || hop == out_.hop || hop == in_.hop) return {};
+  if (!hop) return {};
   DeviceHop* h = device_hop(backend_, ordinal_);
   if (!h || h->block != hop) return {};
   return std::unique_lock<std::mutex>(h->mu);

@@ -60,11 +60,11 @@ bool StagedEndpoint::advance_device_recv(Dir& d, Op& op, bool ready, bool may_po
 
 Status StagedEndpoint::land_on_device(Dir& d, Op& op, Chunk& c, const char* from) {
   size_t hop_bytes = 0;
-  char* hop = hop_for(d, c.slot, from, &hop_bytes);
+  char* hop = hop_for(c.slot, from, &hop_bytes);
   const double now = now_s();
   times_.data_wait += now - c.t;
   c.t = now;
-  if (hop && hop_bytes < c.len) {  // the direction's hop: by pieces, now (hop_for)
+  if (hop && hop_bytes < c.len) {  // the device's hop: by pieces, now (hop_for)
     std::unique_lock<std::mutex> lock = hop_lock(hop);
     const size_t piece = SignalSafeMemory::kMinBlock;
     for (size_t off = 0; off < c.len; off += piece) {
