@@ -1,4 +1,4 @@
-"""A random soak of the device paths (run inside each rank; tests/test_device.py and
+"""A random soak of the device paths (run inside each rank; tests/test_device_soaks.py and
 benchmarks/device_soak.py drive it).
 
 The deterministic sweeps (device_sweeps.py) run each collective alone, each rank keeping one
@@ -242,7 +242,7 @@ def soak(ctx, seed, n_ops, slow_ranks=(), stream_waits=True, ops=None):
     ctx.check (with the seed and the op).
     stream_waits: device operations may be ordered on a user's stream and waited for there
     (Work.wait(stream=)); False where uccl's copies go by the copy engine, whose hazard under
-    stream waits is by design (tests/test_device.py::test_a_copy_queued_behind_a_stream_wait)."""
+    stream waits is by design (tests/test_device_streams.py::test_a_copy_queued_behind_a_stream_wait)."""
     comm, rank, world = ctx.comm, ctx.rank, ctx.world
     if rank in slow_ranks:
         uccl.sim.set_copy_speed(3.0, 20.0)  # a slower "vendor" on this rank

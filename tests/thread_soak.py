@@ -1,4 +1,4 @@
-"""The device soak with several threads per rank (run inside each rank; tests/test_device.py and
+"""The device soak with several threads per rank (run inside each rank; tests/test_device_soaks.py and
 `benchmarks/device_soak.py --threads` drive it).
 
 device_soak.py issues every operation from one thread. Programs do not: a trainer runs its data-

@@ -303,7 +303,7 @@ def test_stream_waits_into_a_fresh_tensor(monkeypatch, capfd, mode, copies, ipc)
     until 2026-11-28) it hung at the first or second broadcast over IPC and staged alike, on the
     default and on a side stream (benchmarks/results/gpu_h200_20261128b); with its copies by
     kernel (auto under stream waits) it must not. The simulated device's model of it:
-    tests/test_device.py::test_a_copy_queued_behind_a_stream_wait. On a hang spawn() prints both
+    tests/test_device_streams.py::test_a_copy_queued_behind_a_stream_wait. On a hang spawn() prints both
     ranks' native stacks, kept in UCCL_GPU_OUT/stream_wait_hang_<id>.txt (run.sh sets it: an
     expected failure's output is not shown)."""
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
