@@ -2,6 +2,7 @@
 # Builds the libFuzzer targets (clang + ASan/UBSan) and runs each for a while.
 #   scripts/fuzz.sh [seconds-per-target]     (CI uses a short run; benchmarks use longer ones)
 # Needs clang-14 (apt-get install clang-14 libclang-rt-14-dev).
+# UCCL_BUILD_ONLY=1: build the targets, run nothing (.ci/run: see scripts/sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -9,6 +10,7 @@ build=build/fuzz
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DUCCL_FUZZ=ON -DUCCL_BUILD_TESTS=OFF \
   -DUCCL_WITH_VERBS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$build" -j2 --target fuzz_handshake fuzz_tcp_stream fuzz_peer_info fuzz_auth fuzz_agreement
+[ "${UCCL_BUILD_ONLY:-0}" = 1 ] && { echo "fuzz: built"; exit 0; }
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # Seeds: a well-formed hello (wrong secret) so mutations start past the magic and version, and
 # one with the harness's secret, so every run sets up an admitted connection (which the fuzzer

@@ -53,7 +53,7 @@ class Work {
   // failure the stream is released as well (it must never hang): the error still comes from
   // wait()/status(). kInvalidArgument for an operation on host memory, kNotSupported where the
   // device's backend cannot make a stream wait for the host.
-  virtual Status wait_stream(uintptr_t stream) { return NotSupported("this Work cannot make a stream wait"); }
+  virtual Status wait_stream(uintptr_t /*stream*/) { return NotSupported("this Work cannot make a stream wait"); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

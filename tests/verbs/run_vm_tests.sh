@@ -32,10 +32,16 @@ fi
 grep -q 'UCCL_BUILT_VERBS "ON"' "$BUILD/generated/build_info.h" || { echo "SKIP: built without verbs"; exit 0; }
 
 # doctest (Debian doctest-dev) from the host's /usr/include: the VM shares the host's root.
-g++ -std=c++17 -O2 -g -Wall -Wextra "${SAN[@]}" -Iinclude -Icpp -I. -Itests/cpp -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
-  tests/cpp/verbs/verbs_transport_vmtest.cc tests/cpp/verbs/verbs_vmtest_failures.cc tests/cpp/verbs/verbs_stripe_vmtest.cc \
-  tests/cpp/doctest_main.cc \
-  -L"$BUILD" -luccl -Wl,-rpath,"$BUILD" -o "$OUT/verbs_transport_vmtest"
+# Compiled again only when a source, a test header or libuccl.so is newer than the binary.
+EXE=$OUT/verbs_transport_vmtest
+SRCS=(tests/cpp/verbs/verbs_transport_vmtest.cc tests/cpp/verbs/verbs_vmtest_failures.cc
+      tests/cpp/verbs/verbs_stripe_vmtest.cc tests/cpp/doctest_main.cc)
+if [[ ! -x $EXE ]] || [[ -n $(find tests/cpp tests/cpp/verbs -maxdepth 1 -name "*.h" -newer "$EXE") ]] ||
+   [[ $BUILD/libuccl.so -nt $EXE ]] || [[ -n $(find "${SRCS[@]}" -newer "$EXE") ]]; then
+  g++ -std=c++17 -O2 -g -Wall -Wextra "${SAN[@]}" -Iinclude -Icpp -I. -Itests/cpp -I"$BUILD/generated" -DUCCL_HAVE_VERBS=1 \
+    "${SRCS[@]}" -L"$BUILD" -luccl -Wl,-rpath,"$BUILD" -o "$EXE"
+fi
+[ "${UCCL_BUILD_ONLY:-0}" = 1 ] && { echo "verbs vm tests: built"; exit 0; }
 
 echo "== running in vm-run (Soft-RoCE; ~1-2 minutes)"
-"$VM_RUN" --timeout 900 -- "$OUT/verbs_transport_vmtest" "$@"
+"$VM_RUN" --timeout 900 -- "$EXE" "$@"
