@@ -40,27 +40,28 @@ mkdir -p "$build/corpus/fuzz_agreement"
 printf 'ballot 3 1\ninstance 1\ndecision 3 1\nfailed 0 2\nstore 127.0.0.1:4000\nprefix uccl/shrink/1.3.1/\n' \
   >"$build/corpus/fuzz_agreement/accept"
 printf 'ballot 3 1\nok 1\npromised 3 1\n' >"$build/corpus/fuzz_agreement/reply"
-run_one() {  # one target's run; its exit status goes to $build/$1.rc
-  local t=$1 rc=0
-  mkdir -p "$build/corpus/$t"
-  "$build/tests/fuzz/$t" -max_total_time="$secs" -max_len=4096 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$build/" "$build/corpus/$t" >"$build/$t.log" 2>&1 || rc=$?
-  echo "$rc" >"$build/$t.rc"
-}
 targets=(fuzz_peer_info fuzz_handshake fuzz_tcp_stream fuzz_auth fuzz_agreement)
+declare -A rc
 # Two at a time: a fuzzer is one process, the machine has two cores.
 for ((i = 0; i < ${#targets[@]}; i += 2)); do
+  declare -A pid=()
   for t in "${targets[@]:i:2}"; do
     echo "== $t for ${secs}s"
-    run_one "$t" &
+    mkdir -p "$build/corpus/$t"
+    "$build/tests/fuzz/$t" -max_total_time="$secs" -max_len=4096 -timeout=10 -print_final_stats=1 \
+      -artifact_prefix="$build/" "$build/corpus/$t" >"$build/$t.log" 2>&1 &
+    pid[$t]=$!
   done
-  wait
+  for t in "${!pid[@]}"; do
+    rc[$t]=0
+    wait "${pid[$t]}" || rc[$t]=$?
+  done
 done
 failed=0
 for t in "${targets[@]}"; do
   echo "-- $t"
   grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added)" "$build/$t.log" || true
-  if [ "$(cat "$build/$t.rc")" != 0 ]; then
+  if [ "${rc[$t]}" != 0 ]; then
     tail -40 "$build/$t.log"
     echo "fuzz: $t FAILED (artifact in $build/)" >&2
     failed=1
