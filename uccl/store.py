@@ -3,9 +3,14 @@
 uccl only needs set/get/wait/add. Any of these can be passed where a store is expected:
   * uccl.TcpStore (uccl's own; rank 0 serves it),
   * a torch.distributed Store (TCPStore, FileStore, PrefixStore...),
-  * any object with set(key, bytes), get(key, timeout_s), wait(keys, timeout_s), add(key, n).
+  * any object with set(key, bytes), get(key, timeout_s), wait(keys, timeout_s), add(key, n),
+    whose get and wait raise TimeoutError (the builtin, or a subclass such as uccl.TimeoutError)
+    when the keys did not appear in time; any other exception is the store failing.
+uccl tells the two apart by the exception's type, never by its text (a timeout lets a caller
+retry a short lookup; a failing store fails the communicator).
 """
 import datetime
+import time
 
 from . import _core
 
@@ -64,7 +69,15 @@ class PrefixStore:
 
 
 class _TorchStoreAdapter:
-    """torch.distributed.Store -> the (set, get(timeout), wait(timeout), add) shape."""
+    """torch.distributed.Store -> the (set, get(timeout), wait(timeout), add) shape.
+
+    torch raises the same DistStoreError for a wait that timed out and for a store that broke
+    (a reset connection, a server gone), with only the text to tell them apart. The adapter
+    tells them apart by the clock instead: a wait that failed at its deadline timed out
+    (raised as TimeoutError), one that failed before it is the store failing (re-raised)."""
+
+    # torch rounds the timeout to milliseconds and measures from its own start.
+    _DEADLINE_SLACK_S = 0.02
 
     def __init__(self, store):
         self.store = store
@@ -73,11 +86,17 @@ class _TorchStoreAdapter:
         self.store.set(key, value)
 
     def get(self, key, timeout):
-        self.store.wait([key], datetime.timedelta(seconds=timeout))
+        self.wait([key], timeout)
         return self.store.get(key)
 
     def wait(self, keys, timeout):
-        self.store.wait(list(keys), datetime.timedelta(seconds=timeout))
+        start = time.monotonic()
+        try:
+            self.store.wait(list(keys), datetime.timedelta(seconds=timeout))
+        except Exception as e:
+            if isinstance(e, TimeoutError) or time.monotonic() - start >= timeout - self._DEADLINE_SLACK_S:
+                raise TimeoutError(f"keys {list(keys)} did not appear within {timeout:g} s: {e}") from e
+            raise
 
     def add(self, key, delta):
         return self.store.add(key, delta)

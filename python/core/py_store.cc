@@ -7,12 +7,11 @@ namespace py = pybind11;
 namespace uccl {
 
 namespace {
-// A Python exception from the store becomes a Status: a timeout stays a timeout (so callers
-// can retry a short lookup), anything else is the store failing.
+// A Python exception from the store becomes a Status: a TimeoutError (builtin or subclass)
+// stays a timeout, so callers can retry a short lookup; anything else is the store failing.
+// By type only, never by the message's text (uccl/store.py says how torch's stores get there).
 Status from_python_error(py::error_already_set& e, const std::string& what) {
-  const bool timeout = e.matches(PyExc_TimeoutError) ||
-                       std::string(e.what()).find("imeout") != std::string::npos ||
-                       std::string(e.what()).find("timed out") != std::string::npos;
+  const bool timeout = e.matches(PyExc_TimeoutError);
   return Status(timeout ? Code::kTimeout : Code::kRemoteError, what + ": " + e.what());
 }
 }  // namespace

@@ -1,8 +1,10 @@
 // PyStore: a uccl::Store over any Python object with the store methods.
 //
 // The object must offer set(key, bytes), get(key, timeout_s) -> bytes, wait(keys, timeout_s)
-// and add(key, delta) -> int; uccl/store.py adapts torch.distributed stores (whose wait takes
-// a timedelta) and others to that shape. Calls take the GIL: they may come from the progress
+// and add(key, delta) -> int, and get/wait must raise TimeoutError (or a subclass) when the keys
+// did not appear in time: the exception's type decides between kTimeout and kRemoteError.
+// uccl/store.py adapts torch.distributed stores (whose wait takes a timedelta and whose timeouts
+// are untyped) to that shape. Calls take the GIL: they may come from the progress
 // thread while the caller's thread waits with the GIL released.
 #pragma once
 
