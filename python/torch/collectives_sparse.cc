@@ -115,6 +115,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::allreduce_sparse(at::Tensor& t, cons
     val_sizes.insert(val_sizes.end(), dense_sizes.begin(), dense_sizes.end());
     at::Tensor sum =
         at::sparse_coo_tensor(at::cat(blocks, 1), all_val.view(val_sizes), sizes, t.options()).coalesce();
+    at::NoGradGuard no_grad;  // below autograd, as copy_back (convert.h)
     t.copy_(sum);
   });
   return launch(w);

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -203,7 +204,12 @@ inline at::Tensor host_contiguous(const at::Tensor& t) {
 // A copy to a device may still be in flight when torch returns (a device-to-device copy out of
 // a flat buffer; CUDA's host-to-device copy from pageable memory): the stream is synchronized,
 // so that the result is there when the work's wait() returns, whichever stream reads it.
+// Below autograd, as a collective's own writes are (Gloo's, NCCL's): t may be a leaf that
+// requires grad (pipelining's receive buffers, a parameter broadcast), where an in-place copy_
+// under grad mode throws "a leaf Variable that requires grad is being used in an in-place
+// operation".
 inline void copy_back(const at::Tensor& t, const at::Tensor& host) {
+  at::NoGradGuard no_grad;
   c10::OptionalDeviceGuard guard(t.is_cpu() ? std::nullopt : std::optional<at::Device>(t.device()));
   t.copy_(host);
   if (!t.is_cpu()) {

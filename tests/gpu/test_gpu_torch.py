@@ -154,41 +154,9 @@ def check_ddp(rank, world, d):
 
 
 def check_training(rank, world, d):
-    """DDP with comm hooks and FSDP2 on CUDA tensors give what they give on CPU tensors (both
-    through uccl, same seeds and batches: tests/torch/test_torch_training.py's model and loop)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
-
-    cpu = torch.device("cpu")
-
-    def ddp_run(dev, hook):
-        model = TT.make_model().to(dev)
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, bucket_cap_mb=0.0005, device_ids=[dev.index] if dev.type == "cuda" else None)
-        if hook is not None:
-            ddp.register_comm_hook(dist.group.WORLD, hook)
-        return TT.train(ddp, rank, device=dev), [p.detach().cpu() for p in model.parameters()]
-
-    def fsdp_run(dev):
-        mesh = DeviceMesh.from_group(dist.group.WORLD, dev.type)
-        model = TT.make_model().to(dev)
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        losses = TT.train(model, rank, device=dev)
-        return losses, [p.full_tensor().detach().cpu() for p in model.parameters()]
-
-    runs = [(f"DDP {name}", lambda dev, h=hook: ddp_run(dev, h), tol)
-            for name, hook, tol in (("plain", None, 1e-4), ("allreduce_hook", default_hooks.allreduce_hook, 1e-4),
-                                    ("fp16_compress_hook", default_hooks.fp16_compress_hook, 1e-2))]
-    runs.append(("FSDP2", fsdp_run, 1e-4))
-    for what, run, tol in runs:
-        (loss_gpu, params_gpu), (loss_cpu, params_cpu) = run(d), run(cpu)
-        torch.testing.assert_close(loss_gpu, loss_cpu, rtol=tol, atol=tol, msg=lambda m: f"{what} losses, CUDA vs CPU: {m}")
-        for i, (g, c) in enumerate(zip(params_gpu, params_cpu)):
-            torch.testing.assert_close(g, c, rtol=tol, atol=tol, msg=lambda m: f"{what} parameter {i}, CUDA vs CPU: {m}")
+    """DDP with comm hooks and FSDP2 on CUDA tensors against CPU tensors (the test device's
+    check too: tests/torch/test_torch_training.py check_on_device)."""
+    TT.check_on_device(rank, world, d)
 
 
 def check_time_estimator(rank, world, d):

@@ -8,6 +8,10 @@
 * dist.recv / dist.irecv without a source: the first message from any rank with the tag wins,
   recv returns the sender, per-peer order holds, a receive with a source keeps working, a
   rank that dies fails the receive at once and a silent group ends at the group's timeout.
+* a result written into a leaf tensor that requires grad (pipelining's receive buffers, a
+  parameter broadcast) is written below autograd, as Gloo does: a non-contiguous one, which uccl
+  fills through a host copy, raised "a leaf Variable that requires grad is being used in an
+  in-place operation" (found running torch.distributed.pipelining on a non-CUDA accelerator).
 * TORCH_DISTRIBUTED_DEBUG=DETAIL: torch's ProcessGroupWrapper around uccl checks each
   collective's fingerprint and names a mismatch.
 The all_gather_coalesced, any-source and sparse scenarios run on the default group and on uccl
@@ -198,6 +202,44 @@ def check_ddp_backend_name(rank, world, g):
     assert other._get_ddp_logging_data()["backend_name"] == "gloo"
 
 
+def leaf(shape, value, contiguous):
+    """A leaf that requires grad, filled with `value`; non-contiguous (a transposed layout) or not."""
+    t = torch.empty(shape, requires_grad=True) if contiguous else \
+        torch.empty_strided(shape, (1, shape[0]), requires_grad=True)
+    with torch.no_grad():
+        t.fill_(value)
+    assert t.is_leaf and t.requires_grad and t.is_contiguous() == contiguous
+    return t
+
+
+def check_leaf_outputs_that_require_grad(rank, world, u, g):
+    for contiguous in (True, False):
+        what = "contiguous" if contiguous else "non-contiguous"
+        a, ref = leaf((4, 3), rank + 1.0, contiguous), leaf((4, 3), rank + 1.0, contiguous)
+        dist.all_reduce(a, group=u)
+        dist.all_reduce(ref, group=g)
+        assert torch.equal(a.detach(), ref.detach()), (what, a, ref)
+        assert a.is_leaf and a.requires_grad and a.grad_fn is None, what
+        b = leaf((4, 3), rank + 1.0, contiguous)
+        dist.broadcast(b, 1, group=u)
+        assert b.detach().eq(2.0).all(), (what, b)
+        # A receive (gloo cannot receive into a non-contiguous tensor; uccl can).
+        r = leaf((4, 3), -1.0, contiguous)
+        peer = (rank + 1) % world
+        ops = [dist.P2POp(dist.isend, torch.full((4, 3), float(rank)), peer, group=u),
+               dist.P2POp(dist.irecv, r, (rank - 1) % world, group=u)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert r.detach().eq(float((rank - 1) % world)).all(), (what, r)
+        # all_gather into leaves; the result then takes part in autograd as any leaf does
+        outs = [leaf((4, 3), 0.0, contiguous) for _ in range(world)]
+        dist.all_gather(outs, torch.full((4, 3), float(rank)), group=u)
+        for i, o in enumerate(outs):
+            assert o.detach().eq(float(i)).all(), (what, i, o)
+        sum(o.sum() for o in outs).backward()
+        assert all(o.grad is not None and o.grad.eq(1).all() for o in outs), what
+
+
 def conformance_worker(rank, world, port):
     U.init_uccl(rank, world, port)
     g = dist.new_group(backend="gloo")
@@ -206,7 +248,8 @@ def conformance_worker(rank, world, port):
         u = dist.new_group(backend="uccl", pg_options=uccl.ProcessGroupOptions(transport=transport))
         groups.append((u, f"transport {transport}"))
     for u, label in groups:
-        for check in (check_all_gather_coalesced, check_recv_any_source, check_sparse_all_reduce):
+        for check in (check_all_gather_coalesced, check_recv_any_source, check_sparse_all_reduce,
+                      check_leaf_outputs_that_require_grad):
             try:
                 check(rank, world, u, g)
             except Exception as e:

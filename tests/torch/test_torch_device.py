@@ -8,7 +8,9 @@ torch.accelerator reports it and "uccl" serves it without being told; every op g
 results on uccltest tensors as on CPU tensors, the results stay on the device, and the bytes
 went through the device's copies; a job where one rank holds CPU tensors and the others device
 tensors works; a failing device copy is a clear error (before the op, or on the work after it)
-and leaves the group usable."""
+and leaves the group usable; DDP (with comm hooks), FSDP2, a 2-D DeviceMesh with tensor
+parallelism and torch.distributed.pipelining give on the device what they give on the CPU
+(issue 15, item 5, on the test device; tests/gpu runs the same checks on CUDA)."""
 import pytest
 import uccl
 
@@ -58,16 +60,46 @@ def load_device():
     """Loads and registers the test device in this process; returns its module."""
     ext = build_extension()
     torch.utils.rename_privateuse1_backend(DEV)
-    mod = types.ModuleType(DEV)  # torch's device module for it (what torch.xpu is for xpu)
+    torch._register_device_module(DEV, device_module())
+    torch.utils.generate_methods_for_privateuse1_backend()
+    return ext
+
+
+def device_module():
+    """torch's device module for it (what torch.xpu is for xpu): what DDP, FSDP2, DeviceMesh and
+    pipelining ask of a device's module. Streams and events are torch's generic ones, served by
+    the device's guard (uccl_test_device.cpp: simulated streams and events with its memory)."""
+    import contextlib
+
+    mod = types.ModuleType(DEV)
     mod.is_available = lambda: True
     mod.device_count = lambda: 1
     mod.current_device = lambda: 0
+    mod.set_device = lambda device: None
     mod.is_initialized = lambda: True
     mod._is_in_bad_fork = lambda: False
-    mod.manual_seed_all = lambda seed: None
-    torch._register_device_module(DEV, mod)
-    torch.utils.generate_methods_for_privateuse1_backend()
-    return ext
+    mod.manual_seed = mod.manual_seed_all = lambda seed: None
+    mod.get_rng_state = lambda device=None: torch.get_rng_state()  # the CPU generator serves it
+    mod.set_rng_state = lambda state, device=None: torch.set_rng_state(state)
+    mod.Stream = lambda device=None, priority=0, **_: torch.Stream(device=DEV, priority=priority)
+    mod.Event = lambda enable_timing=False, blocking=False, interprocess=False: torch.Event(device=DEV)
+    mod.current_stream = lambda device=None: torch.accelerator.current_stream(DEV)
+    mod.synchronize = lambda device=None: torch.accelerator.synchronize(DEV)
+
+    @contextlib.contextmanager
+    def stream(s):
+        if s is None:
+            yield
+            return
+        prev = torch.accelerator.current_stream(DEV)
+        torch.accelerator.set_stream(s)
+        try:
+            yield
+        finally:
+            torch.accelerator.set_stream(prev)
+
+    mod.stream = stream
+    return mod
 
 
 @pytest.fixture(scope="module")
@@ -418,3 +450,35 @@ def test_random_torch_soak_on_the_test_device(device_built, direct, seed, world)
     result exact. staged: the device's own copies move its tensors (any vendor's path); direct:
     uccl's simulated device, in place on the current stream (CUDA's path)."""
     U.spawn(soak_worker, world, direct, seed, deadline_s=300)
+
+
+def training_worker(rank, world, port, direct):
+    ext = load_device()
+    if direct:
+        ext.use_uccl_sim_memory()
+    U.init_uccl(rank, world, port)
+    import test_torch_parallel as TP
+    import test_torch_training as TT
+
+    TT.check_on_device(rank, world, DEV)
+    for name in ("gpipe", "1f1b"):
+        try:
+            TP.check_pipelining(rank, world, name, DEV)
+        except Exception as e:
+            raise AssertionError(f"pipelining schedule {name} on rank {rank}, {DEV}: {e}") from e
+    if world == 4:
+        TP.check_device_mesh_2d(rank, world, DEV)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("direct,world", [(False, 4), (True, 2)], ids=["staged-w4", "direct-w2"])
+def test_training_on_the_test_device_matches_cpu(device_built, direct, world):
+    """What tests/gpu checks on CUDA, on a torch accelerator that is not CUDA: DDP (plain,
+    allreduce and fp16 hooks) and FSDP2 give the CPU's losses and parameters, GPipe and 1F1B
+    the single-process reference's, and (4 ranks) a dp x tp DeviceMesh with FSDP2 + tensor
+    parallelism too. staged: torch's device copies move the tensors (any vendor's path; the
+    receive buffers pipelining posts are leaves that require grad, written back below autograd);
+    direct: uccl's simulated device in place, FSDP2's side streams and events being the
+    simulated device's (the device guard's getStreamFromGlobalPool/record/block)."""
+    U.spawn(training_worker, world, direct, deadline_s=300)

@@ -120,6 +120,46 @@ def check_fsdp2(rank, world, g):
     torch.testing.assert_close(runs["uccl"][0], ddp_losses, rtol=1e-4, atol=1e-5)
 
 
+def check_on_device(rank, world, device):
+    """DDP (plain and with comm hooks) and FSDP2 on `device`'s tensors give what they give on CPU
+    tensors (both through uccl, same seeds and batches). tests/gpu runs it on CUDA,
+    tests/torch/test_torch_device.py on the PrivateUse1 test device (staged and in place)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    device = torch.device(device)
+    cpu = torch.device("cpu")
+
+    def ddp_run(dev, hook):
+        model = make_model().to(dev)
+        ddp = DDP(model, bucket_cap_mb=0.0005, device_ids=[dev.index] if dev.type == "cuda" else None)
+        if hook is not None:
+            ddp.register_comm_hook(dist.group.WORLD, hook)
+        return train(ddp, rank, device=dev), [p.detach().cpu() for p in model.parameters()]
+
+    def fsdp_run(dev):
+        mesh = DeviceMesh.from_group(dist.group.WORLD, dev.type)
+        model = make_model().to(dev)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        losses = train(model, rank, device=dev)
+        return losses, [p.full_tensor().detach().cpu() for p in model.parameters()]
+
+    runs = [(f"DDP {name}", lambda dev, h=hook: ddp_run(dev, h), tol)
+            for name, hook, tol in (("plain", None, 1e-4), ("allreduce_hook", default_hooks.allreduce_hook, 1e-4),
+                                    ("fp16_compress_hook", default_hooks.fp16_compress_hook, 1e-2))]
+    runs.append(("FSDP2", fsdp_run, 1e-4))
+    for what, run, tol in runs:
+        (loss_dev, params_dev), (loss_cpu, params_cpu) = run(device), run(cpu)
+        torch.testing.assert_close(loss_dev, loss_cpu, rtol=tol, atol=tol,
+                                   msg=lambda m: f"{what} losses, {device.type} vs cpu: {m}")
+        for i, (a, b) in enumerate(zip(params_dev, params_cpu)):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol,
+                                       msg=lambda m: f"{what} parameter {i}, {device.type} vs cpu: {m}")
+
+
 def training_worker(rank, world, port):
     U.init_uccl(rank, world, port)
     g = dist.new_group(backend="gloo")

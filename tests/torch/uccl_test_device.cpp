@@ -26,10 +26,13 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "base/device.h"
@@ -103,13 +106,20 @@ struct TestGuard final : c10::impl::DeviceGuardImplInterface {
     return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
-  // Work on this device is synchronous (host memory): events are always complete.
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  // torch.Stream(device="uccltest") and the device module's Stream (FSDP2's side streams).
+  c10::Stream getStreamFromGlobalPool(c10::Device, bool) const override { return new_pool_stream(); }
+  c10::Stream getNewStream(c10::Device, int) const override { return new_pool_stream(); }
+  // Host memory: its work is synchronous, so events are always complete and waits are nothing.
+  // uccl's simulated memory (use_uccl_sim_memory): events are the simulated device's, recorded
+  // on and waited for by its streams (torch.Event, Stream.wait_stream/wait_event, FSDP2).
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const override;
+  void block(void* event, const c10::Stream& s) const override;
+  bool queryEvent(void* event) const override;
+  void synchronizeEvent(void* event) const override;
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override;
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream& s) const override;
+  static c10::Stream new_pool_stream();
   bool isStreamCapturing(const c10::Stream&) const override { return g_capturing.load(); }
   void* getStreamNativeHandle(const c10::Stream s) const override {
     return reinterpret_cast<void*>(static_cast<uintptr_t>(s.id()));
@@ -124,17 +134,60 @@ std::unique_ptr<uccl::DeviceStream> sim_current_stream() {
   check_ok(st.status(), "wrap_stream");
   return st.take();
 }
-void TestGuard::synchronizeStream(const c10::Stream& s) const {
-  if (!g_sim.load()) return;
-  auto st = sim()->wrap_stream(0, static_cast<uintptr_t>(s.id()));
-  check_ok(st.status(), "wrap_stream");
-  check_ok(sim()->synchronize(st.value().get()), "synchronize");
-}
 // Streams made by new_stream(), alive for the process and never destroyed: a stream's worker
 // thread must not be torn down by this library's static destructors, which run in no set order
 // with uccl's (seen: a corrupted heap at exit).
 std::mutex g_streams_mu;
 auto* g_streams = new std::vector<std::unique_ptr<uccl::DeviceStream>>();
+
+// A new stream's id: a simulated stream's handle (sim memory), else a number of its own.
+uint64_t new_stream_handle() {
+  std::lock_guard<std::mutex> lk(g_streams_mu);
+  if (!g_sim.load()) {
+    static uint64_t next = 1 << 20;
+    return next++;
+  }
+  auto st = sim()->create_stream(0);
+  check_ok(st.status(), "create_stream");
+  g_streams->push_back(st.take());
+  return static_cast<uint64_t>(g_streams->back()->handle());
+}
+c10::Stream TestGuard::new_pool_stream() {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDev, 0), static_cast<c10::StreamId>(new_stream_handle()));
+}
+std::unique_ptr<uccl::DeviceStream> sim_stream(const c10::Stream& s) {
+  auto st = sim()->wrap_stream(0, static_cast<uintptr_t>(s.id()));
+  check_ok(st.status(), "wrap_stream");
+  return st.take();
+}
+void TestGuard::synchronizeStream(const c10::Stream& s) const {
+  if (g_sim.load()) check_ok(sim()->synchronize(sim_stream(s).get()), "synchronize");
+}
+void TestGuard::record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const {
+  if (!g_sim.load()) return;
+  if (*event == nullptr) {
+    auto e = sim()->create_event();
+    check_ok(e.status(), "create_event");
+    *event = e.take().release();
+  }
+  check_ok(sim()->record(static_cast<uccl::DeviceEvent*>(*event), sim_stream(s).get()), "record");
+}
+void TestGuard::block(void* event, const c10::Stream& s) const {
+  if (event == nullptr) return;  // never recorded: nothing to wait for
+  check_ok(sim()->stream_wait(sim_stream(s).get(), static_cast<uccl::DeviceEvent*>(event)), "stream_wait");
+}
+bool TestGuard::queryEvent(void* event) const {
+  if (event == nullptr) return true;
+  auto r = sim()->query(static_cast<uccl::DeviceEvent*>(event));
+  check_ok(r.status(), "query");
+  return r.value();
+}
+void TestGuard::synchronizeEvent(void* event) const {
+  while (!queryEvent(event)) std::this_thread::yield();
+}
+void TestGuard::destroyEvent(void* event, const c10::DeviceIndex) const noexcept {
+  delete static_cast<uccl::DeviceEvent*>(event);
+}
 
 uccl::CopyDir dir_of(bool src_dev, bool dst_dev) {
   return src_dev ? (dst_dev ? uccl::CopyDir::kDeviceToDevice : uccl::CopyDir::kDeviceToHost)
@@ -178,6 +231,23 @@ void sim_copy_tensor(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   sim_copy(dst.storage().mutable_data(), d_raw.data_ptr(), d_raw.numel(), uccl::CopyDir::kHostToDevice, true);
 }
 
+// A storage's new memory from the device's allocator, the old bytes copied over by the device
+// (torch's resize_ of a tensor that must grow: an output of another size handed to an op).
+void resize_storage(const c10::Storage& storage, size_t newsize) {
+  TORCH_CHECK(storage.resizable(), "uccltest: resizing a storage that is not resizable");
+  c10::Allocator* a = storage.allocator() ? storage.allocator() : allocator();
+  c10::DataPtr fresh = a->allocate(newsize);
+  const size_t keep = std::min(newsize, storage.nbytes());
+  if (keep && storage.data()) {
+    if (a == &g_sim_alloc)
+      sim_copy(fresh.get(), storage.data(), keep, uccl::CopyDir::kDeviceToDevice, true);
+    else
+      std::memcpy(fresh.get(), storage.data(), keep);
+  }
+  storage.set_data_ptr_noswap(std::move(fresh));
+  storage.set_nbytes(newsize);
+}
+
 struct TestHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
@@ -191,7 +261,7 @@ struct TestHooks final : at::PrivateUse1HooksInterface {
     return g;
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
-    TORCH_CHECK(false, "uccltest: resizing storage is not supported");
+    resize_storage(storage, newsize);
   }
 };
 
@@ -247,10 +317,13 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, d, false);
 }
 
+// Contiguous sizes; the storage grows (never shrinks) when they need more bytes, as on the CPU.
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size, std::optional<at::MemoryFormat> fmt) {
   auto sizes = C10_AS_INTARRAYREF_SLOW(size);
-  TORCH_CHECK(c10::multiply_integers(sizes) == self.numel(), "uccltest: resize_ may not change the element count");
-  self.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  at::TensorImpl* impl = self.unsafeGetTensorImpl();
+  const size_t need = at::detail::computeStorageNbytesContiguous(sizes, impl->dtype().itemsize(), impl->storage_offset());
+  if (need > self.storage().nbytes()) resize_storage(self.storage(), need);
+  impl->set_sizes_contiguous(sizes);
   return self;
 }
 
@@ -290,11 +363,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     g_sim = true;
   });
   m.def("new_stream", [] {
-    auto st = sim()->create_stream(0);
-    check_ok(st.status(), "create_stream");
-    std::lock_guard<std::mutex> lk(g_streams_mu);
-    g_streams->push_back(st.take());
-    return static_cast<uint64_t>(g_streams->back()->handle());
+    sim();  // a stream the tests wait on is a simulated one
+    return new_stream_handle();
   });
   m.def("set_stream", [](uint64_t handle) { t_stream = static_cast<c10::StreamId>(handle); });
   m.def("current_stream", [] { return static_cast<uint64_t>(t_stream); });
