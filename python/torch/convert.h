@@ -145,8 +145,8 @@ inline std::exception_ptr to_exception(const uccl::Status& s, const std::string&
 //    ordered after the work queued on the tensor's current stream, and Work::wait() making the
 //    current stream wait instead of the host (ProcessGroupNCCL's semantics);
 //  * memory of an accelerator uccl has no backend for (what torch.accelerator reports: xpu,
-//    mps, hpu, mtia, a PrivateUse1 device), and CUDA memory uccl cannot use in place (a uccl
-//    built without CUDA or without a driver, a non-contiguous tensor): staged through host
+//    mps, hpu, mtia, a PrivateUse1 device), and CUDA memory uccl cannot use (a uccl built
+//    without CUDA or without a driver): staged through host
 //    buffers by torch's own copies (the device's copy functions, on its current stream), before
 //    the op and back after it (what Gloo does with every CUDA tensor: slower, never refused).
 inline bool staged_device(const at::Device& d) {
@@ -162,9 +162,15 @@ inline bool staged_device(const at::Device& d) {
   }
 }
 
-inline bool device_direct(const at::Tensor& t) {
-  return !t.is_cpu() && t.is_contiguous() && t.numel() > 0 && uccl::memory_info(t.data_ptr()).device;
+// Whether a device backend of uccl owns t's memory (contiguous or not; asks its driver).
+inline bool device_owned(const at::Tensor& t) {
+  return !t.is_cpu() && t.numel() > 0 && uccl::memory_info(t.data_ptr()).device;
 }
+// ... and uccl can use it in place: contiguous. A non-contiguous tensor of such memory goes
+// through a contiguous copy on the same device (staging.cc), so that every buffer of the call
+// stays device memory: a host copy beside another tensor used in place would mix host and
+// device buffers in one call (uccl refuses that), and costs two trips over the bus.
+inline bool device_direct(const at::Tensor& t) { return t.is_contiguous() && device_owned(t); }
 
 // Whether the stream is recording a CUDA graph (torch builds whose device guard can tell;
 // older ones cannot, and then nothing is refused here).

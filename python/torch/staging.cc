@@ -9,40 +9,41 @@
 namespace uccl_torch {
 
 // A buffer uccl may read: the tensor itself when a contiguous host tensor or device memory uccl
-// owns (convert.h: device_direct), else a contiguous host copy (a device tensor is staged by
-// torch's own device-to-host copy).
+// owns (convert.h: device_direct); a contiguous copy on the device when uccl owns the memory but
+// t is not contiguous (torch's copy, on the current stream, which the op is ordered after); else
+// a contiguous host copy (a device tensor is staged by torch's own device-to-host copy).
 at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
-  if (device_direct(t)) {
-    w.use_device(t.device());
-    w.keep_alive(t);
-    return t;
-  }
-  at::Tensor b = t.is_cpu() && t.is_contiguous() ? t : host_contiguous(t);
+  const bool owned = device_owned(t);  // one lookup: it asks the device backend's driver
+  if (owned) w.use_device(t.device());
+  at::Tensor b = owned ? t.contiguous() : t.is_cpu() && t.is_contiguous() ? t : host_contiguous(t);
   w.keep_alive(b);
   return b;
 }
 
-// A buffer uccl may write into t through. copy_in: the op also reads t (in-place ops).
+// A buffer uccl may write into t through (the same three cases as in_buf; the last two copied
+// back into t by the work's epilogue). copy_in: the op also reads t (in-place ops).
 at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
-  const bool direct = device_direct(t);  // one lookup: it asks the device backend's driver
-  if (direct) w.use_device(t.device());
-  if ((t.is_cpu() && t.is_contiguous()) || direct) {
+  const bool owned = device_owned(t);
+  if (owned) w.use_device(t.device());
+  if (t.is_contiguous() && (t.is_cpu() || owned)) {
     w.keep_alive(t);
     return t;
   }
-  at::Tensor b = copy_in ? host_contiguous(t) : at::empty(t.sizes(), t.options().device(at::kCPU));
+  at::Tensor b = owned     ? (copy_in ? t.contiguous() : at::empty(t.sizes(), t.options()))
+                 : copy_in ? host_contiguous(t)
+                           : at::empty(t.sizes(), t.options().device(at::kCPU));
   w.keep_alive(b);
   w.add_epilogue([t, b]() mutable { copy_back(t, b); });
   return b;
 }
 
 // One flat buffer holding `parts` back to back; with copy_in their contents are copied in. On
-// the device of `like` when uccl uses that device's memory in place (the copies are torch's, on
-// the current stream, which the op is ordered after), else in host memory.
+// the device of `like` when uccl owns that device's memory (the copies are torch's, on the
+// current stream, which the op is ordered after), else in host memory.
 at::Tensor pack(UcclWork& w, const std::vector<at::Tensor>& parts, const at::Tensor& like, bool copy_in) {
   int64_t total = 0;
   for (auto& p : parts) total += p.numel();
-  const bool on_device = device_direct(like);
+  const bool on_device = device_owned(like);
   if (on_device) w.use_device(like.device());
   at::Tensor flat = at::empty({total}, on_device ? like.options() : like.options().device(at::kCPU));
   if (copy_in) {

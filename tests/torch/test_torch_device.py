@@ -230,6 +230,49 @@ def check_ops(rank, world, ext, direct=False):
     assert val.device.type == DEV and val.cpu().tolist() == [float(world)] * 3
 
 
+def strided(t):
+    """t's values as every other element of a device buffer (a non-contiguous device tensor)."""
+    base = dev(torch.full((2 * t.numel(),), 99, dtype=t.dtype))
+    v = base[::2]
+    v.copy_(t)
+    assert not v.is_contiguous()
+    return v
+
+
+def check_strided(rank, world, ext, direct):
+    """Non-contiguous device tensors beside contiguous ones in one call. In place (direct), they
+    go through contiguous copies on the device: nothing crosses to the host, and the call's
+    buffers are all device memory (a host copy beside a tensor used in place made it refuse the
+    call: "buffers in different places (host and sim device 0)")."""
+    n = 5
+    full = [U.make_input(r, n * world, torch.float32, salt=7) for r in range(world)]
+    total = sum(full)
+
+    def run(what, op):
+        ext.reset_copy_stats()
+        op()
+        st = ext.copy_stats()
+        if direct:
+            assert st["d2h_calls"] == 0 and st["h2d_calls"] == 0 and st["d2d_calls"] > 0, (what, st)
+        else:  # staged through the host, as every tensor of this device is
+            assert st["d2h_calls"] > 0 and st["h2d_calls"] > 0, (what, st)
+
+    out, inp = dev(torch.zeros(n)), strided(full[rank])
+    run("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(out, inp))  # strided in, dense out
+    U.assert_same(out.cpu(), total[rank * n:(rank + 1) * n], "reduce_scatter_tensor, strided input")
+    gathered, inp = strided(torch.zeros(n * world)), dev(full[rank][:n])
+    run("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(gathered, inp))  # dense in, strided out
+    U.assert_same(gathered.cpu(), torch.cat([f[:n] for f in full]), "all_gather_into_tensor, strided output")
+    x = strided(full[rank])
+    run("all_reduce", lambda: dist.all_reduce(x))
+    U.assert_same(x.cpu(), total, "all_reduce, strided")
+    outs, inp = [strided(torch.zeros(n)) if r % 2 else dev(torch.zeros(n)) for r in range(world)], strided(full[rank][:n])
+    run("all_gather", lambda: dist.all_gather(outs, inp))
+    for r in range(world):
+        U.assert_same(outs[r].cpu(), full[r][:n], f"all_gather, block {r}")
+    dist.barrier()
+
+
 def check_mixed(rank, world):
     """One rank on CPU tensors, the others on the device: one job, one group."""
     x = U.make_input(rank, 11, torch.float32)
@@ -291,6 +334,7 @@ def device_worker(rank, world, port):
     pg = dist.group.WORLD
     assert pg._get_backend(torch.device(DEV)) is not None  # registered for the device type
     check_ops(rank, world, ext)
+    check_strided(rank, world, ext, direct=False)
     check_mixed(rank, world)
     check_copy_errors(rank, world, ext)
     dist.barrier()
@@ -394,6 +438,7 @@ def direct_worker(rank, world, port):
     a = dev(torch.ones(4))
     assert uccl._core.memory_location(a.data_ptr())[0] == "sim", "uccltest memory should be uccl's simulated device"
     check_ops(rank, world, ext, direct=True)
+    check_strided(rank, world, ext, direct=True)
     check_stream_order(rank, world, ext)
     check_wait_makes_stream_wait(rank, world, ext)
     check_graph_capture_refused(rank, world, ext)

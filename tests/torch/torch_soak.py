@@ -12,7 +12,10 @@ its tensors are on the CPU or the accelerator; calls go out in batches of one to
 async_op=True before any is waited for (work.wait(): on an accelerator, the current stream
 waits). Inputs are small integers from (seed, op, rank), so every rank computes the exact result
 of every op on the CPU; AVG runs only where the world size is a power of two (exact division)
-and PREMUL_SUM with the factor 2.
+and PREMUL_SUM with the factor 2. Each rank's tensors also draw a layout per call: dense, strided
+(every other element of a larger buffer: staged through a contiguous copy, even on the CPU) or,
+for floating dtypes, a leaf that requires grad (written below autograd, as Gloo does); the layouts
+come from a stream of their own, so a seed's calls are those it drew before layouts existed.
 """
 import numpy as np
 import torch
@@ -24,6 +27,7 @@ OPS = ["all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tenso
        "reduce_scatter", "all_to_all_single", "all_to_all", "gather", "scatter", "p2p_ring"]
 COUNTS = [0, 1, 3, 31, 1000, 4099, 70001]
 REDS = ["sum", "max", "min", "product", "avg", "premul"]
+LAYOUTS = ["dense", "dense", "strided", "leaf"]
 
 
 def plan(seed, world, n_ops):
@@ -43,6 +47,9 @@ def plan(seed, world, n_ops):
                     "on_dev": [bool(rng.random() < 0.7) for _ in range(world)],
                     "splits": [int(rng.integers(0, 5)) for _ in range(world * world)],
                     "batch_end": bool(rng.random() < 0.45)})
+    layouts = np.random.default_rng([seed, world, 16])
+    for o in ops:
+        o["layout"] = [LAYOUTS[layouts.integers(len(LAYOUTS))] for _ in range(world)]
     if ops:
         ops[-1]["batch_end"] = True
     return ops
@@ -50,7 +57,23 @@ def plan(seed, world, n_ops):
 
 def describe(o):
     return (f"op #{o['i']} {o['op']} {o['dtype']} n={o['n']} red={o['red']} root={o['root']} "
-            f"on_dev={o['on_dev']}")
+            f"on_dev={o['on_dev']} layout={o.get('layout')}")
+
+
+def _placed(t, where, layout):
+    """t on `where` in the drawn layout: a copy, strided (every other element along the last
+    dimension of a buffer of 99s), or a leaf that requires grad (floating dtypes)."""
+    if layout == "strided" and t.dim() > 0:
+        shape = list(t.shape)
+        base = torch.full(shape[:-1] + [2 * shape[-1]], 99, dtype=t.dtype, device=where)
+        v = base[..., ::2]
+        with torch.no_grad():
+            v.copy_(t)
+        return v
+    out = t.to(where, copy=True)
+    if layout == "leaf" and t.is_floating_point():
+        out.requires_grad_()
+    return out
 
 
 def _input(seed, o, rank, n):
@@ -90,9 +113,10 @@ def _issue(o, rank, world, seed, device, group=None):
     (what, got, want) once the works were waited for."""
     n, root, dt = o["n"], o["root"], o["dtype"]
     where = device if o["on_dev"][rank] else "cpu"
-    put = lambda t: t.to(where)  # noqa: E731
+    layout = o["layout"][rank]
+    put = lambda t: _placed(t, where, layout)  # noqa: E731
     # 7: a receive that never lands shows
-    zeros = lambda k: torch.full((k,), 7, dtype=dt, device=where)  # noqa: E731
+    zeros = lambda k: put(torch.full((k,), 7, dtype=dt))  # noqa: E731
     ins = lambda r, k=n: _input(seed, o, r, k)  # noqa: E731
     kind = o["op"]
     if kind == "all_reduce":
@@ -134,7 +158,7 @@ def _issue(o, rank, world, seed, device, group=None):
         send = [sp[rank * world + j] for j in range(world)]
         recv = [sp[i * world + rank] for i in range(world)]
         src = lambda i: ins(i, 2 * sum(sp[i * world:(i + 1) * world])).reshape(-1, 2)  # noqa: E731
-        out = torch.full((sum(recv), 2), 7, dtype=dt, device=where)
+        out = put(torch.full((sum(recv), 2), 7, dtype=dt))
         w = dist.all_to_all_single(out, put(src(rank)), recv, send, async_op=True, group=group)
         parts = [src(i)[sum(sp[i * world:i * world + rank]):sum(sp[i * world:i * world + rank]) + recv[i]]
                  for i in range(world)]
@@ -180,7 +204,7 @@ def soak(rank, world, seed, n_ops, device, group=None):
                 w.wait()
         for o2, _, check2 in pending:
             for what, got, want in check2():
-                got = got.cpu()
+                got = got.detach().cpu()
                 assert got.dtype == want.dtype and torch.equal(got, want), (
                     f"seed {seed}, {describe(o2)}: {what} on rank {rank}:\n"
                     f" got  {got.flatten()[:8]}\n want {want.flatten()[:8]}")

@@ -20,6 +20,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <c10/core/Allocator.h>
@@ -346,6 +347,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", resize_);
   m.impl("as_strided", as_strided);
   m.impl("view", view);
+  // reshape() of a strided tensor where a view will do (the CPU fallback would hand back a copy,
+  // and a write through it would be lost).
+  m.impl("_reshape_alias", at::native::_reshape_alias);
   // Views must stay views (the CPU fallback would return copies): torch.distributed passes
   // complex tensors as view_as_real.
   m.impl("view_as_real", at::native::view_as_real);
