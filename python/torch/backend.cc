@@ -5,6 +5,7 @@
 
 #include "convert.h"
 #include "membership.h"
+#include "staging.h"
 #include "store_adapter.h"
 
 namespace uccl_torch {
@@ -133,13 +134,11 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   const bool any_source = !is_send && peer == uccl::kAnySource;
   TORCH_CHECK_VALUE(any_source || (peer >= 0 && peer < size_), "uccl ", name, ": peer rank ", peer,
                     " is outside the group of size ", size_);
-  // A non-contiguous tensor travels through a contiguous copy (and a recv copies back).
-  // A device tensor uccl owns is used in place (device_direct); another device's tensor
-  // (staged_device) travels through a host copy the way a non-contiguous one does.
-  const bool direct = device_direct(t);
-  at::Tensor buf = (t.is_cpu() && t.is_contiguous()) || direct
-                       ? t
-                       : (is_send ? host_contiguous(t) : at::empty(t.sizes(), t.options().device(at::kCPU)));
+  // A contiguous host tensor or device tensor uccl owns is used in place; a non-contiguous one
+  // travels through a contiguous copy on its device or the host, another device's tensor
+  // (staged_device) through a host copy (staging.h buffer_for); a recv copies back.
+  const bool direct = device_owned(t);
+  at::Tensor buf = buffer_for(t, direct, is_send);
   std::function<void()> copy_back;
   if (!is_send && !buf.is_same(t)) copy_back = [t, buf]() mutable { uccl_torch::copy_back(t, buf); };
   Wire wire = move_wire(t.scalar_type());

@@ -8,32 +8,26 @@
 
 namespace uccl_torch {
 
-// A buffer uccl may read: the tensor itself when a contiguous host tensor or device memory uccl
-// owns (convert.h: device_direct); a contiguous copy on the device when uccl owns the memory but
-// t is not contiguous (torch's copy, on the current stream, which the op is ordered after); else
-// a contiguous host copy (a device tensor is staged by torch's own device-to-host copy).
+at::Tensor buffer_for(const at::Tensor& t, bool owned, bool copy_in) {
+  if (t.is_contiguous() && (t.is_cpu() || owned)) return t;
+  if (owned) return copy_in ? t.contiguous() : at::empty(t.sizes(), t.options());
+  return copy_in ? host_contiguous(t) : at::empty(t.sizes(), t.options().device(at::kCPU));
+}
+
 at::Tensor in_buf(UcclWork& w, const at::Tensor& t) {
   const bool owned = device_owned(t);  // one lookup: it asks the device backend's driver
   if (owned) w.use_device(t.device());
-  at::Tensor b = owned ? t.contiguous() : t.is_cpu() && t.is_contiguous() ? t : host_contiguous(t);
+  at::Tensor b = buffer_for(t, owned, true);
   w.keep_alive(b);
   return b;
 }
 
-// A buffer uccl may write into t through (the same three cases as in_buf; the last two copied
-// back into t by the work's epilogue). copy_in: the op also reads t (in-place ops).
 at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in) {
   const bool owned = device_owned(t);
   if (owned) w.use_device(t.device());
-  if (t.is_contiguous() && (t.is_cpu() || owned)) {
-    w.keep_alive(t);
-    return t;
-  }
-  at::Tensor b = owned     ? (copy_in ? t.contiguous() : at::empty(t.sizes(), t.options()))
-                 : copy_in ? host_contiguous(t)
-                           : at::empty(t.sizes(), t.options().device(at::kCPU));
+  at::Tensor b = buffer_for(t, owned, copy_in);
   w.keep_alive(b);
-  w.add_epilogue([t, b]() mutable { copy_back(t, b); });
+  if (!b.is_same(t)) w.add_epilogue([t, b]() mutable { copy_back(t, b); });
   return b;
 }
 

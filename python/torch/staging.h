@@ -19,9 +19,17 @@ namespace uccl_torch {
 
 class UcclBackend;
 
-// A buffer uccl may read with t's contents.
+// The contiguous buffer uccl works on for t (owned: a device backend of uccl owns t's memory,
+// convert.h device_owned): t itself when it is a contiguous host tensor or contiguous memory uccl
+// owns; a contiguous copy on t's device when uccl owns the memory but t is not contiguous
+// (torch's copy, on the current stream, which the op is ordered after: every buffer of a call
+// stays device memory); else a contiguous host buffer (a staged device's tensor goes there by
+// torch's own device-to-host copy). copy_in: the buffer starts with t's values.
+at::Tensor buffer_for(const at::Tensor& t, bool owned, bool copy_in);
+// A buffer uccl may read with t's contents (buffer_for, kept alive by the work).
 at::Tensor in_buf(UcclWork& w, const at::Tensor& t);
-// A buffer uccl may write t's result into; copy_in: the op also reads t (in-place ops).
+// A buffer uccl may write t's result into (buffer_for; copied back into t by the work's
+// epilogue when it is not t); copy_in: the op also reads t (in-place ops).
 at::Tensor out_buf(UcclWork& w, const at::Tensor& t, bool copy_in);
 // One flat host buffer holding `parts` back to back (with copy_in, their contents).
 at::Tensor pack(UcclWork& w, const std::vector<at::Tensor>& parts, const at::Tensor& like, bool copy_in);

@@ -270,6 +270,12 @@ def check_strided(rank, world, ext, direct):
     run("all_gather", lambda: dist.all_gather(outs, inp))
     for r in range(world):
         U.assert_same(outs[r].cpu(), full[r][:n], f"all_gather, block {r}")
+    # p2p: a batch with a dense send and a strided receive is one call, too
+    got, send = strided(torch.zeros(n)), dev(full[rank][:n])
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    run("batch_isend_irecv", lambda: [w.wait() for w in dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, got, prv)])])
+    U.assert_same(got.cpu(), full[prv][:n], "batch_isend_irecv, strided receive")
     dist.barrier()
 
 
