@@ -1,6 +1,7 @@
-// Staging between the caller's tensors and the contiguous host buffers uccl works on.
+// Staging between the caller's tensors and the contiguous buffers uccl works on (host memory,
+// or memory of a device uccl owns: buffer_for).
 //
-// Why: uccl wants one contiguous host buffer per side. A contiguous CPU tensor is used as is;
+// Why: uccl wants one contiguous buffer per side, all of one call in one place. A contiguous CPU tensor is used as is;
 // a non-contiguous one, a list of tensors, or a tensor of a staged accelerator (xpu, mps, hpu,
 // mtia, PrivateUse1: convert.h) goes through a host buffer, filled by torch's own copies (for a
 // device, its copy function on its current stream, which returns once the bytes are on the
