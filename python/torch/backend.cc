@@ -137,8 +137,8 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   // A contiguous host tensor or device tensor uccl owns is used in place; a non-contiguous one
   // travels through a contiguous copy on its device or the host, another device's tensor
   // (staged_device) through a host copy (staging.h buffer_for); a recv copies back.
-  const bool direct = device_owned(t);
-  at::Tensor buf = buffer_for(t, direct, is_send);
+  const bool owned = device_owned(t);
+  at::Tensor buf = buffer_for(t, owned, is_send);
   std::function<void()> copy_back;
   if (!is_send && !buf.is_same(t)) copy_back = [t, buf]() mutable { uccl_torch::copy_back(t, buf); };
   Wire wire = move_wire(t.scalar_type());
@@ -149,7 +149,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   op.dtype = wire.dtype;
   op.peer = peer;
   op.tag = static_cast<uint32_t>(tag);
-  if (direct) op.stream = current_stream_handle(t.device());
+  if (owned) op.stream = current_stream_handle(t.device());
 
   std::lock_guard<std::recursive_mutex> lk(mu_);
   // uccl takes an any-source receive only on its own (it picks its peer when it runs).
@@ -158,7 +158,7 @@ c10::intrusive_ptr<c10d::Work> UcclBackend::p2p(std::vector<at::Tensor>& tensors
   auto w = make_work(is_send ? c10d::OpType::SEND : (any_source ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV),
                      name, {t}, c10d::kUnsetTimeout);
   if (any_source) w->set_any_source();
-  if (direct) w->use_device(t.device());
+  if (owned) w->use_device(t.device());
   if (coalescing_) {
     // batch_isend_irecv: collected here, issued as one uccl p2p batch by endCoalescing().
     comm(name);  // fail now, not at the end of the block, if the group is closed

@@ -232,9 +232,9 @@ def check_ops(rank, world, ext, direct=False):
 
 def strided(t):
     """t's values as every other element of a device buffer (a non-contiguous device tensor)."""
-    base = dev(torch.full((2 * t.numel(),), 99, dtype=t.dtype))
-    v = base[::2]
-    v.copy_(t)
+    import torch_soak
+
+    v = torch_soak._placed(t, DEV, "strided")
     assert not v.is_contiguous()
     return v
 

@@ -8,7 +8,6 @@ import uccl
 if not uccl.build_info().get("torch"):  # the build says so; never guess from imports
     pytest.skip("uccl built without the torch backend", allow_module_level=True)
 
-
 import torch
 import torch.distributed as dist
 import torch.nn as nn

@@ -129,40 +129,36 @@ struct TestGuard final : c10::impl::DeviceGuardImplInterface {
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TestGuard);
 
-// The current stream as a simulated-device stream (its id is the native handle; 0: default).
-std::unique_ptr<uccl::DeviceStream> sim_current_stream() {
-  auto st = sim()->wrap_stream(0, static_cast<uintptr_t>(t_stream));
+// A stream as a simulated-device stream (its id is the native handle; 0: default).
+std::unique_ptr<uccl::DeviceStream> sim_stream(c10::StreamId id) {
+  auto st = sim()->wrap_stream(0, static_cast<uintptr_t>(id));
   check_ok(st.status(), "wrap_stream");
   return st.take();
 }
+std::unique_ptr<uccl::DeviceStream> sim_current_stream() { return sim_stream(t_stream); }
 // Streams made by new_stream(), alive for the process and never destroyed: a stream's worker
 // thread must not be torn down by this library's static destructors, which run in no set order
 // with uccl's (seen: a corrupted heap at exit).
 std::mutex g_streams_mu;
 auto* g_streams = new std::vector<std::unique_ptr<uccl::DeviceStream>>();
 
-// A new stream's id: a simulated stream's handle (sim memory), else a number of its own.
-uint64_t new_stream_handle() {
-  std::lock_guard<std::mutex> lk(g_streams_mu);
-  if (!g_sim.load()) {
-    static uint64_t next = 1 << 20;
-    return next++;
-  }
+// A new simulated stream (kept in g_streams); its handle is its id.
+uint64_t new_sim_stream() {
   auto st = sim()->create_stream(0);
   check_ok(st.status(), "create_stream");
+  std::lock_guard<std::mutex> lk(g_streams_mu);
   g_streams->push_back(st.take());
   return static_cast<uint64_t>(g_streams->back()->handle());
 }
+// A pool stream: a simulated one with sim memory, else just an id of its own (host memory's
+// work is synchronous).
 c10::Stream TestGuard::new_pool_stream() {
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDev, 0), static_cast<c10::StreamId>(new_stream_handle()));
-}
-std::unique_ptr<uccl::DeviceStream> sim_stream(const c10::Stream& s) {
-  auto st = sim()->wrap_stream(0, static_cast<uintptr_t>(s.id()));
-  check_ok(st.status(), "wrap_stream");
-  return st.take();
+  static std::atomic<uint64_t> next{1 << 20};
+  const uint64_t id = g_sim.load() ? new_sim_stream() : next++;
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kDev, 0), static_cast<c10::StreamId>(id));
 }
 void TestGuard::synchronizeStream(const c10::Stream& s) const {
-  if (g_sim.load()) check_ok(sim()->synchronize(sim_stream(s).get()), "synchronize");
+  if (g_sim.load()) check_ok(sim()->synchronize(sim_stream(s.id()).get()), "synchronize");
 }
 void TestGuard::record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const {
   if (!g_sim.load()) return;
@@ -171,11 +167,11 @@ void TestGuard::record(void** event, const c10::Stream& s, const c10::DeviceInde
     check_ok(e.status(), "create_event");
     *event = e.take().release();
   }
-  check_ok(sim()->record(static_cast<uccl::DeviceEvent*>(*event), sim_stream(s).get()), "record");
+  check_ok(sim()->record(static_cast<uccl::DeviceEvent*>(*event), sim_stream(s.id()).get()), "record");
 }
 void TestGuard::block(void* event, const c10::Stream& s) const {
   if (event == nullptr) return;  // never recorded: nothing to wait for
-  check_ok(sim()->stream_wait(sim_stream(s).get(), static_cast<uccl::DeviceEvent*>(event)), "stream_wait");
+  check_ok(sim()->stream_wait(sim_stream(s.id()).get(), static_cast<uccl::DeviceEvent*>(event)), "stream_wait");
 }
 bool TestGuard::queryEvent(void* event) const {
   if (event == nullptr) return true;
@@ -366,10 +362,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     sim();  // fails here, clearly, where uccl has no simulated device
     g_sim = true;
   });
-  m.def("new_stream", [] {
-    sim();  // a stream the tests wait on is a simulated one
-    return new_stream_handle();
-  });
+  m.def("new_stream", [] { return new_sim_stream(); });
   m.def("set_stream", [](uint64_t handle) { t_stream = static_cast<c10::StreamId>(handle); });
   m.def("current_stream", [] { return static_cast<uint64_t>(t_stream); });
   m.def("set_capturing", [](bool on) { g_capturing = on; });
