@@ -17,6 +17,8 @@ the simulated device's streams wait instead, tests/torch/test_torch_device.py). 
   * 4 ranks: a 2-D DeviceMesh (dp x tp) with tensor parallelism and FSDP2, and
     torch.distributed.pipelining (GPipe, 1F1B) on CUDA against a single-process CPU reference
     (tests/torch/test_torch_parallel.py's checks, run there on CPU tensors);
+  * torch.distributed.checkpoint: FSDP2 + Adam saved by 4 ranks, loaded resharded by 2, and the
+    functional and autograd collectives (tests/torch/test_torch_checkpoint.py's checks);
   * the random soak of tests/torch/torch_soak.py (every op and ReduceOp, CPU and CUDA tensors
     mixed per call, async batches; exact results) over CUDA IPC on 2 ranks and staged on 3.
 """
@@ -36,6 +38,7 @@ if not uccl.build_info().get("cuda_available") or not uccl.build_info().get("tor
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "torch"))
 import torch.distributed as dist  # noqa: E402
 
+import test_torch_checkpoint as TC  # noqa: E402
 import test_torch_parallel as TP  # noqa: E402
 import test_torch_training as TT  # noqa: E402
 import torch_dist_util as U  # noqa: E402
@@ -308,6 +311,23 @@ def parallel_worker(rank, world, port):
 def test_device_mesh_and_pipelining_on_cuda():
     """4 ranks over the GPUs there are (several per GPU where fewer: NCCL refuses that)."""
     U.spawn(parallel_worker, 4, deadline_s=150)  # under run.sh's per-test bound, so a hang dumps the ranks' stacks
+
+
+def checkpoint_worker(rank, world, port, path, phase):
+    torch.cuda.set_device(torch.device("cuda", rank % NGPU))
+    U.init_uccl(rank, world, port)
+    TC.check_functional(rank, world, "cuda")
+    if phase == "save":
+        TC.check_save(rank, world, "cuda", path)
+    else:
+        TC.check_load(rank, world, "cuda", path)
+    dist.destroy_process_group()
+
+
+def test_checkpoint_and_functional_collectives_on_cuda(tmp_path):
+    """Saved by 4 ranks, loaded resharded by 2 (several ranks per GPU where fewer GPUs)."""
+    U.spawn(checkpoint_worker, 4, str(tmp_path), "save", deadline_s=150)
+    U.spawn(checkpoint_worker, 2, str(tmp_path), "load", deadline_s=150)
 
 
 def capture_worker(rank, world, port):

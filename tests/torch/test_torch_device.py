@@ -10,7 +10,8 @@ went through the device's copies; a job where one rank holds CPU tensors and the
 tensors works; a failing device copy is a clear error (before the op, or on the work after it)
 and leaves the group usable; DDP (with comm hooks), FSDP2, a 2-D DeviceMesh with tensor
 parallelism and torch.distributed.pipelining give on the device what they give on the CPU
-(issue 15, item 5, on the test device; tests/gpu runs the same checks on CUDA)."""
+(issue 15, item 5, on the test device; tests/gpu runs the same checks on CUDA); a checkpoint
+(torch.distributed.checkpoint) saved on the device loads resharded on another world size."""
 import pytest
 import uccl
 
@@ -99,6 +100,7 @@ def device_module():
             torch.accelerator.set_stream(prev)
 
     mod.stream = stream
+    mod.device = lambda device: contextlib.nullcontext()  # one device: nothing to switch (torch.load's)
     return mod
 
 
@@ -533,3 +535,29 @@ def test_training_on_the_test_device_matches_cpu(device_built, direct, world):
     direct: uccl's simulated device in place, FSDP2's side streams and events being the
     simulated device's (the device guard's getStreamFromGlobalPool/record/block)."""
     U.spawn(training_worker, world, direct, deadline_s=300)
+
+
+def checkpoint_worker(rank, world, port, direct, path, phase):
+    ext = load_device()
+    if direct:
+        ext.use_uccl_sim_memory()
+    U.init_uccl(rank, world, port)
+    import test_torch_checkpoint as TC
+
+    TC.check_functional(rank, world, DEV)
+    if phase == "save":
+        TC.check_save(rank, world, DEV, path)
+    else:
+        TC.check_load(rank, world, DEV, path)
+    dist.destroy_process_group()
+
+
+def test_checkpoint_and_functional_collectives_on_the_test_device(device_built, tmp_path):
+    """torch.distributed.checkpoint on a torch accelerator that is not CUDA: an FSDP2 model and
+    its Adam state saved by 3 ranks in place on uccl's simulated device (CUDA's path), loaded
+    resharded by 2 ranks whose tensors torch's device copies move (any vendor's path); DCP's
+    writer stages device tensors in the device's pinned host memory (the test device's pinned
+    allocator). Functional and autograd collectives on both (test_torch_checkpoint.py has the
+    checks)."""
+    U.spawn(checkpoint_worker, 3, True, str(tmp_path), "save", deadline_s=300)
+    U.spawn(checkpoint_worker, 2, False, str(tmp_path), "load", deadline_s=300)

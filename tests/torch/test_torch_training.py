@@ -1,5 +1,6 @@
-"""Real training on the uccl backend: DDP (plain and with comm hooks that chain on the Work's
-Future) and FSDP2 (fully_shard) give the same losses and parameters as gloo from the same seed.
+"""Real training on the uccl backend: DDP (plain, with comm hooks that chain on the Work's
+Future, and over uneven inputs under Join with ZeroRedundancyOptimizer) and FSDP2 (fully_shard)
+give the same losses and parameters as gloo from the same seed.
 
 One 3-rank spawn (3 makes FSDP shards uneven) runs everything side by side in the same processes."""
 import pytest
@@ -13,6 +14,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.algorithms.join import Join
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torch_dist_util as U
@@ -61,6 +64,34 @@ def assert_same_on_all_ranks(params, group, what):
         torch.testing.assert_close(p, ref, msg=lambda m: f"{what}: parameter {i} differs from rank 0: {m}")
 
 
+def uneven_zero_run(rank, group, dev="cpu"):
+    """DDP over uneven inputs (rank r has 3 + 2r batches) under Join, whose shadow collectives
+    stand in for the ranks that ran out, with ZeroRedundancyOptimizer (Adam, each rank owns a
+    shard of the state and broadcasts its updated parameters) and gradient_as_bucket_view; then
+    the optimizer state consolidated on rank 0. Returns (losses, parameters, rank 0's exp_avg)."""
+    dev = torch.device(dev)
+    model = make_model().to(dev)
+    ddp = DDP(model, process_group=group, bucket_cap_mb=0.0005, gradient_as_bucket_view=True,
+              device_ids=[dev.index] if dev.type == "cuda" else None)
+    opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, process_group=group, lr=0.01)
+    losses = []
+    with Join([ddp, opt]):
+        for step in range(3 + 2 * rank):
+            x, y = batch(rank, step, dev)
+            loss = F.mse_loss(ddp(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    opt.consolidate_state_dict(to=0)
+    moments = None
+    if rank == 0:
+        state = opt.state_dict()["state"]
+        assert len(state) == len(list(model.parameters())), f"consolidated state of {len(state)} parameters"
+        moments = [state[i]["exp_avg"].cpu() for i in sorted(state)]
+    return losses, [p.detach().cpu() for p in model.parameters()], moments
+
+
 def check_ddp(rank, world, g):
     runs = {}
     for name, group in (("uccl", dist.group.WORLD), ("gloo", g)):
@@ -94,6 +125,13 @@ def check_ddp(rank, world, g):
     assert all(torch.isfinite(torch.tensor(losses))), losses
     assert_same_on_all_ranks(params_of(model), dist.group.WORLD, "DDP powerSGD")
 
+    # Uneven inputs under Join, with ZeroRedundancyOptimizer: uccl as gloo.
+    ours, gloo = uneven_zero_run(rank, dist.group.WORLD), uneven_zero_run(rank, g)
+    torch.testing.assert_close(ours[0], gloo[0], rtol=1e-5, atol=1e-6)
+    assert_params_close(ours[1], gloo[1], "DDP + Join + ZeroRedundancyOptimizer uccl vs gloo")
+    if rank == 0:
+        assert_params_close(ours[2], gloo[2], "ZeroRedundancyOptimizer's consolidated exp_avg uccl vs gloo")
+
 
 def check_fsdp2(rank, world, g):
     from torch.distributed.device_mesh import DeviceMesh
@@ -119,9 +157,10 @@ def check_fsdp2(rank, world, g):
 
 
 def check_on_device(rank, world, device):
-    """DDP (plain and with comm hooks) and FSDP2 on `device`'s tensors give what they give on CPU
-    tensors (both through uccl, same seeds and batches). tests/gpu runs it on CUDA,
-    tests/torch/test_torch_device.py on the PrivateUse1 test device (staged and in place)."""
+    """DDP (plain, with comm hooks, and under Join with ZeroRedundancyOptimizer) and FSDP2 on
+    `device`'s tensors give what they give on CPU tensors (both through uccl, same seeds and
+    batches). tests/gpu runs it on CUDA, tests/torch/test_torch_device.py on the PrivateUse1 test
+    device (staged and in place)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -149,6 +188,12 @@ def check_on_device(rank, world, device):
             for name, hook, tol in (("plain", None, 1e-4), ("allreduce_hook", default_hooks.allreduce_hook, 1e-4),
                                     ("fp16_compress_hook", default_hooks.fp16_compress_hook, 1e-2))]
     runs.append(("FSDP2", fsdp_run, 1e-4))
+
+    def uneven_run(dev):  # rank 0 compares the consolidated optimizer state too (torch.save/load of dev's tensors)
+        losses, params, moments = uneven_zero_run(rank, dist.group.WORLD, dev)
+        return losses, params + (moments or [])
+
+    runs.append(("DDP + Join + ZeroRedundancyOptimizer", uneven_run, 1e-4))
     for what, run, tol in runs:
         (loss_dev, params_dev), (loss_cpu, params_cpu) = run(device), run(cpu)
         torch.testing.assert_close(loss_dev, loss_cpu, rtol=tol, atol=tol,

@@ -21,6 +21,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/set_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <c10/core/Allocator.h>
@@ -30,6 +31,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -60,6 +62,41 @@ struct PlainAllocator final : c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const final { default_copy_data(dest, src, count); }
 };
 PlainAllocator g_alloc;
+
+// Pinned host memory (what a non-blocking copy to the CPU lands in: torch.distributed.checkpoint
+// stages a device's tensors so): plain CPU memory, remembered (start -> bytes) so that
+// is_pinned() tells it apart, views into it included.
+std::mutex g_pinned_mu;
+auto* g_pinned = new std::map<uintptr_t, size_t>();  // never destroyed: tensors may outlive static teardown
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> lk(g_pinned_mu);
+      (*g_pinned)[reinterpret_cast<uintptr_t>(p)] = nbytes;
+    }
+    return {p, p, &release, c10::Device(c10::kCPU)};
+  }
+  static void release(void* p) {
+    if (!p) return;
+    {
+      std::lock_guard<std::mutex> lk(g_pinned_mu);
+      g_pinned->erase(reinterpret_cast<uintptr_t>(p));
+    }
+    c10::free_cpu(p);
+  }
+  static bool owns(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lk(g_pinned_mu);
+    auto it = g_pinned->upper_bound(a);
+    if (it == g_pinned->begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final { default_copy_data(dest, src, count); }
+};
+PinnedAllocator g_pinned_alloc;
 
 // ---- uccl's simulated device behind the tensors (use_uccl_sim_memory) ----
 std::atomic<bool> g_sim{false};
@@ -252,7 +289,8 @@ struct TestHooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex deviceCount() const override { return 1; }
   c10::DeviceIndex getCurrentDevice() const override { return 0; }
   at::Device getDeviceFromPtr(void*) const override { return at::Device(kDev, 0); }
-  bool isPinnedPtr(const void*) const override { return false; }
+  bool isPinnedPtr(const void* p) const override { return PinnedAllocator::owns(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_alloc; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     static at::Generator g = at::detail::getDefaultCPUGenerator();
     return g;
@@ -350,6 +388,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // complex tensors as view_as_real.
   m.impl("view_as_real", at::native::view_as_real);
   m.impl("view_as_complex", at::native::view_as_complex);
+  // A tensor over a given storage (device-agnostic in ATen but for the name): how torch copies a
+  // device's storage to the host (torch.save of device tensors; ZeroRedundancyOptimizer's
+  // consolidate_state_dict pickles its shards so).
+  m.impl("set_.source_Storage", at::native::set_);
+  m.impl("set_.source_Storage_storage_offset", at::native::set_storage_cpu_);
+  m.impl("set_.source_Tensor", at::native::set_tensor_);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
@@ -361,6 +405,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("use_uccl_sim_memory", [] {
     sim();  // fails here, clearly, where uccl has no simulated device
     g_sim = true;
+    c10::SetAllocator(kDev, &g_sim_alloc);  // storages made without a tensor (torch.load's) too
   });
   m.def("new_stream", [] { return new_sim_stream(); });
   m.def("set_stream", [](uint64_t handle) { t_stream = static_cast<c10::StreamId>(handle); });
