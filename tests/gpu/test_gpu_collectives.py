@@ -18,8 +18,6 @@ compared bit for bit with numpy. Scenarios:
     UCCL_STREAM_WAIT=signal (cuStreamWaitValue32) and kernel (a polling kernel), by the host with
     auto (CUDA: cuda_backend.cc's signal_waits_safe).
 """
-import os
-
 import numpy as np
 import pytest
 

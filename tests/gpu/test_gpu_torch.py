@@ -13,7 +13,9 @@ the simulated device's streams wait instead, tests/torch/test_torch_device.py). 
     stays alive until the device is done;
   * one rank on CPU tensors, the other on CUDA tensors;
   * DDP on CUDA against DDP on CPU: the same parameters after three steps; DDP with comm hooks
-    (allreduce, fp16 compression) and FSDP2 (fully_shard) on CUDA against the same on CPU;
+    (allreduce, fp16 compression), under Join with ZeroRedundancyOptimizer, and FSDP2
+    (fully_shard) on CUDA against the same on CPU; DDP with SyncBatchNorm against BatchNorm on
+    the whole batch in one process;
   * 4 ranks: a 2-D DeviceMesh (dp x tp) with tensor parallelism and FSDP2, and
     torch.distributed.pipelining (GPipe, 1F1B) on CUDA against a single-process CPU reference
     (tests/torch/test_torch_parallel.py's checks, run there on CPU tensors);
@@ -185,6 +187,7 @@ def worker(rank, world, port, one_gpu, wait_mode=None):
     check_mixed(rank, world, d)
     check_time_estimator(rank, world, d)
     check_ddp(rank, world, d)
+    TT.check_sync_batchnorm(rank, world, d)
     check_training(rank, world, d)
     dist.barrier()
     dist.destroy_process_group()

@@ -252,7 +252,7 @@ def cycles_worker(rank, port, cycles):
                 work = pg.recv([torch.empty(3)], 1, 0)
                 threading.Timer(0.3, pg.abort).start()
                 start = time.monotonic()
-                with pytest.raises(dist.DistBackendError, match=f"abort\\(\\) on rank 0"):
+                with pytest.raises(dist.DistBackendError, match="abort\\(\\) on rank 0"):
                     work.wait()
                 out["abort_s"] = time.monotonic() - start
                 del work

@@ -156,6 +156,32 @@ def check_fsdp2(rank, world, g):
     torch.testing.assert_close(runs["uccl"][0], ddp_losses, rtol=1e-4, atol=1e-5)
 
 
+def check_sync_batchnorm(rank, world, device):
+    """DDP with SyncBatchNorm on `device` (torch runs it on accelerators only; the statistics go
+    through all_gather_into_tensor, the backward through all_reduce): each rank normalises its
+    shard of the batch with the whole batch's statistics, so training on the shards equals
+    BatchNorm on the whole batch in one process (parameters, running mean and variance).
+    tests/gpu runs it on CUDA, test_torch_device.py on the test device (batchnorm_kernels.py)."""
+    import copy
+
+    device = torch.device(device)
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(ref)).to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt, ref_opt = torch.optim.SGD(ddp.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(3):
+        x = torch.randn(4 * world, 5, generator=torch.Generator().manual_seed(step))
+        opt.zero_grad()
+        ddp(x.chunk(world)[rank].to(device)).square().mean().backward()
+        opt.step()
+        ref_opt.zero_grad()
+        ref(x).square().mean().backward()
+        ref_opt.step()
+    for (name, a), b in zip(model.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-5, msg=lambda m: f"SyncBatchNorm {name}: {m}")
+
+
 def check_on_device(rank, world, device):
     """DDP (plain, with comm hooks, and under Join with ZeroRedundancyOptimizer) and FSDP2 on
     `device`'s tensors give what they give on CPU tensors (both through uccl, same seeds and
