@@ -71,8 +71,10 @@ def _from_torch(t, writable, what):
     if t.device.type == "cuda" and backend_available("cuda"):
         check_cuda_memory(t.data_ptr(), t.numel() * t.element_size(), what)  # then used in place
     elif t.device.type != "cpu":
+        backend_available(t.device.type)  # fills _BACKENDS
+        have = ", ".join(n for n in _BACKENDS if _BACKENDS[n]) or "none"
         raise NotSupported(f"{what}: {t.device.type} tensors need a uccl device backend for {t.device.type} "
-                           "(this build's: " + ", ".join(n for n in _BACKENDS if _BACKENDS[n]) + "); pass CPU memory")
+                           f"(this build's: {have}); pass CPU memory")
     if not t.is_contiguous():
         raise InvalidArgument(f"{what}: tensor is not contiguous (call .contiguous() first)")
     name = str(t.dtype).replace("torch.", "")

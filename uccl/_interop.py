@@ -8,12 +8,13 @@ that, and the result goes back through the caller's own namespace
 (``x.__array_namespace__().asarray(result, device=x.device)``). Arrays uccl may not write
 (JAX arrays are immutable; a device array's host copy) are worked on in a host copy: the
 returned value is the result, and a mutable caller array (CuPy) also gets it written back for
-the in-place collectives, so ``comm.all_reduce(x)`` means the same as for numpy. A numpy or torch
-first argument never comes here (one type check on the fast path), and neither does a CUDA
-array with ``__cuda_array_interface__`` (CuPy) while uccl's cuda backend is available: uccl uses
-it in place on its device (uccl/_buffers.py), ordered on ``stream=``, and allocates outputs of
-the same library on the same device. Other device arrays (JAX's on a GPU: read-only) are staged
-through the host.
+the in-place collectives, so ``comm.all_reduce(x)`` means the same as for numpy. A numpy array or
+a torch CPU tensor never comes here (one type check on the fast path), and neither does a CUDA
+array with ``__cuda_array_interface__`` (CuPy) or a torch CUDA tensor while uccl's cuda backend is
+available: uccl uses it in place on its device (uccl/_buffers.py), ordered on ``stream=``, and
+allocates outputs of the same library on the same device. Other device arrays (JAX's on a GPU:
+read-only) are staged through the host; torch tensors of other devices (xpu, mps, PrivateUse1)
+by torch's own copies, their host image a torch CPU tensor, written back by ``Tensor.copy_``.
 """
 import functools
 
@@ -29,13 +30,26 @@ _IN_PLACE = {"all_reduce", "reduce", "broadcast", "recv"}
 
 
 def is_foreign(obj):
-    if obj is None or isinstance(obj, np.ndarray) or type(obj).__module__.startswith("torch"):
+    if obj is None or isinstance(obj, np.ndarray):
         return False
+    if type(obj).__module__.startswith("torch"):
+        return staged_torch(obj)
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__array_namespace__")):
         return False
     # Writable CUDA arrays the cuda backend can use where they are (CuPy) take the device path;
     # read-only ones (JAX's) are worked on in a host copy like other immutable arrays.
     return not (writable_cuda_array(obj) and backend_available("cuda"))
+
+
+def staged_torch(t):
+    """A torch tensor on a device uccl has no backend for (xpu, mps, a PrivateUse1 device; CUDA
+    where uccl's cuda backend is unavailable): staged through torch's own copies (the device's
+    copy functions on its current stream), like other vendors' arrays. CPU tensors and CUDA
+    tensors uccl can use in place never are; meta tensors have no data to stage."""
+    kind = getattr(getattr(t, "device", None), "type", None)
+    if kind is None or kind in ("cpu", "meta") or not hasattr(t, "data_ptr"):
+        return False
+    return not (kind == "cuda" and backend_available("cuda"))
 
 
 def writable_cuda_array(obj):
@@ -44,7 +58,12 @@ def writable_cuda_array(obj):
 
 
 def _to_host(obj, what):
-    """(numpy view or copy of obj, whether it is a copy)."""
+    """(numpy view or copy of obj, whether it is a copy); a torch CPU tensor for a torch tensor."""
+    if type(obj).__module__.startswith("torch"):
+        try:
+            return obj.detach().to("cpu").contiguous(), True  # the device's own copy
+        except RuntimeError as e:
+            raise NotSupported(f"{what}: a {obj.device} tensor cannot be copied to the host ({e})") from e
     device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else _KDL_CPU
     if device in (_KDL_CPU, _KDL_CUDA_HOST):
         try:
@@ -67,14 +86,21 @@ class _Foreign:
     def __init__(self, obj, what, writable):
         self.obj = obj
         self.host, copied = _to_host(obj, what)
+        on_numpy = isinstance(self.host, np.ndarray)  # else a torch CPU tensor: torch's host copy
         self.staged = copied or not self.host.flags.writeable
-        if writable and not self.host.flags.writeable:
+        if writable and on_numpy and not self.host.flags.writeable:
             self.host = self.host.copy()
 
     def give_back(self, result, written):
         """The caller-typed value for `result`; writes it into the caller's array when the
         collective wrote into a staged copy and the array is mutable."""
         if result is self.host and not self.staged:
+            return self.obj
+        if written and result is self.host and type(self.obj).__module__.startswith("torch"):
+            import torch
+
+            with torch.no_grad():  # the device's copy back, below autograd (a leaf may require grad)
+                self.obj.copy_(result)
             return self.obj
         value = as_caller_type(self.obj, result)
         if written and result is self.host:
@@ -88,6 +114,10 @@ class _Foreign:
 
 def as_caller_type(like, result):
     """result (numpy) as an array of like's framework, on like's device."""
+    if type(like).__module__.startswith("torch"):
+        import torch
+
+        return torch.as_tensor(result).to(like.device)
     xp = like.__array_namespace__()
     try:
         return xp.asarray(result, device=like.device)

@@ -565,3 +565,62 @@ def test_checkpoint_and_functional_collectives_on_the_test_device(device_built, 
     checks)."""
     U.spawn(checkpoint_worker, 3, True, str(tmp_path), "save", deadline_s=300)
     U.spawn(checkpoint_worker, 2, False, str(tmp_path), "load", deadline_s=300)
+
+
+def python_api_worker(rank, world, port, direct):
+    """uccl.Communicator (the plain Python API, no torch.distributed) on the test device's tensors:
+    uccl has no backend for that device, so they are staged through torch's own copies."""
+    ext = load_device()
+    if direct:
+        ext.use_uccl_sim_memory()
+    store = uccl.TcpStore("127.0.0.1", port, is_server=rank == 0, timeout=60)
+    comm = uccl.Communicator(rank, world, store, timeout=60)
+    total = float(sum(range(1, world + 1)))
+    ext.reset_copy_stats()
+    x = dev(torch.full((1000,), float(rank + 1)))
+    assert comm.all_reduce(x) is x and x.device.type == DEV, x.device
+    assert x.cpu().eq(total).all(), x[:4]
+    stats = ext.copy_stats()
+    assert stats["d2h_bytes"] >= 4000 and stats["h2d_bytes"] >= 4000, stats  # through the device's copies
+    # A strided view in place; a leaf that requires grad; bfloat16; an async call.
+    base = dev(torch.zeros(6, 4))
+    view = base.t()
+    view.copy_(dev(torch.full((4, 6), float(rank + 1))))
+    comm.all_reduce(view, op="max")
+    assert base.cpu().eq(float(world)).all(), base
+    leaf = dev(torch.ones(5)).requires_grad_()
+    comm.all_reduce(leaf)
+    assert leaf.detach().cpu().eq(float(world)).all() and leaf.requires_grad, leaf
+    h = dev(torch.full((9,), rank + 0.5, dtype=torch.bfloat16))
+    comm.all_reduce(h)
+    torch.testing.assert_close(h.cpu(), torch.full((9,), sum(r + 0.5 for r in range(world)), dtype=torch.bfloat16))
+    w = comm.all_reduce(x, op="min", async_op=True)
+    assert w.wait() is x and x.cpu().eq(total).all()
+    # Outputs uccl allocates are on the input's device; an output on the device for a CPU input.
+    g = comm.all_gather(dev(torch.tensor([rank, rank * 10], dtype=torch.int64)))
+    assert g.device.type == DEV and g.cpu().tolist() == [v for r in range(world) for v in (r, r * 10)], g
+    out = dev(torch.empty(world * 2))
+    assert comm.all_gather(torch.tensor([rank, rank + 0.5]), out=out) is out
+    assert out.cpu().tolist() == [v for r in range(world) for v in (r, r + 0.5)], out
+    rs = comm.reduce_scatter(dev(torch.arange(world * 3, dtype=torch.float32)))
+    assert rs.device.type == DEV and rs.cpu().tolist() == [world * v for v in range(rank * 3, rank * 3 + 3)], rs
+    b = dev(torch.full((3,), float(rank)))
+    comm.broadcast(b, root=world - 1)
+    assert b.cpu().eq(float(world - 1)).all(), b
+    a2a = comm.all_to_all(dev(torch.arange(world, dtype=torch.int32) + 100 * rank))
+    assert a2a.cpu().tolist() == [100 * r + rank for r in range(world)], a2a
+    if rank == 0:
+        comm.send(dev(torch.arange(7, dtype=torch.float64)), peer=1)
+    elif rank == 1:
+        r = dev(torch.zeros(7, dtype=torch.float64))
+        assert comm.recv(r, peer=0) is r and r.cpu().tolist() == list(range(7)), r
+    comm.barrier()
+    del comm
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["staged", "sim-memory"])
+def test_python_api_stages_tensors_of_a_device_without_a_backend(device_built, direct):
+    """issue 14 item 7 for torch: any torch accelerator's tensors through uccl.Communicator, by
+    torch's copies (counted on the device), results on the device, written back in place (strided
+    views and leaves that require grad included), outputs uccl allocates on the input's device."""
+    U.spawn(python_api_worker, 3, direct, deadline_s=120)
