@@ -531,7 +531,8 @@ def training_worker(rank, world, port, direct):
 @pytest.mark.parametrize("direct,world", [(False, 4), (True, 2)], ids=["staged-w4", "direct-w2"])
 def test_training_on_the_test_device_matches_cpu(device_built, direct, world):
     """What tests/gpu checks on CUDA, on a torch accelerator that is not CUDA: DDP (plain,
-    allreduce and fp16 hooks, under Join with ZeroRedundancyOptimizer) and FSDP2 give the CPU's
+    allreduce and fp16 hooks, under Join with ZeroRedundancyOptimizer), FSDP2 and FSDP1 (its
+    side streams and record_stream: the test device's) give the CPU's
     losses and parameters, SyncBatchNorm BatchNorm's on the whole batch, GPipe and 1F1B
     the single-process reference's, and (4 ranks) a dp x tp DeviceMesh with FSDP2 + tensor
     parallelism too. staged: torch's device copies move the tensors (any vendor's path; the

@@ -1,6 +1,6 @@
 """Real training on the uccl backend: DDP (plain, with comm hooks that chain on the Work's
-Future, and over uneven inputs under Join with ZeroRedundancyOptimizer) and FSDP2 (fully_shard)
-give the same losses and parameters as gloo from the same seed.
+Future, and over uneven inputs under Join with ZeroRedundancyOptimizer), FSDP2 (fully_shard) and
+FSDP1 (FullyShardedDataParallel) give the same losses and parameters as gloo from the same seed.
 
 One 3-rank spawn (3 makes FSDP shards uneven) runs everything side by side in the same processes."""
 import pytest
@@ -92,6 +92,22 @@ def uneven_zero_run(rank, group, dev="cpu"):
     return losses, [p.detach().cpu() for p in model.parameters()], moments
 
 
+def fsdp1_run(rank, group, strategy, dev="cpu"):
+    """FSDP1 (FullyShardedDataParallel, each Linear wrapped) with a ShardingStrategy by name: its
+    side streams, record_stream and flat-parameter all_gather / reduce_scatter. (losses, full
+    parameters)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    dev = torch.device(dev)
+    model = FSDP(make_model().to(dev), process_group=group, sharding_strategy=getattr(ShardingStrategy, strategy),
+                 device_id=dev, auto_wrap_policy=ModuleWrapPolicy({nn.Linear}), use_orig_params=True)
+    losses = train(model, rank, device=dev)
+    with FSDP.summon_full_params(model):
+        return losses, [p.detach().cpu().clone() for p in model.parameters()]
+
+
 def check_ddp(rank, world, g):
     runs = {}
     for name, group in (("uccl", dist.group.WORLD), ("gloo", g)):
@@ -154,6 +170,11 @@ def check_fsdp2(rank, world, g):
     model = make_model()
     ddp_losses = train(DDP(model, process_group=g), rank)
     torch.testing.assert_close(runs["uccl"][0], ddp_losses, rtol=1e-4, atol=1e-5)
+    # FSDP1, sharded both ways: uccl as gloo.
+    for strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
+        (ours, ours_p), (theirs, theirs_p) = fsdp1_run(rank, dist.group.WORLD, strategy), fsdp1_run(rank, g, strategy)
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+        assert_params_close(ours_p, theirs_p, f"FSDP1 {strategy} uccl vs gloo")
 
 
 def check_sync_batchnorm(rank, world, device):
@@ -183,8 +204,8 @@ def check_sync_batchnorm(rank, world, device):
 
 
 def check_on_device(rank, world, device):
-    """DDP (plain, with comm hooks, and under Join with ZeroRedundancyOptimizer) and FSDP2 on
-    `device`'s tensors give what they give on CPU tensors (both through uccl, same seeds and
+    """DDP (plain, with comm hooks, and under Join with ZeroRedundancyOptimizer), FSDP2 and FSDP1
+    on `device`'s tensors give what they give on CPU tensors (both through uccl, same seeds and
     batches). tests/gpu runs it on CUDA, tests/torch/test_torch_device.py on the PrivateUse1 test
     device (staged and in place)."""
     from torch.distributed.device_mesh import DeviceMesh
@@ -214,6 +235,8 @@ def check_on_device(rank, world, device):
             for name, hook, tol in (("plain", None, 1e-4), ("allreduce_hook", default_hooks.allreduce_hook, 1e-4),
                                     ("fp16_compress_hook", default_hooks.fp16_compress_hook, 1e-2))]
     runs.append(("FSDP2", fsdp_run, 1e-4))
+    runs += [(f"FSDP1 {strategy}", lambda dev, st=strategy: fsdp1_run(rank, dist.group.WORLD, st, dev), 1e-4)
+             for strategy in ("FULL_SHARD", "SHARD_GRAD_OP")]
 
     def uneven_run(dev):  # rank 0 compares the consolidated optimizer state too (torch.save/load of dev's tensors)
         losses, params, moments = uneven_zero_run(rank, dist.group.WORLD, dev)

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -106,6 +107,7 @@ uccl::DeviceBackend* sim() {
   return b;
 }
 void check_ok(const uccl::Status& s, const char* what) { TORCH_CHECK(s.ok(), "uccltest: ", what, ": ", s.to_string()); }
+void free_after_recorded_streams(void* p);
 struct SimAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* p = nullptr;
@@ -117,7 +119,9 @@ struct SimAllocator final : c10::Allocator {
     return {p, p, &release, c10::Device(kDev, 0)};
   }
   static void release(void* p) {
-    if (p) sim()->free(p);
+    if (!p) return;
+    free_after_recorded_streams(p);
+    sim()->free(p);
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void*, const void*, std::size_t) const final { TORCH_CHECK(false, "uccltest: copy_data on sim memory"); }
@@ -178,6 +182,31 @@ std::unique_ptr<uccl::DeviceStream> sim_current_stream() { return sim_stream(t_s
 // with uccl's (seen: a corrupted heap at exit).
 std::mutex g_streams_mu;
 auto* g_streams = new std::vector<std::unique_ptr<uccl::DeviceStream>>();
+
+// Tensor.record_stream(s): the memory is not freed before the work queued on s by then is done
+// (what a caching allocator does with events; here the free waits for those streams). Host
+// memory's work is synchronous: nothing to wait for.
+std::mutex g_recorded_mu;
+auto* g_recorded = new std::map<void*, std::set<c10::StreamId>>();  // allocation -> streams
+void record_stream(at::Tensor& self, c10::Stream s) {
+  if (!g_sim.load() || !self.storage().data_ptr().get_context()) return;
+  std::lock_guard<std::mutex> lk(g_recorded_mu);
+  (*g_recorded)[self.storage().data_ptr().get_context()].insert(s.id());
+}
+void free_after_recorded_streams(void* p) {
+  std::set<c10::StreamId> streams;
+  {
+    std::lock_guard<std::mutex> lk(g_recorded_mu);
+    auto it = g_recorded->find(p);
+    if (it == g_recorded->end()) return;
+    streams.swap(it->second);
+    g_recorded->erase(it);
+  }
+  for (c10::StreamId id : streams) {
+    const uccl::Status st = sim()->synchronize(sim_stream(id).get());
+    if (!st.ok()) TORCH_WARN("uccltest: freeing after stream ", id, ": ", st.to_string());  // a deleter may not throw
+  }
+}
 
 // A new simulated stream (kept in g_streams); its handle is its id.
 uint64_t new_sim_stream() {
@@ -394,6 +423,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", at::native::set_);
   m.impl("set_.source_Storage_storage_offset", at::native::set_storage_cpu_);
   m.impl("set_.source_Tensor", at::native::set_tensor_);
+  m.impl("record_stream", record_stream);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
