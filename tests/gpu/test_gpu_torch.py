@@ -17,7 +17,8 @@ the simulated device's streams wait instead, tests/torch/test_torch_device.py). 
     (fully_shard) and FSDP1 (FullyShardedDataParallel) on CUDA against the same on CPU; DDP with SyncBatchNorm against BatchNorm on
     the whole batch in one process;
   * 4 ranks: a 2-D DeviceMesh (dp x tp) with tensor parallelism and FSDP2, and
-    torch.distributed.pipelining (GPipe, 1F1B) on CUDA against a single-process CPU reference
+    torch.distributed.pipelining (GPipe, 1F1B; Interleaved1F1B and ZBVZeroBubble with two stages
+    per rank) on CUDA against a single-process CPU reference
     (tests/torch/test_torch_parallel.py's checks, run there on CPU tensors);
   * torch.distributed.checkpoint: FSDP2 + Adam saved by 4 ranks, loaded resharded by 2, and the
     functional and autograd collectives (tests/torch/test_torch_checkpoint.py's checks);
@@ -307,6 +308,8 @@ def parallel_worker(rank, world, port):
             TP.check_pipelining(rank, world, name, "cuda")
         except Exception as e:
             raise AssertionError(f"pipelining schedule {name} on rank {rank}, CUDA: {e}") from e
+    for name in ("ScheduleInterleaved1F1B", "ScheduleZBVZeroBubble"):
+        TP.check_multi_stage_pipelining(rank, world, name, "cuda")
     dist.barrier()
     dist.destroy_process_group()
 

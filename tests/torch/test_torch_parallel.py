@@ -1,6 +1,7 @@
 """Multi-dimensional parallelism on uccl: split_group, merge_remote_group, a 2-D DeviceMesh (dp x tp) with tensor
-parallelism and FSDP2 over its dimensions, and torch.distributed.pipelining (GPipe, 1F1B)
-trained for a few steps against a single-process reference. One 4-rank spawn runs all."""
+parallelism and FSDP2 over its dimensions, and torch.distributed.pipelining (GPipe, 1F1B with
+a stage per rank; Interleaved1F1B and ZBVZeroBubble with two) trained for a few steps against a
+single-process reference. One 4-rank spawn runs all."""
 import pytest
 import uccl
 
@@ -106,6 +107,47 @@ def check_pipelining(rank, world, schedule_name, device="cpu"):
     torch.testing.assert_close(stage_mod[0].bias.cpu(), mine.bias, rtol=1e-4, atol=1e-5)
 
 
+def check_multi_stage_pipelining(rank, world, schedule_name, device="cpu"):
+    """Two stages per rank: interleaved placement (rank r holds stages r and r + world) for
+    Interleaved1F1B, a V (r and 2 * world - 1 - r: the first and last stage on rank 0) for
+    ZBVZeroBubble, whose zero-bubble backward splits input and weight gradients. More p2p
+    at once than one stage per rank: each rank both sends and receives for two stages per
+    micro-batch. Against a single-process reference, as check_pipelining."""
+    from torch.distributed import pipelining as P
+
+    n = 2 * world
+    v_shape = schedule_name == "ScheduleZBVZeroBubble"
+    mine = [rank, n - 1 - rank] if v_shape else [rank, rank + world]
+    last_holder = 0 if v_shape else world - 1
+    torch.manual_seed(0)
+    layers = [nn.Linear(6, 6) for _ in range(n)]
+    full = nn.Sequential(*[m for l in copy.deepcopy(layers) for m in (l, nn.Tanh())])
+    mods = [nn.Sequential(layers[i], nn.Tanh()).to(device) for i in mine]
+    stages = [P.PipelineStage(m, stage_index=i, num_stages=n, device=torch.device(device)) for m, i in zip(mods, mine)]
+    schedule = getattr(P, schedule_name)(stages, n_microbatches=8, loss_fn=lambda out, tgt: F.mse_loss(out, tgt))
+    opt = torch.optim.SGD([p for m in mods for p in m.parameters()], lr=0.1)
+    ref_opt = torch.optim.SGD(full.parameters(), lr=0.1)
+    for step in range(2):
+        g = torch.Generator().manual_seed(step)
+        x, y = torch.randn(16, 6, generator=g), torch.randn(16, 6, generator=g)
+        opt.zero_grad()
+        losses = []
+        args = (x.to(device),) if rank == 0 else ()
+        kwargs = dict(target=y.to(device), losses=losses) if rank == last_holder else {}
+        schedule.step(*args, **kwargs)
+        opt.step()
+        ref_opt.zero_grad()
+        ref_losses = [F.mse_loss(full(xm), ym) for xm, ym in zip(x.chunk(8), y.chunk(8))]
+        torch.stack(ref_losses).mean().backward()
+        ref_opt.step()
+        if rank == last_holder:
+            torch.testing.assert_close(torch.stack(losses).cpu(), torch.stack(ref_losses).detach(), rtol=1e-4,
+                                       atol=1e-5, msg=lambda m: f"{schedule_name} step {step} losses: {m}")
+    for m, i in zip(mods, mine):
+        torch.testing.assert_close(m[0].weight.cpu(), full[2 * i].weight, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: f"{schedule_name} stage {i}: {m}")
+
+
 def check_split(rank, world):
     """ProcessGroup.split_group (what dist.split_group and DeviceMesh use when the default group
     is bound to an accelerator; called directly here since this build is CPU-only)."""
@@ -150,6 +192,8 @@ def parallel_worker(rank, world, port):
             check_pipelining(rank, world, name)
         except Exception as e:
             raise AssertionError(f"pipelining schedule {name} on rank {rank}: {e}") from e
+    for name in ("ScheduleInterleaved1F1B", "ScheduleZBVZeroBubble"):
+        check_multi_stage_pipelining(rank, world, name)
     dist.barrier()
     dist.destroy_process_group()
 
