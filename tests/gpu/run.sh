@@ -11,7 +11,8 @@
 #    the C++ device tests (cuda_backend_test: kernels bit-equal to the host's on the GPU,
 #    elementwise_test), then the Python GPU tests, the short broad ones first (test_gpu_arrays:
 #    CuPy and JAX arrays; test_gpu_torch: the torch backend on CUDA tensors, stream ordering,
-#    wait(), DDP with comm hooks, FSDP2, DeviceMesh, pipelining), then test_gpu_collectives
+#    wait(), DDP with comm hooks and Join/ZeRO, FSDP2, FSDP1, SyncBatchNorm, DeviceMesh,
+#    pipelining, torch.distributed.checkpoint), then test_gpu_collectives
 #    (every collective on CUDA buffers through IPC and staged paths, mixed CUDA/host ranks,
 #    several ranks on one GPU, a kernel writing the buffer right before the collective);
 # 4. runs the benchmarks (tests/gpu/bench_gpu.py, tests/gpu/reduce_bench.cc) and writes

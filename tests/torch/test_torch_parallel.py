@@ -68,84 +68,66 @@ def check_device_mesh_2d(rank, world, device="cpu"):
         torch.testing.assert_close(p.full_tensor().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
 
 
-def check_pipelining(rank, world, schedule_name, device="cpu"):
-    """The stages on `device` (tests/gpu runs it on CUDA); the reference on the CPU."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+def train_pipeline(rank, stage_ids, num_stages, make_schedule, last_holder, device, n_micro, steps, what):
+    """Trains this rank's stages (`stage_ids` of a chain of `num_stages` Linear+Tanh layers) with
+    the schedule `make_schedule(stages, n_micro)` builds, against the whole chain in one process
+    on the CPU: the losses (on `last_holder`, the rank with the last stage) and every stage's
+    parameters. Rank 0 holds the first stage."""
+    from torch.distributed.pipelining import PipelineStage
 
     torch.manual_seed(0)
-    layers = [nn.Linear(6, 6) for _ in range(world)]
-    full = nn.Sequential(*copy.deepcopy(layers))
-    stage_mod = nn.Sequential(layers[rank], nn.Tanh()).to(device)
-    full = nn.Sequential(*[m for l in full for m in (l, nn.Tanh())])
-    stage = PipelineStage(stage_mod, stage_index=rank, num_stages=world, device=torch.device(device))
-    cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
-    schedule = cls(stage, n_microbatches=4, loss_fn=lambda out, tgt: F.mse_loss(out, tgt))
-    opt = torch.optim.SGD(stage_mod.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(full.parameters(), lr=0.1)
-    for step in range(3):
-        g = torch.Generator().manual_seed(step)
-        x, y = torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g)
-        opt.zero_grad()
-        losses = []
-        if rank == 0:
-            schedule.step(x.to(device))
-        elif rank == world - 1:
-            schedule.step(target=y.to(device), losses=losses)
-        else:
-            schedule.step()
-        opt.step()
-        # Reference: the same micro-batches; schedules scale gradients by 1/n_microbatches.
-        ref_opt.zero_grad()
-        ref_losses = [F.mse_loss(full(xm), ym) for xm, ym in zip(x.chunk(4), y.chunk(4))]
-        torch.stack(ref_losses).mean().backward()
-        ref_opt.step()
-        if rank == world - 1:
-            torch.testing.assert_close(torch.stack(losses).cpu(), torch.stack(ref_losses).detach(), rtol=1e-4, atol=1e-5,
-                                       msg=lambda m: f"step {step} losses: {m}")
-    mine = full[2 * rank]
-    torch.testing.assert_close(stage_mod[0].weight.cpu(), mine.weight, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(stage_mod[0].bias.cpu(), mine.bias, rtol=1e-4, atol=1e-5)
-
-
-def check_multi_stage_pipelining(rank, world, schedule_name, device="cpu"):
-    """Two stages per rank: interleaved placement (rank r holds stages r and r + world) for
-    Interleaved1F1B, a V (r and 2 * world - 1 - r: the first and last stage on rank 0) for
-    ZBVZeroBubble, whose zero-bubble backward splits input and weight gradients. More p2p
-    at once than one stage per rank: each rank both sends and receives for two stages per
-    micro-batch. Against a single-process reference, as check_pipelining."""
-    from torch.distributed import pipelining as P
-
-    n = 2 * world
-    v_shape = schedule_name == "ScheduleZBVZeroBubble"
-    mine = [rank, n - 1 - rank] if v_shape else [rank, rank + world]
-    last_holder = 0 if v_shape else world - 1
-    torch.manual_seed(0)
-    layers = [nn.Linear(6, 6) for _ in range(n)]
+    layers = [nn.Linear(6, 6) for _ in range(num_stages)]
     full = nn.Sequential(*[m for l in copy.deepcopy(layers) for m in (l, nn.Tanh())])
-    mods = [nn.Sequential(layers[i], nn.Tanh()).to(device) for i in mine]
-    stages = [P.PipelineStage(m, stage_index=i, num_stages=n, device=torch.device(device)) for m, i in zip(mods, mine)]
-    schedule = getattr(P, schedule_name)(stages, n_microbatches=8, loss_fn=lambda out, tgt: F.mse_loss(out, tgt))
+    mods = [nn.Sequential(layers[i], nn.Tanh()).to(device) for i in stage_ids]
+    stages = [PipelineStage(m, stage_index=i, num_stages=num_stages, device=torch.device(device))
+              for m, i in zip(mods, stage_ids)]
+    schedule = make_schedule(stages, n_micro)
     opt = torch.optim.SGD([p for m in mods for p in m.parameters()], lr=0.1)
     ref_opt = torch.optim.SGD(full.parameters(), lr=0.1)
-    for step in range(2):
+    for step in range(steps):
         g = torch.Generator().manual_seed(step)
-        x, y = torch.randn(16, 6, generator=g), torch.randn(16, 6, generator=g)
+        x, y = torch.randn(2 * n_micro, 6, generator=g), torch.randn(2 * n_micro, 6, generator=g)
         opt.zero_grad()
         losses = []
         args = (x.to(device),) if rank == 0 else ()
         kwargs = dict(target=y.to(device), losses=losses) if rank == last_holder else {}
         schedule.step(*args, **kwargs)
         opt.step()
+        # Reference: the same micro-batches; schedules scale gradients by 1/n_microbatches.
         ref_opt.zero_grad()
-        ref_losses = [F.mse_loss(full(xm), ym) for xm, ym in zip(x.chunk(8), y.chunk(8))]
+        ref_losses = [F.mse_loss(full(xm), ym) for xm, ym in zip(x.chunk(n_micro), y.chunk(n_micro))]
         torch.stack(ref_losses).mean().backward()
         ref_opt.step()
         if rank == last_holder:
             torch.testing.assert_close(torch.stack(losses).cpu(), torch.stack(ref_losses).detach(), rtol=1e-4,
-                                       atol=1e-5, msg=lambda m: f"{schedule_name} step {step} losses: {m}")
-    for m, i in zip(mods, mine):
-        torch.testing.assert_close(m[0].weight.cpu(), full[2 * i].weight, rtol=1e-4, atol=1e-5,
-                                   msg=lambda m: f"{schedule_name} stage {i}: {m}")
+                                       atol=1e-5, msg=lambda m: f"{what} step {step} losses: {m}")
+    for mod, i in zip(mods, stage_ids):
+        for got, ref in ((mod[0].weight, full[2 * i].weight), (mod[0].bias, full[2 * i].bias)):
+            torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-5, msg=lambda m: f"{what} stage {i}: {m}")
+
+
+def check_pipelining(rank, world, schedule_name, device="cpu"):
+    """A stage per rank, GPipe or 1F1B. The stages on `device` (tests/gpu runs it on CUDA)."""
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
+    train_pipeline(rank, [rank], world, lambda stages, n: cls(stages[0], n_microbatches=n, loss_fn=F.mse_loss),
+                   world - 1, device, n_micro=4, steps=3, what=schedule_name)
+
+
+def check_multi_stage_pipelining(rank, world, schedule_name, device="cpu"):
+    """Two stages per rank: interleaved placement (rank r holds stages r and r + world) for
+    Interleaved1F1B, a V (r and 2 * world - 1 - r: the first and last stage on rank 0) for
+    ZBVZeroBubble, whose zero-bubble backward splits input and weight gradients. More p2p at
+    once than one stage per rank: each rank sends and receives for two stages per micro-batch."""
+    from torch.distributed import pipelining as P
+
+    n = 2 * world
+    v_shape = schedule_name == "ScheduleZBVZeroBubble"
+    mine = [rank, n - 1 - rank] if v_shape else [rank, rank + world]
+    cls = getattr(P, schedule_name)
+    train_pipeline(rank, mine, n, lambda stages, k: cls(stages, n_microbatches=k, loss_fn=F.mse_loss),
+                   0 if v_shape else world - 1, device, n_micro=8, steps=2, what=schedule_name)
 
 
 def check_split(rank, world):

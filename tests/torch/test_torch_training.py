@@ -33,9 +33,10 @@ def batch(rank, step, device="cpu"):
     return torch.randn(6, 8, generator=g).to(device), torch.randn(6, 4, generator=g).to(device)
 
 
-def train(model, rank, steps=STEPS, device="cpu"):
-    """Losses of `steps` SGD steps on this rank's batches (moved to `device`, where the model is)."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+def train(model, rank, steps=STEPS, device="cpu", opt=None):
+    """Losses of `steps` steps (SGD unless `opt` is given) on this rank's batches (moved to
+    `device`, where the model is)."""
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.05)
     losses = []
     for step in range(steps):
         x, y = batch(rank, step, device)
@@ -74,15 +75,8 @@ def uneven_zero_run(rank, group, dev="cpu"):
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.0005, gradient_as_bucket_view=True,
               device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, process_group=group, lr=0.01)
-    losses = []
     with Join([ddp, opt]):
-        for step in range(3 + 2 * rank):
-            x, y = batch(rank, step, dev)
-            loss = F.mse_loss(ddp(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = train(ddp, rank, steps=3 + 2 * rank, device=dev, opt=opt)
     opt.consolidate_state_dict(to=0)
     moments = None
     if rank == 0:
