@@ -14,7 +14,8 @@ the simulated device's streams wait instead, tests/torch/test_torch_device.py). 
   * one rank on CPU tensors, the other on CUDA tensors;
   * DDP on CUDA against DDP on CPU: the same parameters after three steps; DDP with comm hooks
     (allreduce, fp16 compression), under Join with ZeroRedundancyOptimizer, FSDP2
-    (fully_shard) and FSDP1 (FullyShardedDataParallel) on CUDA against the same on CPU; DDP with SyncBatchNorm against BatchNorm on
+    (fully_shard; also bf16 mixed precision and CPU offload) and FSDP1 (FullyShardedDataParallel)
+    on CUDA against the same on CPU; DDP with SyncBatchNorm against BatchNorm on
     the whole batch in one process;
   * 4 ranks: a 2-D DeviceMesh (dp x tp) with tensor parallelism and FSDP2, and
     torch.distributed.pipelining (GPipe, 1F1B; Interleaved1F1B and ZBVZeroBubble with two stages

@@ -1,6 +1,7 @@
 """Real training on the uccl backend: DDP (plain, with comm hooks that chain on the Work's
-Future, and over uneven inputs under Join with ZeroRedundancyOptimizer), FSDP2 (fully_shard) and
-FSDP1 (FullyShardedDataParallel) give the same losses and parameters as gloo from the same seed.
+Future, and over uneven inputs under Join with ZeroRedundancyOptimizer), FSDP2 (fully_shard, also
+with bf16 mixed precision) and FSDP1 (FullyShardedDataParallel) give the same losses and
+parameters as gloo from the same seed.
 
 One 3-rank spawn (3 makes FSDP shards uneven) runs everything side by side in the same processes."""
 import pytest
@@ -143,23 +144,39 @@ def check_ddp(rank, world, g):
         assert_params_close(ours[2], gloo[2], "ZeroRedundancyOptimizer's consolidated exp_avg uccl vs gloo")
 
 
-def check_fsdp2(rank, world, g):
+def fsdp2_run(rank, group, dev="cpu", **policies):
+    """FSDP2 (each Linear and the root fully_shard'ed; `policies`: mp_policy, offload_policy).
+    (losses, full parameters on the CPU)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
-    runs = {}
-    for name, group in (("uccl", dist.group.WORLD), ("gloo", g)):
-        mesh = DeviceMesh.from_group(group, "cpu")
-        model = make_model()
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        losses = train(model, rank)
-        full = [p.full_tensor().detach().clone() for p in model.parameters()]
-        runs[name] = (losses, full)
+    dev = torch.device(dev)
+    mesh = DeviceMesh.from_group(group, dev.type)
+    model = make_model().to(dev)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, **policies)
+    fully_shard(model, mesh=mesh, **policies)
+    losses = train(model, rank, device=dev)
+    return losses, [p.full_tensor().detach().cpu().clone() for p in model.parameters()]
+
+
+def bf16_mixed_precision():
+    """bfloat16 parameters for compute (bf16 all_gathers), float32 gradient reduce_scatters."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def check_fsdp2(rank, world, g):
+    runs = {name: fsdp2_run(rank, group) for name, group in (("uccl", dist.group.WORLD), ("gloo", g))}
     torch.testing.assert_close(runs["uccl"][0], runs["gloo"][0], rtol=1e-5, atol=1e-6)
     assert_params_close(runs["uccl"][1], runs["gloo"][1], "FSDP2 uccl vs gloo")
+    (ours, ours_p), (theirs, theirs_p) = (fsdp2_run(rank, group, mp_policy=bf16_mixed_precision())
+                                          for group in (dist.group.WORLD, g))
+    torch.testing.assert_close(ours, theirs, rtol=1e-2, atol=1e-2)
+    for i, (a, b) in enumerate(zip(ours_p, theirs_p)):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2, msg=lambda m: f"FSDP2 bf16 parameter {i}: {m}")
     # And FSDP2 equals DDP on the same data (a real check that sharded gradients are reduced).
     model = make_model()
     ddp_losses = train(DDP(model, process_group=g), rank)
@@ -198,13 +215,10 @@ def check_sync_batchnorm(rank, world, device):
 
 
 def check_on_device(rank, world, device):
-    """DDP (plain, with comm hooks, and under Join with ZeroRedundancyOptimizer), FSDP2 and FSDP1
-    on `device`'s tensors give what they give on CPU tensors (both through uccl, same seeds and
-    batches). tests/gpu runs it on CUDA, tests/torch/test_torch_device.py on the PrivateUse1 test
-    device (staged and in place)."""
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
-
+    """DDP (plain, with comm hooks, and under Join with ZeroRedundancyOptimizer), FSDP2 (plain,
+    bf16 mixed precision, CPU offload) and FSDP1 on `device`'s tensors give what they give on CPU
+    tensors (both through uccl, same seeds and batches). tests/gpu runs it on CUDA,
+    tests/torch/test_torch_device.py on the PrivateUse1 test device (staged and in place)."""
     device = torch.device(device)
     cpu = torch.device("cpu")
 
@@ -215,20 +229,19 @@ def check_on_device(rank, world, device):
             ddp.register_comm_hook(dist.group.WORLD, hook)
         return train(ddp, rank, device=dev), [p.detach().cpu() for p in model.parameters()]
 
-    def fsdp_run(dev):
-        mesh = DeviceMesh.from_group(dist.group.WORLD, dev.type)
-        model = make_model().to(dev)
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        losses = train(model, rank, device=dev)
-        return losses, [p.full_tensor().detach().cpu() for p in model.parameters()]
+    def offloaded(dev):  # parameters and optimizer state in pinned host memory on the device side
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        policies = {} if dev.type == "cpu" else {"offload_policy": CPUOffloadPolicy(pin_memory=True)}
+        return fsdp2_run(rank, dist.group.WORLD, dev, **policies)
 
     runs = [(f"DDP {name}", lambda dev, h=hook: ddp_run(dev, h), tol)
             for name, hook, tol in (("plain", None, 1e-4), ("allreduce_hook", default_hooks.allreduce_hook, 1e-4),
                                     ("fp16_compress_hook", default_hooks.fp16_compress_hook, 1e-2))]
-    runs.append(("FSDP2", fsdp_run, 1e-4))
+    runs.append(("FSDP2", lambda dev: fsdp2_run(rank, dist.group.WORLD, dev), 1e-4))
+    runs.append(("FSDP2 bf16 mixed precision",
+                 lambda dev: fsdp2_run(rank, dist.group.WORLD, dev, mp_policy=bf16_mixed_precision()), 1e-2))
+    runs.append(("FSDP2 CPU offload", offloaded, 1e-4))
     runs += [(f"FSDP1 {strategy}", lambda dev, st=strategy: fsdp1_run(rank, dist.group.WORLD, st, dev), 1e-4)
              for strategy in ("FULL_SHARD", "SHARD_GRAD_OP")]
 
