@@ -16,6 +16,7 @@ allocates outputs of the same library on the same device. Other device arrays (J
 read-only) are staged through the host; torch tensors of other devices (xpu, mps, PrivateUse1)
 by torch's own copies, their host image a torch CPU tensor, written back by ``Tensor.copy_``.
 """
+import contextlib
 import functools
 
 import numpy as np
@@ -50,6 +51,15 @@ def staged_torch(t):
     if kind is None or kind in ("cpu", "meta") or not hasattr(t, "data_ptr"):
         return False
     return not (kind == "cuda" and backend_available("cuda"))
+
+
+def _torch_stream_for(stream, *arrays):
+    """`stream` when it is a torch stream and one of `arrays` a staged torch tensor, else None."""
+    if stream is None or not type(stream).__module__.startswith("torch"):
+        return None
+    if not any(a is not None and type(a).__module__.startswith("torch") for a in arrays):
+        return None
+    return stream
 
 
 def writable_cuda_array(obj):
@@ -152,13 +162,19 @@ def accepts_arrays(method):
         if not (x_foreign or out_foreign):
             return method(self, x, *args, **kwargs)
         writes_x = in_place and kwargs.get("out") is None
-        fx = _Foreign(x, f"{name} input", writes_x) if x_foreign else None
-        fo = _Foreign(kwargs["out"], f"{name} output", True) if out_foreign else None
+        # A torch stream given for staged torch tensors is where torch's copies in and out run
+        # (so the op is ordered after the work queued there); the host op itself needs none.
+        on = _torch_stream_for(kwargs.get("stream"), x if x_foreign else None, kwargs.get("out") if out_foreign else None)
+        if on is not None:
+            kwargs["stream"] = None
+        with on if on is not None else contextlib.nullcontext():
+            fx = _Foreign(x, f"{name} input", writes_x) if x_foreign else None
+            fo = _Foreign(kwargs["out"], f"{name} output", True) if out_foreign else None
         if fo:
             kwargs["out"] = fo.host
         result = method(self, fx.host if fx else x, *args, **kwargs)
 
-        def convert(r):
+        def give_back(r):
             if r is None:
                 return None
             if fo and r is fo.host:
@@ -166,6 +182,10 @@ def accepts_arrays(method):
             if fx:
                 return fx.give_back(r, writes_x)
             return r
+
+        def convert(r):
+            with on if on is not None else contextlib.nullcontext():
+                return give_back(r)
 
         return _ConvertedWork(result, convert) if isinstance(result, Work) else convert(result)
 

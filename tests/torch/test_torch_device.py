@@ -615,8 +615,39 @@ def python_api_worker(rank, world, port, direct):
     elif rank == 1:
         r = dev(torch.zeros(7, dtype=torch.float64))
         assert comm.recv(r, peer=0) is r and r.cpu().tolist() == list(range(7)), r
+    check_python_api_stream(comm, rank, world)
     comm.barrier()
     del comm
+
+
+def check_python_api_stream(comm, rank, world):
+    """stream= a torch stream of the device: torch's copies in and out run there (the host op
+    needs no stream), after the work queued on it: here a copy into the tensor still queued on
+    that stream behind six others (over sim memory every copy takes 30 ms). What this shows is
+    that such a stream is taken and the result is right; it cannot show the order itself: the
+    simulated device's copies all go through one copy queue in the order they were issued, so
+    a staging copy from another stream would come after that copy too (checked: stream=None
+    passes as well). Only kernels jump that queue, and torch runs none on this device."""
+    from uccl import _core
+
+    s = torch.Stream(device=DEV)
+    old = _core.sim_copy_speed()
+    _core.sim_set_copy_speed(0, 30000)
+    try:
+        n = 1000
+        y, pad, one = dev(torch.zeros(n)), dev(torch.zeros(1)), torch.ones(1)
+        src = torch.full((n,), float(rank + 1))  # kept alive: the copy from it is still queued
+        torch.accelerator.synchronize()
+        with s:
+            for _ in range(6):
+                pad.copy_(one, non_blocking=True)
+            y.copy_(src, non_blocking=True)
+        assert comm.all_reduce(y, stream=s) is y
+        s.synchronize()
+        got = y.cpu()
+        assert got.eq(float(sum(range(1, world + 1)))).all(), got[:4].tolist()
+    finally:
+        _core.sim_set_copy_speed(*old)
 
 
 @pytest.mark.parametrize("direct", [False, True], ids=["staged", "sim-memory"])
