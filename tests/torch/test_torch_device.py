@@ -11,7 +11,8 @@ tensors works; a failing device copy is a clear error (before the op, or on the 
 and leaves the group usable; DDP (with comm hooks), FSDP2, a 2-D DeviceMesh with tensor
 parallelism and torch.distributed.pipelining give on the device what they give on the CPU
 (issue 15, item 5, on the test device; tests/gpu runs the same checks on CUDA); a checkpoint
-(torch.distributed.checkpoint) saved on the device loads resharded on another world size."""
+(torch.distributed.checkpoint) saved on the device loads resharded on another world size; the
+plain Python API (uccl.Communicator) takes the device's tensors, staged by torch's copies."""
 import pytest
 import uccl
 
