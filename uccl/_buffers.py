@@ -18,12 +18,17 @@ from .sim import SimArray
 _BACKENDS = {}
 
 
-def backend_available(name):
-    """Whether the core has an available device backend of that name ("cuda", "sim")."""
+def _backends():
+    """{name: available} of the core's device backends (asked once)."""
     if not _BACKENDS:
         from ._core import device_backends
         _BACKENDS.update({b["name"]: b["available"] for b in device_backends()})
-    return _BACKENDS.get(name, False)
+    return _BACKENDS
+
+
+def backend_available(name):
+    """Whether the core has an available device backend of that name ("cuda", "sim")."""
+    return _backends().get(name, False)
 
 
 class Buffer:
@@ -71,8 +76,7 @@ def _from_torch(t, writable, what):
     if t.device.type == "cuda" and backend_available("cuda"):
         check_cuda_memory(t.data_ptr(), t.numel() * t.element_size(), what)  # then used in place
     elif t.device.type != "cpu":
-        backend_available(t.device.type)  # fills _BACKENDS
-        have = ", ".join(n for n in _BACKENDS if _BACKENDS[n]) or "none"
+        have = ", ".join(n for n, up in _backends().items() if up) or "none"
         raise NotSupported(f"{what}: {t.device.type} tensors need a uccl device backend for {t.device.type} "
                            f"(this build's: {have}); pass CPU memory")
     if not t.is_contiguous():

@@ -30,10 +30,14 @@ _KDL_CPU, _KDL_CUDA_HOST = 1, 3
 _IN_PLACE = {"all_reduce", "reduce", "broadcast", "recv"}
 
 
+def _is_torch(obj):
+    return type(obj).__module__.startswith("torch")
+
+
 def is_foreign(obj):
     if obj is None or isinstance(obj, np.ndarray):
         return False
-    if type(obj).__module__.startswith("torch"):
+    if _is_torch(obj):
         return staged_torch(obj)
     if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__array_namespace__")):
         return False
@@ -53,15 +57,6 @@ def staged_torch(t):
     return not (kind == "cuda" and backend_available("cuda"))
 
 
-def _torch_stream_for(stream, *arrays):
-    """`stream` when it is a torch stream and one of `arrays` a staged torch tensor, else None."""
-    if stream is None or not type(stream).__module__.startswith("torch"):
-        return None
-    if not any(a is not None and type(a).__module__.startswith("torch") for a in arrays):
-        return None
-    return stream
-
-
 def writable_cuda_array(obj):
     cai = getattr(obj, "__cuda_array_interface__", None)
     return cai is not None and not cai.get("data", (0, True))[1]
@@ -69,7 +64,7 @@ def writable_cuda_array(obj):
 
 def _to_host(obj, what):
     """(numpy view or copy of obj, whether it is a copy); a torch CPU tensor for a torch tensor."""
-    if type(obj).__module__.startswith("torch"):
+    if _is_torch(obj):
         try:
             return obj.detach().to("cpu").contiguous(), True  # the device's own copy
         except RuntimeError as e:
@@ -106,7 +101,7 @@ class _Foreign:
         collective wrote into a staged copy and the array is mutable."""
         if result is self.host and not self.staged:
             return self.obj
-        if written and result is self.host and type(self.obj).__module__.startswith("torch"):
+        if written and result is self.host and _is_torch(self.obj):
             import torch
 
             with torch.no_grad():  # the device's copy back, below autograd (a leaf may require grad)
@@ -124,7 +119,7 @@ class _Foreign:
 
 def as_caller_type(like, result):
     """result (numpy) as an array of like's framework, on like's device."""
-    if type(like).__module__.startswith("torch"):
+    if _is_torch(like):
         import torch
 
         return torch.as_tensor(result).to(like.device)
@@ -164,28 +159,25 @@ def accepts_arrays(method):
         writes_x = in_place and kwargs.get("out") is None
         # A torch stream given for staged torch tensors is where torch's copies in and out run
         # (so the op is ordered after the work queued there); the host op itself needs none.
-        on = _torch_stream_for(kwargs.get("stream"), x if x_foreign else None, kwargs.get("out") if out_foreign else None)
-        if on is not None:
-            kwargs["stream"] = None
-        with on if on is not None else contextlib.nullcontext():
+        staging = contextlib.nullcontext()
+        if _is_torch(kwargs.get("stream")) and ((x_foreign and _is_torch(x)) or (out_foreign and _is_torch(kwargs["out"]))):
+            staging, kwargs["stream"] = kwargs["stream"], None
+        with staging:
             fx = _Foreign(x, f"{name} input", writes_x) if x_foreign else None
             fo = _Foreign(kwargs["out"], f"{name} output", True) if out_foreign else None
         if fo:
             kwargs["out"] = fo.host
         result = method(self, fx.host if fx else x, *args, **kwargs)
 
-        def give_back(r):
+        def convert(r):
             if r is None:
                 return None
-            if fo and r is fo.host:
-                return fo.give_back(r, True)
-            if fx:
-                return fx.give_back(r, writes_x)
+            with staging:
+                if fo and r is fo.host:
+                    return fo.give_back(r, True)
+                if fx:
+                    return fx.give_back(r, writes_x)
             return r
-
-        def convert(r):
-            with on if on is not None else contextlib.nullcontext():
-                return give_back(r)
 
         return _ConvertedWork(result, convert) if isinstance(result, Work) else convert(result)
 

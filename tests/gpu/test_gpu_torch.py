@@ -141,7 +141,7 @@ def check_mixed(rank, world, d):
 def _ddp_params(device, rank, world):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=TT.ddp_device_ids(device))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for step in range(3):
         g = torch.Generator().manual_seed(100 * step + rank)

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+import test_torch_training as TT
 import torch_dist_util as U
 
 ROWS = 12  # one global batch: world sizes 2, 3 and 4 split it evenly, so every world's mean gradient is the same
@@ -34,14 +35,9 @@ def make_model(seed):
 def sharded(device, seed):
     """An FSDP2 model (each layer and the root sharded: uneven shards at world 3) and its Adam."""
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
 
-    mesh = DeviceMesh.from_group(dist.group.WORLD, torch.device(device).type)
     model = make_model(seed).to(device)
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    TT.shard_layers(model, DeviceMesh.from_group(dist.group.WORLD, torch.device(device).type))
     return model, torch.optim.Adam(model.parameters(), lr=0.05)
 
 

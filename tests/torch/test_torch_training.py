@@ -53,10 +53,25 @@ def params_of(module):
     return [p.detach().clone() for p in module.parameters()]
 
 
-def assert_params_close(a, b, what):
+def assert_params_close(a, b, what, rtol=1e-5, atol=1e-6):
     assert len(a) == len(b)
     for i, (x, y) in enumerate(zip(a, b)):
-        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=lambda m: f"{what}, parameter {i}: {m}")
+        torch.testing.assert_close(x, y, rtol=rtol, atol=atol, msg=lambda m: f"{what}, parameter {i}: {m}")
+
+
+def ddp_device_ids(dev):
+    """DDP's device_ids for a model on `dev` (CUDA only; None elsewhere)."""
+    return [dev.index] if dev.type == "cuda" else None
+
+
+def shard_layers(model, mesh, **policies):
+    """FSDP2 the usual way: each Linear, then the root (`policies`: mp_policy, offload_policy)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, **policies)
+    fully_shard(model, mesh=mesh, **policies)
 
 
 def assert_same_on_all_ranks(params, group, what):
@@ -74,7 +89,7 @@ def uneven_zero_run(rank, group, dev="cpu"):
     dev = torch.device(dev)
     model = make_model().to(dev)
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.0005, gradient_as_bucket_view=True,
-              device_ids=[dev.index] if dev.type == "cuda" else None)
+              device_ids=ddp_device_ids(dev))
     opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, process_group=group, lr=0.01)
     with Join([ddp, opt]):
         losses = train(ddp, rank, steps=3 + 2 * rank, device=dev, opt=opt)
@@ -148,15 +163,10 @@ def fsdp2_run(rank, group, dev="cpu", **policies):
     """FSDP2 (each Linear and the root fully_shard'ed; `policies`: mp_policy, offload_policy).
     (losses, full parameters on the CPU)."""
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
 
     dev = torch.device(dev)
-    mesh = DeviceMesh.from_group(group, dev.type)
     model = make_model().to(dev)
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, mesh=mesh, **policies)
-    fully_shard(model, mesh=mesh, **policies)
+    shard_layers(model, DeviceMesh.from_group(group, dev.type), **policies)
     losses = train(model, rank, device=dev)
     return losses, [p.full_tensor().detach().cpu().clone() for p in model.parameters()]
 
@@ -175,8 +185,7 @@ def check_fsdp2(rank, world, g):
     (ours, ours_p), (theirs, theirs_p) = (fsdp2_run(rank, group, mp_policy=bf16_mixed_precision())
                                           for group in (dist.group.WORLD, g))
     torch.testing.assert_close(ours, theirs, rtol=1e-2, atol=1e-2)
-    for i, (a, b) in enumerate(zip(ours_p, theirs_p)):
-        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2, msg=lambda m: f"FSDP2 bf16 parameter {i}: {m}")
+    assert_params_close(ours_p, theirs_p, "FSDP2 bf16 uccl vs gloo", rtol=1e-2, atol=1e-2)
     # And FSDP2 equals DDP on the same data (a real check that sharded gradients are reduced).
     model = make_model()
     ddp_losses = train(DDP(model, process_group=g), rank)
@@ -200,7 +209,7 @@ def check_sync_batchnorm(rank, world, device):
     torch.manual_seed(0)
     ref = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
     model = nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(ref)).to(device)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = DDP(model, device_ids=ddp_device_ids(device))
     opt, ref_opt = torch.optim.SGD(ddp.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
     for step in range(3):
         x = torch.randn(4 * world, 5, generator=torch.Generator().manual_seed(step))
@@ -224,7 +233,7 @@ def check_on_device(rank, world, device):
 
     def ddp_run(dev, hook):
         model = make_model().to(dev)
-        ddp = DDP(model, bucket_cap_mb=0.0005, device_ids=[dev.index] if dev.type == "cuda" else None)
+        ddp = DDP(model, bucket_cap_mb=0.0005, device_ids=ddp_device_ids(dev))
         if hook is not None:
             ddp.register_comm_hook(dist.group.WORLD, hook)
         return train(ddp, rank, device=dev), [p.detach().cpu() for p in model.parameters()]
