@@ -1,10 +1,13 @@
-// Shared inside libuccl_cuda.so only (cuda_backend.cc, cuda_ipc.cc): the driver entry points
-// the backend resolves through the runtime (cudaGetDriverEntryPointByVersion, so the module
-// never links libcuda), the runtime-error -> Status mapping and the two singletons.
+// Shared inside libuccl_cuda.so only (the backend's files, cuda_ipc.cc): the driver entry
+// points the backend resolves through the runtime (cudaGetDriverEntryPointByVersion, so the
+// module never links libcuda; cuda_driver.cc), the runtime probe, the runtime-error -> Status
+// mapping and the two singletons.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+
+#include <string>
 
 #include "base/signal_safe_memory.h"
 #include "cuda/cuda_module.h"
@@ -24,7 +27,17 @@ struct Driver {
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;  // optional
   CUresult (*module_get_loading_mode)(CUmoduleLoadingMode*) = nullptr;  // optional
 };
-Driver& driver();  // filled by the backend's first available()
+Driver& driver();  // filled by probe_runtime()
+
+// What the runtime and the driver said at the backend's first available(): cudaGetDeviceCount
+// (which runs cuInit), then the driver entry points into driver().
+struct RuntimeProbe {
+  bool ok = false;
+  std::string why_not;       // when !ok: why CUDA is unusable here
+  int count = 0;             // devices visible
+  bool lazy_loading = true;  // CUDA_MODULE_LOADING as cuInit saw it (unknown counts as lazy, the default)
+};
+RuntimeProbe probe_runtime();
 
 // "cuda: <call> failed: cudaErrorX (text)": kInvalidArgument for bad values/pointers/devices,
 // kSystemError otherwise.

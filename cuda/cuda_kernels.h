@@ -1,6 +1,6 @@
 // Launchers of the CUDA reduce / scale / divide kernels (cuda/cuda_kernels.cu).
 //
-// Why this header has no CUDA types: the CUDA backend (cuda/cuda_backend.cc) is ordinary C++
+// Why this header has no CUDA types: the CUDA backend (cuda/cuda_backend.h) is ordinary C++
 // compiled by the host compiler; only the .cu file goes through nvcc. Streams travel as
 // void* (a cudaStream_t) and results as the cudaError_t value of the launch (0 = success).
 //
@@ -35,10 +35,10 @@ int launch_divide(void* dst, const void* src, size_t count, DataType dt, int n, 
 // pinned host memory, which the host sets to 1) is >= 1: a stream wait the way NCCL's kernels
 // wait for their proxy, as a running kernel polling host memory (acquire, system scope, with a
 // backoff of up to ~4 us between reads) instead of a semaphore acquire in the stream's hardware
-// queue (cuStreamWaitValue32). UCCL_STREAM_WAIT=kernel; cuda_backend.cc says why.
+// queue (cuStreamWaitValue32). UCCL_STREAM_WAIT=kernel; cuda_signals.cc says why.
 int launch_wait_flag(const void* flag, void* stream);
 // Loads every kernel above on the current device now (cudaFuncGetAttributes), so that no launch
-// loads one later: with CUDA's lazy loading a load may synchronize the device (cuda_backend.cc).
+// loads one later: with CUDA's lazy loading a load may synchronize the device (cuda_signals.cc).
 void preload_kernels();
 
 }  // namespace cuda

@@ -4,7 +4,7 @@
 // CUDA driver and without a CUDA toolkit (CI, CPU clusters, the other vendors' hosts), the way
 // libibverbs is opened at run time (transports/verbs/ibverbs_loader.cc). So libuccl.so has no
 // link-time dependency on CUDA at all. Everything that calls CUDA lives in libuccl_cuda.so
-// (cuda/cuda_backend.cc, cuda/cuda_ipc.cc, cuda/cuda_kernels.cu), which is linked with the
+// (cuda/cuda_backend.h and its files, cuda/cuda_ipc.cc, cuda/cuda_kernels.cu), which is linked with the
 // *static* CUDA runtime: the only CUDA library it needs at run time is the driver
 // (libcuda.so.1), which the static runtime itself opens with dlopen. That gives three clean
 // answers from one build:

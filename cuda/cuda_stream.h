@@ -1,4 +1,4 @@
-// The CUDA backend's streams, events and signals (cuda_backend.cc creates them; nothing outside
+// The CUDA backend's streams, events and signals (cuda/cuda_backend.h makes them; nothing outside
 // libuccl_cuda.so sees these types). A stream is a cudaStream_t, owned or wrapped; an event is a
 // cudaEvent_t created lazily on the device of the stream it is first recorded on; a signal is a
 // word of mapped pinned host memory that a stream waits on with cuStreamWaitValue32.

@@ -16,7 +16,7 @@ compared bit for bit with numpy. Scenarios:
     synchronisation in between: the `stream=` ordering must cover it);
   * Work.wait(stream=) makes another stream wait: without blocking the host with
     UCCL_STREAM_WAIT=signal (cuStreamWaitValue32) and kernel (a polling kernel), by the host with
-    auto (CUDA: cuda_backend.cc's signal_waits_safe).
+    auto (CUDA: cuda_signals.cc's signal_waits_safe).
 """
 import numpy as np
 import pytest
