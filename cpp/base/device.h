@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "base/futex_bell.h"
 #include "uccl/status.h"
 #include "uccl/memory.h"
 #include "uccl/types.h"
@@ -56,6 +57,12 @@ class DeviceStream {
   virtual int ordinal() const = 0;
   virtual bool external() const = 0;  // wraps a user's handle
   virtual uintptr_t handle() const = 0;  // the native handle (cudaStream_t; a simulated stream's address)
+  // Sleeping until the stream moves (core/idle_wait.h): a stream whose work runs on this host's
+  // CPUs (the simulated device's worker) has a doorbell (base/futex_bell.h) it rings after each
+  // task, so a driver that waited past its spin sleeps until a copy is done instead of polling
+  // every 100 us. nullptr where the device rings nothing (cuda: events are polled, as NCCL's
+  // proxy does).
+  virtual FutexBell* completion_bell() { return nullptr; }
 };
 
 // A marker recorded on a stream; complete when everything enqueued before it on that stream

@@ -278,22 +278,12 @@ void SimBackend::unregister_host(void* ptr, std::function<void()> then) {
   });
 }
 
-SimStream* SimBackend::engine(int ordinal) {
+std::shared_ptr<SimBackend::EngineTurns> SimBackend::engine(int ordinal) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& e = engines_[ordinal];
-  if (!e) e = std::make_unique<SimStream>(this, ordinal);
-  return e.get();
+  if (!e) e = std::make_shared<EngineTurns>();
+  return e;
 }
-
-namespace {
-// A copy's two halves: its stream lets it go once the work queued before it there is done, and
-// waits until the engine has made it; the engine takes its copies in the order they came.
-struct CopyGate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool go = false, skip = false, done = false;
-};
-}  // namespace
 
 Status SimBackend::copy_async(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s) {
   return queue_copy(dst, src, bytes, dir, s, true);
@@ -323,28 +313,21 @@ Status SimBackend::queue_copy(void* dst, const void* src, size_t bytes, CopyDir 
     }));
     return Status::Ok();
   }
-  auto gate = std::make_shared<CopyGate>();
-  SimStream* eng = engine(st->ordinal());
-  // Both halves queued under one lock: two threads' copies reach the engine in the order their
-  // stream halves were queued.
+  // Through the engine: the copy's turn is taken now, its stream's task waits for that turn once
+  // the work queued before it there is done, copies, and passes the turn on. Turn and task are
+  // taken under one lock, so on every stream the turns stand in queue order (two threads' copies
+  // onto one stream could otherwise each wait for the other's turn).
+  std::shared_ptr<EngineTurns> eng = engine(ord);  // held by the task: a stream may outlive its backend
   std::lock_guard<std::mutex> order(engine_order_mu_);
-  st->enqueue([gate](const Status& sticky) {
-    std::unique_lock<std::mutex> lock(gate->mu);
-    gate->go = true;
-    gate->skip = !sticky.ok();  // a broken stream's copy does not run (as its kernels do not)
-    gate->cv.notify_all();
-    gate->cv.wait(lock, [&] { return gate->done; });
-    return Status::Ok();
-  });
-  eng->enqueue([gate, copy](const Status&) {
-    {
-      std::unique_lock<std::mutex> lock(gate->mu);
-      gate->cv.wait(lock, [&] { return gate->go; });  // the head of the queue holds the engine
-    }
-    if (!gate->skip) copy();
-    std::lock_guard<std::mutex> lock(gate->mu);
-    gate->done = true;
-    gate->cv.notify_all();
+  const uint64_t turn = eng->next++;
+  st->enqueue([eng, turn, copy](const Status& sticky) {
+    std::unique_lock<std::mutex> lock(eng->mu);
+    eng->cv.wait(lock, [&] { return eng->serving == turn; });  // the copies queued before it, of any stream
+    lock.unlock();
+    if (sticky.ok()) copy();  // a broken stream's copy does not run (as its kernels do not), but takes its turn
+    lock.lock();
+    ++eng->serving;
+    eng->cv.notify_all();
     return Status::Ok();
   });
   return Status::Ok();

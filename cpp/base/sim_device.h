@@ -26,6 +26,7 @@
 // here too.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <atomic>
 #include <functional>
@@ -134,8 +135,18 @@ class SimBackend final : public DeviceBackend {
                       double* lat) const;
   // copy_async (by_engine: through the device's engine) and copy_by_kernel_async (on the stream).
   Status queue_copy(void* dst, const void* src, size_t bytes, CopyDir dir, DeviceStream* s, bool by_engine);
-  // Device `ordinal`'s copy engine: one worker for the copies of every stream (made at first use).
-  SimStream* engine(int ordinal);
+  // Device `ordinal`'s copy engine: one queue for the copies of every stream, in the order they
+  // were queued (made at first use). A copy runs on its stream's worker once the engine serves
+  // its turn: one copy at a time per device, as on a single engine, without a thread of its own
+  // (the hand-offs to one cost three wake-ups per copy: 2 ranks on 2 cores, 512 KiB copies of
+  // ~50 us waited 270-1200 us; benchmarks/RESULTS.md).
+  struct EngineTurns {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t next = 0;     // the turn the next copy takes (under engine_order_mu_)
+    uint64_t serving = 0;  // the turn whose copy may run (under mu)
+  };
+  std::shared_ptr<EngineTurns> engine(int ordinal);
   // Checks the stream, resolves each operand (at most 3) and queues fn(operands) on the stream.
   Status enqueue_kernel(DeviceStream* s, size_t bytes, std::initializer_list<const void*> operands,
                         std::function<void(char* const*)> fn);
@@ -150,8 +161,8 @@ class SimBackend final : public DeviceBackend {
   bool reduces_from_host_;
   size_t staging_chunk_bytes_;
   std::atomic<int> waits_outstanding_{0};  // signal waits queued and not passed yet
-  std::map<int, std::unique_ptr<SimStream>> engines_;  // by ordinal, under mu_
-  std::mutex engine_order_mu_;  // copy_async queues a copy's two halves under it
+  std::map<int, std::shared_ptr<EngineTurns>> engines_;  // by ordinal, under mu_
+  std::mutex engine_order_mu_;  // a copy takes its turn and queues its task under it
   std::map<uintptr_t, size_t> pinned_;  // host ranges a kernel reaches (alloc_pinned, register_host), under mu_
   SignalSafeMemory mem_;                   // last: its calls use the members above
 };

@@ -54,6 +54,7 @@ class SimStream final : public DeviceStream {
   bool external() const override { return false; }
   uintptr_t handle() const override { return reinterpret_cast<uintptr_t>(this); }
   const SimBackend* owner() const { return owner_; }
+  FutexBell* completion_bell() override { return &bell_; }
   // A test's stand-in for a CUDA graph capture on this stream (SimBackend::set_capturing).
   std::atomic<bool> capturing{false};
 
@@ -89,6 +90,7 @@ class SimStream final : public DeviceStream {
       // After a failure the stream is broken (like a sticky CUDA error): work tasks skip
       // themselves when `sticky` is set, event markers report it.
       Status s = task(sticky);
+      bell_.ring();  // after the task's effects (an event marked, a copy made), seen by the waker
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;
       ++completed_;
@@ -103,6 +105,7 @@ class SimStream final : public DeviceStream {
   uint64_t enqueued_ = 0, completed_ = 0;
   bool stop_ = false;
   Status error_;
+  FutexBell bell_{};  // rung after each task (DeviceStream::completion_bell)
   std::thread worker_;  // last: started after the members above exist
 };
 
@@ -114,6 +117,7 @@ class SimStreamRef final : public DeviceStream {
   bool external() const override { return true; }
   uintptr_t handle() const override { return s_->handle(); }
   SimStream* target() const { return s_; }
+  FutexBell* completion_bell() override { return s_->completion_bell(); }
 
  private:
   SimStream* s_;

@@ -1,7 +1,9 @@
 // The simulated device backend: memory reachable only through its copy API (a host
 // dereference of a device pointer crashes), in-order streams, events, stream_wait, kernels
 // bitwise equal to the host ones, throttled copies, the registry and typed errors.
+#include <linux/futex.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -167,6 +169,44 @@ TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later
   CHECK(back[0] == 'h');
   b.free(d);
   b.free_pinned(out2);
+}
+
+TEST_CASE("a stream rings its completion bell after each task: a sleeper wakes when the copy is done") {
+  SimOptions o;
+  o.name = "sim-bell";
+  o.devices = 1;
+  o.copy_latency_us = 50000;  // 50 ms per copy: the sleeper is asleep when it ends
+  SimBackend b(o);
+  auto s = b.create_stream(0).take();
+  FutexBell* bell = s->completion_bell();
+  REQUIRE(bell != nullptr);
+  std::vector<char> h(4096, 'x');
+  void* d = b.alloc(0, h.size()).take();
+  // Nobody sleeps: the worker rings without bumping the word (one load).
+  const uint32_t before = bell->seq.load();
+  REQUIRE(b.copy_async(d, h.data(), h.size(), CopyDir::kHostToDevice, s.get()).ok());
+  REQUIRE(b.synchronize(s.get()).ok());
+  CHECK(bell->seq.load() == before);
+  auto e = b.create_event().take();
+  REQUIRE(b.copy_async(d, h.data(), h.size(), CopyDir::kHostToDevice, s.get()).ok());
+  REQUIRE(b.record(e.get(), s.get()).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    const uint32_t v = bell->arm();
+    done = b.query(e.get()).value();  // the look after arming
+    if (!done) {
+      timespec ts{5, 0};  // the copy ends in 50 ms: a wake-up, not this timeout, ends the sleep
+      syscall(SYS_futex, bell->word(), FUTEX_WAIT, v, &ts, nullptr, 0);
+      done = b.query(e.get()).value();
+    }
+    bell->disarm();
+  }
+  const double s_waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(done);
+  CHECK(s_waited < 4.0);
+  CHECK(bell->seq.load() != before);  // it was rung for the sleeper
+  b.free(d);
 }
 
 TEST_CASE("copy bandwidth and latency are applied, per instance") {

@@ -46,6 +46,26 @@ TEST_CASE("a note names a slot the peer reads, and its consumed word gives the s
   CHECK(q.value() == s.slot(0) - s.base() + peer.base());
 }
 
+TEST_CASE("giving a slot back rings the sender's bell only while the sender sleeps on it") {
+  auto seg = SlotSegment::create(2, 4096);
+  REQUIRE(seg.ok());
+  SlotSegment& s = seg.value();
+  FutexBell* bell = s.consumed_bell();
+  PeerSlots peer;
+  SlotNote a = s.note(0, 1, 10);
+  REQUIRE(peer.open(a).ok());
+  const uint32_t v0 = bell->seq.load();
+  peer.consume(a);
+  CHECK(bell->seq.load() == v0);  // nobody sleeps: not rung
+  const uint32_t v1 = bell->arm();
+  SlotNote b = s.note(1, 2, 10);
+  REQUIRE(peer.open(b).ok());
+  peer.consume(b);
+  CHECK(bell->seq.load() != v1);  // a FUTEX_WAIT for v1 now returns at once
+  CHECK(bell->sleeping.load() == 0);
+  CHECK(s.consumed(1, 2));
+}
+
 TEST_CASE("bad notes are refused with what was wrong") {
   auto seg = SlotSegment::create(2, 4096);
   REQUIRE(seg.ok());

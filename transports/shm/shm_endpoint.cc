@@ -2,7 +2,6 @@
 // The byte-moving code is in shm_endpoint_io.cc.
 #include "transports/shm/shm_endpoint.h"
 
-#include <linux/futex.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -152,23 +151,12 @@ Result<bool> ShmEndpoint::peek(Envelope* env, size_t* bytes) {
 void ShmEndpoint::arm_wait(WaitSet* ws) {
   // A dead peer rings nothing: look now (one poll() per sleep), not after 16 more passes.
   if (!dead_ && !peer_gone_ && peer_seems_gone()) on_peer_gone();
-  Doorbell& b = ctl_->bell[side_];
-  const uint32_t seq = b.seq.load(std::memory_order_acquire);
-  b.sleeping.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // the driver's next pass reads after this
-  ws->futexes.push_back({reinterpret_cast<uint32_t*>(&b.seq), seq});
+  ws->futexes.push_back({ctl_->bell[side_].futex.word(), ctl_->bell[side_].futex.arm()});
 }
 
-void ShmEndpoint::disarm_wait() { ctl_->bell[side_].sleeping.store(0, std::memory_order_relaxed); }
+void ShmEndpoint::disarm_wait() { ctl_->bell[side_].futex.disarm(); }
 
-void ShmEndpoint::ring_peer() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // what we wrote, before we read `sleeping`
-  Doorbell& b = ctl_->bell[1 - side_];
-  if (b.sleeping.load(std::memory_order_relaxed) == 0 || b.sleeping.exchange(0) == 0) return;
-  b.seq.fetch_add(1, std::memory_order_release);
-  // A shared futex (no FUTEX_PRIVATE_FLAG): the sleeper is another process.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&b.seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
+void ShmEndpoint::ring_peer() { ctl_->bell[1 - side_].futex.ring(); }
 
 // ---------------------------------------------------------------------------------------------
 // Liveness.

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/futex_bell.h"
 #include "base/shared_mapping.h"
 #include "uccl/status.h"
 #include "transports/transport.h"
@@ -60,17 +61,14 @@ struct CloseNote {
   char text[1000];  // a root cause carried on (see kMaxCloseNoteBytes) fits whole
 };
 
-// Sleeping instead of spinning (core/idle_wait.h): bell[s] belongs to side s. Before side s
-// sleeps on the futex word `seq`, it sets `sleeping`; the other side, after anything it wrote
-// into the segment (head, tail, acks, offers, notes), checks `sleeping` and, if set, clears it,
-// bumps `seq` and wakes it. Each side fences between its store and its load (Dekker), and the
-// futex sleeps only while `seq` still holds the value read before the arming, so no wake-up is
-// lost. A side that never sleeps costs the other one fence and one read of a shared line.
+// Sleeping instead of spinning (core/idle_wait.h): bell[s] belongs to side s, which arms its
+// `futex` (base/futex_bell.h) before it sleeps; the other side rings it after anything it wrote
+// into the segment (head, tail, acks, offers, notes). A side that never sleeps costs the other
+// one fence and one read of a shared line.
 // `cpu` is where side s last spun waiting (+1; 0 unknown): a peer that spins on the same cpu
 // yields instead, or neither would run until the scheduler's time slice ends (unpinned ranks).
 struct Doorbell {
-  alignas(64) std::atomic<uint32_t> seq;
-  std::atomic<uint32_t> sleeping;
+  alignas(64) FutexBell futex;
   std::atomic<uint32_t> cpu;
 };
 

@@ -339,12 +339,36 @@ void StagedEndpoint::check_peer_alive() {
   advance(out_, true);
 }
 
+bool StagedEndpoint::device_busy(const Dir& d) {
+  return d.dedicated_busy || (!d.ops.empty() && d.free_slots.size() != d.pool.size());
+}
+
 void StagedEndpoint::arm_wait(WaitSet* ws) {
-  // Device copies signal nothing a driver can sleep on: poll while any is queued.
-  for (Dir* d : {&out_, &in_})
-    if (!d->ops.empty() && d->free_slots.size() != d->pool.size()) ws->poll_only = true;
-  if (out_.dedicated_busy || in_.dedicated_busy) ws->poll_only = true;
+  // Device copies ring their stream's bell where it has one (a simulated device's worker);
+  // others signal nothing a driver can sleep on: poll while any is queued.
+  for (Dir* d : {&out_, &in_}) {
+    if (!device_busy(*d)) continue;
+    FutexBell* bell = d->stream ? d->stream->completion_bell() : nullptr;
+    if (!bell) {
+      ws->poll_only = true;
+      continue;
+    }
+    ws->futexes.push_back({bell->word(), bell->arm()});
+    armed_.push_back(bell);
+  }
+  // Shared slots not given back yet: the peer rings the segment's bell when it gives one back.
+  if (out_seg_ && !unconsumed_.empty()) {
+    FutexBell* bell = out_seg_->consumed_bell();
+    ws->futexes.push_back({bell->word(), bell->arm()});
+    armed_.push_back(bell);
+  }
   inner_->arm_wait(ws);
+}
+
+void StagedEndpoint::disarm_wait() {
+  for (FutexBell* bell : armed_) bell->disarm();
+  armed_.clear();
+  inner_->disarm_wait();
 }
 
 bool StagedEndpoint::has_pending() const {

@@ -106,7 +106,7 @@ class StagedEndpoint final : public Endpoint {
   // a chunk's, and the matcher reads only the envelope (the receive then checks the size).
   Result<bool> peek(Envelope* env, size_t* bytes) override { return inner_->peek(env, bytes); }
   void arm_wait(WaitSet* ws) override;
-  void disarm_wait() override { inner_->disarm_wait(); }
+  void disarm_wait() override;
   void note_waiting_on_cpu(int cpu) override { inner_->note_waiting_on_cpu(cpu); }
   bool peer_waits_on_cpu(int cpu) const override { return inner_->peer_waits_on_cpu(cpu); }
   bool has_pending() const override;
@@ -189,6 +189,8 @@ class StagedEndpoint final : public Endpoint {
   };
 
   void queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes, const void* buf);
+  // Whether d has device copies queued (or, shared slots, slots the peer has not given back).
+  static bool device_busy(const Dir& d);
   // Ops that wait with nothing posted on the inner endpoint (a device switch waiting for the
   // old device's copies, a pool waiting for a slot) would not learn that the peer died: the
   // inner endpoint checks its peer only while it has requests (and at peek()). Asks it; a dead
@@ -271,6 +273,7 @@ class StagedEndpoint final : public Endpoint {
   std::vector<Slot*> unconsumed_;
   PeerSlots peer_slots_;
   DeviceBackend* peer_slots_registered_ = nullptr;
+  std::vector<FutexBell*> armed_;  // the bells arm_wait() armed, until disarm_wait()
   bool failed_ = false;
   Status why_failed_;
   ChunkTimes times_;

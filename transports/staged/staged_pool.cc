@@ -89,6 +89,8 @@ void StagedEndpoint::drop_slot(std::unique_ptr<Slot>& s) {
 }
 
 void StagedEndpoint::free_slots(Dir& d) {
+  for (FutexBell* bell : armed_) bell->disarm();  // they may be this direction's stream's or segment's
+  armed_.clear();
   if (d.stream && backend_) backend_->synchronize(d.stream.get());  // queued copies may still write
   for (auto& s : d.pool) drop_slot(s);
   d.pool.clear();

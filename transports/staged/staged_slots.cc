@@ -9,7 +9,7 @@
 namespace uccl {
 namespace {
 
-constexpr uint64_t kHeaderMagic = 0x31746f6c736c6363ull;  // "cclslot1" in memory order
+constexpr uint64_t kHeaderMagic = 0x32746f6c736c6363ull;  // "cclslot2" in memory order
 constexpr size_t kLine = 64;
 
 // The segment's first line, then one line per slot holding its `consumed` word.
@@ -18,7 +18,9 @@ struct SlotHeader {
   uint64_t slots;
   uint64_t stride;
   uint64_t data_offset;
+  FutexBell consumed_bell;  // the sender sleeps on it; the receiver rings it after a consume
 };
+static_assert(sizeof(SlotHeader) <= kLine, "the header is the segment's first line");
 
 size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
@@ -50,6 +52,8 @@ Result<SlotSegment> SlotSegment::create(size_t slots, size_t slot_bytes) {
 bool SlotSegment::consumed(size_t i, uint64_t seq) const {
   return consumed_word(seg_.base(), i)->load(std::memory_order_acquire) == seq;
 }
+
+FutexBell* SlotSegment::consumed_bell() const { return &reinterpret_cast<SlotHeader*>(seg_.base())->consumed_bell; }
 
 SlotNote SlotSegment::note(size_t i, uint64_t seq, size_t bytes) const {
   SlotNote n;
@@ -95,6 +99,7 @@ Result<const char*> PeerSlots::open(const SlotNote& note) {
 void PeerSlots::consume(const SlotNote& note) {
   if (!seg_.base() || note.slot >= slots_) return;
   consumed_word(seg_.base(), note.slot)->store(note.seq, std::memory_order_release);
+  reinterpret_cast<SlotHeader*>(seg_.base())->consumed_bell.ring();
 }
 
 void PeerSlots::unmap() {

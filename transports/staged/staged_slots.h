@@ -22,7 +22,8 @@
 //    sizeof(SlotNote) bytes with the mark). So receives are posted ahead as on any pair, and a
 //    host sender's large chunks may wait for theirs to be pushed (shm's CMA push). On a note it maps
 //    the segment (PeerSlots, once), copies or reduces out of the slot, and when that is done
-//    stores the note's sequence number in the slot's `consumed` word. The sender reuses a slot
+//    stores the note's sequence number in the slot's `consumed` word, then rings the header's
+//    bell (base/futex_bell.h: a sender with no free slot sleeps on it). The sender reuses a slot
 //    once its word holds the number it sent there.
 //  * Failures: a dead receiver consumes nothing more: the sender's inner endpoint fails as
 //    usual and its segment is unmapped. A dead sender's pages live on while the receiver maps
@@ -36,6 +37,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/futex_bell.h"
 #include "base/shared_mapping.h"
 #include "uccl/status.h"
 
@@ -66,6 +68,8 @@ class SlotSegment {
   char* slot(size_t i) const { return seg_.base() + data_offset_ + i * stride_; }
   // Whether the peer is done with what was sent in slot i as number seq.
   bool consumed(size_t i, uint64_t seq) const;
+  // Rung by the peer after each consume: the sender sleeps on it while it waits for a slot.
+  FutexBell* consumed_bell() const;
   // A note for chunk `seq` of `bytes` in slot i.
   SlotNote note(size_t i, uint64_t seq, size_t bytes) const;
   char* base() const { return seg_.base(); }
