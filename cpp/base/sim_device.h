@@ -138,8 +138,8 @@ class SimBackend final : public DeviceBackend {
   // Device `ordinal`'s copy engine: one queue for the copies of every stream, in the order they
   // were queued (made at first use). A copy runs on its stream's worker once the engine serves
   // its turn: one copy at a time per device, as on a single engine, without a thread of its own
-  // (the hand-offs to one cost three wake-ups per copy: 2 ranks on 2 cores, 512 KiB copies of
-  // ~50 us waited 270-1200 us; benchmarks/RESULTS.md).
+  // (handing each copy to one and back cost two wake-ups and a thread more on the CPUs the ranks
+  // share; benchmarks/RESULTS.md).
   struct EngineTurns {
     std::mutex mu;
     std::condition_variable cv;

@@ -365,9 +365,13 @@ void StagedEndpoint::arm_wait(WaitSet* ws) {
   inner_->arm_wait(ws);
 }
 
-void StagedEndpoint::disarm_wait() {
+void StagedEndpoint::disarm_bells() {
   for (FutexBell* bell : armed_) bell->disarm();
   armed_.clear();
+}
+
+void StagedEndpoint::disarm_wait() {
+  disarm_bells();
   inner_->disarm_wait();
 }
 

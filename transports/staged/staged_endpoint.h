@@ -273,7 +273,8 @@ class StagedEndpoint final : public Endpoint {
   std::vector<Slot*> unconsumed_;
   PeerSlots peer_slots_;
   DeviceBackend* peer_slots_registered_ = nullptr;
-  std::vector<FutexBell*> armed_;  // the bells arm_wait() armed, until disarm_wait()
+  std::vector<FutexBell*> armed_;  // the bells arm_wait() armed, until disarm_bells()
+  void disarm_bells();
   bool failed_ = false;
   Status why_failed_;
   ChunkTimes times_;

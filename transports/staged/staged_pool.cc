@@ -89,8 +89,7 @@ void StagedEndpoint::drop_slot(std::unique_ptr<Slot>& s) {
 }
 
 void StagedEndpoint::free_slots(Dir& d) {
-  for (FutexBell* bell : armed_) bell->disarm();  // they may be this direction's stream's or segment's
-  armed_.clear();
+  disarm_bells();  // they may be this direction's stream's or segment's
   if (d.stream && backend_) backend_->synchronize(d.stream.get());  // queued copies may still write
   for (auto& s : d.pool) drop_slot(s);
   d.pool.clear();
