@@ -8,15 +8,19 @@ simulated device, unthrottled unless --copy-gbps / --copy-latency-us give it a G
 bandwidth and a fixed cost per copy, which is what makes the chunk size matter; unthrottled, the
 cost measured is the staging itself: bounce-buffer copies, chunking, events), interleaved in one
 process per rank, the median over --iters of each. Prints time, algorithm bandwidth and the ratio
-staged / host (goal: <= 1.25 from 1 MiB up, issue 14), then rank 0's staged pairs as describe()
+staged / host (goal: <= 1.25 from 1 MiB up, issue 14), the CPU time a rank's process spent per
+call in each mode (all its threads: the caller's waits, the progress thread, the simulated
+device's stream workers; the mean over the ranks of each rank's mean), then rank 0's staged pairs as describe()
 gives them, with where the device chunks' time went (the mean of each stage over the run).
 UCCL_STAGED=on so every pair is split into staging chunks.
 """
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import socket
 import statistics
+import sys
 import time
 
 
@@ -44,15 +48,16 @@ def _rank(rank, world, port, args, q):
         n = size // 4
         h = np.ones(n, np.float32)
         d = SimArray.from_numpy(h)
-        th, td = [], []
+        th, td, ch, cd = [], [], [], []
         for i in range(args.iters + 2):
-            for buf, out in ((h, th), (d, td)):
+            for buf, out, cpu in ((h, th, ch), (d, td, cd)):
                 comm.barrier()
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 comm.all_reduce(buf)
                 if i >= 2:
                     out.append(time.perf_counter() - t0)
-        rows.append((size, statistics.median(th), statistics.median(td)))
+                    cpu.append(time.process_time() - c0)
+        rows.append((size, statistics.median(th), statistics.median(td), statistics.mean(ch), statistics.mean(cd)))
     peers = [ln.strip() for ln in comm.describe().splitlines() if ln.strip().startswith("peer ")]
     q.put((rank, (rows, peers)))
     comm.barrier()
@@ -73,17 +78,34 @@ def main():
     procs = [ctx.Process(target=_rank, args=(r, args.world, port, args, q)) for r in range(args.world)]
     for pr in procs:
         pr.start()
-    res = dict(q.get(timeout=600) for _ in procs)
+    res = {}
+    deadline = time.monotonic() + 600
+    while len(res) < len(procs):
+        try:
+            r, row = q.get(timeout=1)
+            res[r] = row
+        except queue.Empty:
+            # A rank that died (a bad setting raised, a crash) sends nothing: say which, at once.
+            dead = [(i, pr.exitcode) for i, pr in enumerate(procs) if pr.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for pr in procs:
+                    pr.kill()
+                sys.exit(f"staged_bench: rank(s) {dead} exited (rank, exit code) before reporting"
+                         if dead else "staged_bench: no result within 600 s")
     for pr in procs:
         pr.join(30)
     print(f"staged all_reduce (sim device, copy {args.copy_gbps or 'unthrottled'} GB/s, "
           f"{args.copy_latency_us} us per copy) vs host, world {args.world}, "
           f"{args.transport}, median of {args.iters}; load: {os.getloadavg()[0]:.2f}")
-    print(f"{'bytes':>10} {'host ms':>9} {'staged ms':>10} {'host GB/s':>10} {'staged GB/s':>12} {'ratio':>6}")
-    for i, (size, th, td) in enumerate(res[0][0]):
+    print(f"{'bytes':>10} {'host ms':>9} {'staged ms':>10} {'host GB/s':>10} {'staged GB/s':>12} {'ratio':>6}"
+          f" {'host cpu ms':>12} {'staged cpu ms':>14}")
+    for i, (size, *_) in enumerate(res[0][0]):
         th = max(r[0][i][1] for r in res.values())
         td = max(r[0][i][2] for r in res.values())
-        print(f"{size:>10} {th*1e3:>9.3f} {td*1e3:>10.3f} {size/th/1e9:>10.2f} {size/td/1e9:>12.2f} {td/th:>6.2f}")
+        ch = statistics.mean(r[0][i][3] for r in res.values())
+        cd = statistics.mean(r[0][i][4] for r in res.values())
+        print(f"{size:>10} {th*1e3:>9.3f} {td*1e3:>10.3f} {size/th/1e9:>10.2f} {size/td/1e9:>12.2f} {td/th:>6.2f}"
+              f" {ch*1e3:>12.2f} {cd*1e3:>14.2f}")
     print("rank 0:\n  " + "\n  ".join(res[0][1]))
 
 

@@ -130,29 +130,51 @@ void SimBackend::free(void* ptr) { mem_.free(ptr); }
 Result<void*> SimBackend::alloc_pinned(size_t bytes) { return mem_.alloc_pinned(bytes); }
 void SimBackend::free_pinned(void* ptr) { mem_.free_pinned(ptr); }
 
+namespace {
+// The workers' memory behind a device allocation of `mapped` bytes (a page multiple): private
+// anonymous memory, from 2 MiB up aligned to 2 MiB and advised for transparent huge pages, as a
+// GPU's allocations sit in large pages. It replaced an memfd mapped twice, whose shared 4 KiB
+// pages (tmpfs gives no huge pages here) cost the 2-rank 64 MiB staged all_reduce ~25% of its
+// CPU time in the workers' copies and kernels, and some launches 3x (benchmarks/RESULTS.md,
+// 2026-12-03). Where the kernel gives no huge pages the advice is refused and nothing else
+// changes. nullptr (errno set) when the mapping fails.
+char* map_worker_memory(size_t mapped) {
+  constexpr size_t kHuge = 2u << 20;
+  if (mapped < kHuge) {
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  // Over-map by one huge page, then give back the parts outside the aligned range.
+  void* raw = mmap(nullptr, mapped + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHuge - 1) & ~(kHuge - 1);
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t tail = start + mapped + kHuge - (aligned + mapped);
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + mapped), tail);
+  char* p = reinterpret_cast<char*>(aligned);
+  madvise(p, mapped, MADV_HUGEPAGE);  // a hint: fine if refused
+  return p;
+}
+}  // namespace
+
 Result<void*> SimBackend::raw_alloc(int ordinal, size_t bytes) {
   if (ordinal < 0 || ordinal >= devices_)
     return InvalidArgument(name_ + ": no device " + std::to_string(ordinal) + " (" + std::to_string(devices_) + " devices)");
   if (bytes == 0) return InvalidArgument(name_ + ": alloc of 0 bytes");
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t mapped = (bytes + page - 1) / page * page;
-  int fd = memfd_create("uccl-sim-device", MFD_CLOEXEC);
-  if (fd < 0) return SystemError(name_ + ": memfd_create", errno);
-  if (ftruncate(fd, static_cast<off_t>(mapped)) != 0) {
-    int e = errno;
-    close(fd);
-    return SystemError(name_ + ": ftruncate", e);
-  }
-  void* dev = mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
-  void* rw = dev == MAP_FAILED ? MAP_FAILED : mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd);
-  if (rw == MAP_FAILED) {
-    if (dev != MAP_FAILED) munmap(dev, mapped);
+  // The address handed out: a PROT_NONE reservation, no memory behind it (sim_device.h).
+  void* dev = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (dev == MAP_FAILED) return SystemError(name_ + ": mmap of a device address range", errno);
+  char* rw = map_worker_memory(mapped);
+  if (!rw) {
+    const int e = errno;
+    munmap(dev, mapped);
     return SystemError(name_ + ": mmap of device memory", e);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  allocs_[reinterpret_cast<uintptr_t>(dev)] = Alloc{bytes, mapped, static_cast<char*>(rw), ordinal};
+  allocs_[reinterpret_cast<uintptr_t>(dev)] = Alloc{bytes, mapped, rw, ordinal};
   allocated_ += bytes;
   ++live_allocs_;
   return dev;

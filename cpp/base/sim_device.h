@@ -1,9 +1,10 @@
 // The simulated device: a DeviceBackend that runs on any machine, so every device path of uccl
 // (executor, staged transport, Python arrays) is tested in CI without an accelerator.
 //
-// Why it is faithful: device memory is an memfd mapped twice. The address handed out is
-// mapped PROT_NONE, so host code that dereferences a "device pointer" by mistake crashes in
-// the tests exactly as it would on a GPU; the stream workers use the second, writable mapping.
+// Why it is faithful: the address handed out is a PROT_NONE reservation with no memory behind
+// it, so host code that dereferences a "device pointer" by mistake crashes in the tests exactly
+// as it would on a GPU; the memory is a second, private mapping (huge pages where the kernel
+// gives them, as a GPU's allocations are) that only the stream workers reach (host_view).
 // Each stream is a worker thread executing its kernels in order (the kernels are the host ones
 // of reduce.h on the worker, so results are bitwise those of the host), events are markers in
 // that queue, stream_wait makes the worker wait. Copies go as on a GPU: copy_async through the

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -54,21 +55,41 @@ TEST_CASE("the sim backend is registered and locate_memory finds its pointers") 
   CHECK(listed);
 }
 
-TEST_CASE("device memory is not reachable from host code") {
-  Result<void*> p = sim_backend()->alloc(0, 4096);
-  REQUIRE(p.ok());
-  pid_t pid = fork();
-  if (pid == 0) {
-    signal(SIGSEGV, SIG_DFL);  // not doctest's handler: the child must simply die
-    volatile char c = *static_cast<volatile char*>(p.value());  // must fault
-    (void)c;
-    _exit(0);
+TEST_CASE("device memory is not reachable from host code, small or large; the workers' memory is") {
+  // 4 KiB and 6 MiB + 1: the large one's workers' memory is 2 MiB-aligned (huge pages where the
+  // kernel gives them), a separate mapping from the address handed out.
+  for (size_t bytes : {size_t{4096}, (size_t{6} << 20) + 1}) {
+    CAPTURE(bytes);
+    Result<void*> p = sim_backend()->alloc(0, bytes);
+    REQUIRE(p.ok());
+    char* rw = sim_backend()->host_view(p.value(), bytes);
+    REQUIRE(rw != nullptr);
+    CHECK(rw != p.value());
+    if (bytes > (size_t{2} << 20)) CHECK(reinterpret_cast<uintptr_t>(rw) % (size_t{2} << 20) == 0);
+    // The kernel sees the same: a write() from the workers' memory works, from the handed-out
+    // address it fails with EFAULT (no page is readable there).
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    rw[bytes - 1] = 7;
+    CHECK(write(fds[1], rw + bytes - 1, 1) == 1);
+    errno = 0;
+    CHECK(write(fds[1], static_cast<char*>(p.value()) + bytes - 1, 1) == -1);
+    CHECK(errno == EFAULT);
+    close(fds[0]);
+    close(fds[1]);
+    pid_t pid = fork();
+    if (pid == 0) {
+      signal(SIGSEGV, SIG_DFL);  // not doctest's handler: the child must simply die
+      volatile char c = *static_cast<volatile char*>(p.value());  // must fault
+      (void)c;
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK(WTERMSIG(st) == SIGSEGV);
+    sim_backend()->free(p.value());
   }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  CHECK(WIFSIGNALED(st));
-  CHECK(WTERMSIG(st) == SIGSEGV);
-  sim_backend()->free(p.value());
 }
 
 TEST_CASE("copies and kernels run in order on a stream and match the host kernels bit for bit") {
