@@ -1,10 +1,10 @@
 #include "algorithms/schedule.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+
+#include "base/huge_pages.h"
 
 namespace uccl {
 
@@ -93,6 +93,7 @@ ScratchArena::~ScratchArena() { release(); }
 
 void ScratchArena::release() {
   if (dev_) dev_->free(buf_);
+  else if (cap_ >= kHugePage) unmap_pages(buf_, cap_);
   else std::free(buf_);
   buf_ = nullptr;
   cap_ = 0;
@@ -105,10 +106,6 @@ void ScratchArena::set_device(DeviceBackend* backend, int ordinal) {
   ordinal_ = ordinal;
 }
 
-namespace {
-constexpr size_t kHugeScratch = size_t(2) << 20;  // one x86 huge page
-}  // namespace
-
 void* ScratchArena::get(size_t bytes) {
   if (bytes > cap_) {
     release();
@@ -118,15 +115,11 @@ void* ScratchArena::get(size_t bytes) {
       buf_ = p.ok() ? p.value() : nullptr;
       error_ = p.status();
       if (!buf_) cap_ = 0;
-    } else if (cap_ >= kHugeScratch) {
-      // Large scratch on transparent huge pages where the system offers them (as numpy does
-      // for its large arrays): the algorithms stream through it once per operation, and 4 KiB
-      // pages cost TLB misses and, for a peer's CMA read, one page walk each. Measured: a
-      // 4-rank 64 MiB all_reduce of a torch tensor (4 KiB pages) took 35-38 ms against 30-31
-      // for a numpy array (huge pages) of the same size.
-      cap_ = (cap_ + kHugeScratch - 1) & ~(kHugeScratch - 1);
-      buf_ = std::aligned_alloc(kHugeScratch, cap_);
-      if (buf_) madvise(buf_, cap_, MADV_HUGEPAGE);  // a hint: fine if refused
+    } else if (cap_ >= kHugePage) {
+      // Large scratch on huge pages where the system offers them (base/huge_pages.h): the
+      // algorithms stream through it once per operation.
+      cap_ = (cap_ + kHugePage - 1) & ~(kHugePage - 1);
+      buf_ = map_pages(cap_);
     } else {
       buf_ = std::aligned_alloc(64, cap_);
     }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <thread>
 
+#include "base/huge_pages.h"
 #include "base/reduce.h"
 #include "base/sim_stream.h"
 
@@ -80,7 +81,7 @@ void SimBackend::device_sync() {
 SimBackend::~SimBackend() {
   for (auto& [dev, a] : allocs_) {
     munmap(reinterpret_cast<void*>(dev), a.mapped);
-    munmap(a.rw, a.mapped);
+    unmap_pages(a.rw, a.mapped);
   }
 }
 
@@ -130,34 +131,6 @@ void SimBackend::free(void* ptr) { mem_.free(ptr); }
 Result<void*> SimBackend::alloc_pinned(size_t bytes) { return mem_.alloc_pinned(bytes); }
 void SimBackend::free_pinned(void* ptr) { mem_.free_pinned(ptr); }
 
-namespace {
-// The workers' memory behind a device allocation of `mapped` bytes (a page multiple): private
-// anonymous memory, from 2 MiB up aligned to 2 MiB and advised for transparent huge pages, as a
-// GPU's allocations sit in large pages. It replaced an memfd mapped twice, whose shared 4 KiB
-// pages (tmpfs gives no huge pages here) cost the 2-rank 64 MiB staged all_reduce ~25% of its
-// CPU time in the workers' copies and kernels, and some launches 3x (benchmarks/RESULTS.md,
-// 2026-12-03). Where the kernel gives no huge pages the advice is refused and nothing else
-// changes. nullptr (errno set) when the mapping fails.
-char* map_worker_memory(size_t mapped) {
-  constexpr size_t kHuge = 2u << 20;
-  if (mapped < kHuge) {
-    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
-  }
-  // Over-map by one huge page, then give back the parts outside the aligned range.
-  void* raw = mmap(nullptr, mapped + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHuge - 1) & ~(kHuge - 1);
-  if (aligned > start) munmap(raw, aligned - start);
-  const uintptr_t tail = start + mapped + kHuge - (aligned + mapped);
-  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + mapped), tail);
-  char* p = reinterpret_cast<char*>(aligned);
-  madvise(p, mapped, MADV_HUGEPAGE);  // a hint: fine if refused
-  return p;
-}
-}  // namespace
-
 Result<void*> SimBackend::raw_alloc(int ordinal, size_t bytes) {
   if (ordinal < 0 || ordinal >= devices_)
     return InvalidArgument(name_ + ": no device " + std::to_string(ordinal) + " (" + std::to_string(devices_) + " devices)");
@@ -167,7 +140,7 @@ Result<void*> SimBackend::raw_alloc(int ordinal, size_t bytes) {
   // The address handed out: a PROT_NONE reservation, no memory behind it (sim_device.h).
   void* dev = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (dev == MAP_FAILED) return SystemError(name_ + ": mmap of a device address range", errno);
-  char* rw = map_worker_memory(mapped);
+  char* rw = map_pages(mapped);  // the workers' memory: huge pages where offered (huge_pages.h)
   if (!rw) {
     const int e = errno;
     munmap(dev, mapped);
@@ -193,7 +166,7 @@ void SimBackend::raw_free(void* ptr) {
     allocs_.erase(it);
   }
   munmap(ptr, a.mapped);
-  munmap(a.rw, a.mapped);
+  unmap_pages(a.rw, a.mapped);
 }
 
 
