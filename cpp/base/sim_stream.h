@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "base/device.h"
+#include "base/thread_name.h"
 
 namespace uccl {
 
@@ -79,6 +80,7 @@ class SimStream final : public DeviceStream {
 
  private:
   void run() {
+    name_this_thread(("uccl-sim-d" + std::to_string(ordinal_)).c_str());
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !q_.empty(); });

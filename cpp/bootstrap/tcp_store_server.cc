@@ -30,6 +30,7 @@
 #include "bootstrap/tcp_store_wire.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/thread_name.h"
 
 namespace uccl {
 namespace {
@@ -75,7 +76,10 @@ class TcpStoreServerImpl : public TcpStoreServer {
       std::lock_guard<std::mutex> lock(g_served_mu);
       g_served_ports.insert(port_);
     }
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+      name_this_thread("uccl-store");
+      loop();
+    });
   }
   ~TcpStoreServerImpl() override {
     {

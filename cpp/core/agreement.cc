@@ -15,6 +15,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/thread_name.h"
 #include "bootstrap/auth.h"
 #include "uccl/tcp_store.h"
 
@@ -97,6 +98,7 @@ std::shared_ptr<TcpStoreServer> AgreementPort::store_server() {
 }
 
 void AgreementPort::serve(const Context& ctx) {
+  name_this_thread("uccl-agreement");
   while (!st_->stop.load()) {
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, 50) <= 0) continue;

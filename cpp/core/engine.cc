@@ -9,6 +9,7 @@
 #include "base/device.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/thread_name.h"
 #include "transports/registry.h"
 
 namespace uccl {
@@ -378,6 +379,7 @@ void Engine::poll_once() {
 }
 
 void Engine::thread_main() {
+  name_this_thread("uccl-progress");
   Callbacks done;
   const IdlePolicy policy = idle_policy();
   double idle_since = now_s();
