@@ -1,7 +1,7 @@
 """Staged all_reduce of simulated-device buffers against host all_reduce, measured in the same run.
 
     python benchmarks/staged_bench.py [--world 2] [--transport tcp|shm|auto] [--sizes 1M,4M,16M,64M]
-        [--iters 20] [--copy-gbps 0] [--copy-latency-us 0]
+        [--iters 20] [--copy-gbps 0] [--copy-latency-us 0] [--windows 1]
 
 Each size: the host all_reduce (numpy arrays) and the staged one (uccl.sim.SimArray: the
 simulated device, unthrottled unless --copy-gbps / --copy-latency-us give it a GPU-like bus, a
@@ -48,16 +48,20 @@ def _rank(rank, world, port, args, q):
         n = size // 4
         h = np.ones(n, np.float32)
         d = SimArray.from_numpy(h)
-        th, td, ch, cd = [], [], [], []
-        for i in range(args.iters + 2):
-            for buf, out, cpu in ((h, th, ch), (d, td, cd)):
-                comm.barrier()
-                c0, t0 = time.process_time(), time.perf_counter()
-                comm.all_reduce(buf)
-                if i >= 2:
-                    out.append(time.perf_counter() - t0)
-                    cpu.append(time.process_time() - c0)
-        rows.append((size, statistics.median(th), statistics.median(td), statistics.mean(ch), statistics.mean(cd)))
+        th, td, ch, cd, windows = [], [], [], [], []
+        for w in range(args.windows):
+            wh, wd = len(th), len(td)
+            for i in range(args.iters + (2 if w == 0 else 0)):
+                for buf, out, cpu in ((h, th, ch), (d, td, cd)):
+                    comm.barrier()
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    comm.all_reduce(buf)
+                    if w > 0 or i >= 2:
+                        out.append(time.perf_counter() - t0)
+                        cpu.append(time.process_time() - c0)
+            windows.append((statistics.median(th[wh:]), statistics.median(td[wd:])))
+        rows.append((size, statistics.median(th), statistics.median(td), statistics.mean(ch), statistics.mean(cd),
+                     windows))
     peers = [ln.strip() for ln in comm.describe().splitlines() if ln.strip().startswith("peer ")]
     q.put((rank, (rows, peers)))
     comm.barrier()
@@ -71,6 +75,10 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--copy-gbps", type=float, default=0.0)
     p.add_argument("--copy-latency-us", type=float, default=0.0)
+    p.add_argument("--windows", type=int, default=1,
+                   help="measure each size this many times in a row (--iters calls of each mode each), and "
+                        "print the spread of the windows' ratios: on a VM the ratio moves with the machine's state "
+                        "for seconds at a time (benchmarks/RESULTS.md)")
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -96,7 +104,7 @@ def main():
         pr.join(30)
     print(f"staged all_reduce (sim device, copy {args.copy_gbps or 'unthrottled'} GB/s, "
           f"{args.copy_latency_us} us per copy) vs host, world {args.world}, "
-          f"{args.transport}, median of {args.iters}; load: {os.getloadavg()[0]:.2f}")
+          f"{args.transport}, median of {args.iters * args.windows}; load: {os.getloadavg()[0]:.2f}")
     print(f"{'bytes':>10} {'host ms':>9} {'staged ms':>10} {'host GB/s':>10} {'staged GB/s':>12} {'ratio':>6}"
           f" {'host cpu ms':>12} {'staged cpu ms':>14}")
     for i, (size, *_) in enumerate(res[0][0]):
@@ -106,6 +114,12 @@ def main():
         cd = statistics.mean(r[0][i][4] for r in res.values())
         print(f"{size:>10} {th*1e3:>9.3f} {td*1e3:>10.3f} {size/th/1e9:>10.2f} {size/td/1e9:>12.2f} {td/th:>6.2f}"
               f" {ch*1e3:>12.2f} {cd*1e3:>14.2f}")
+        if args.windows > 1:  # each window's ratio: the slowest rank's staged median over its host median
+            ratios = sorted(max(r[0][i][5][w][1] for r in res.values()) / max(r[0][i][5][w][0] for r in res.values())
+                            for w in range(args.windows))
+            good = sum(x <= 1.25 for x in ratios)
+            print(f"{'':>10} windows of {args.iters}: ratio min {ratios[0]:.2f}, p25 {ratios[len(ratios) // 4]:.2f}, "
+                  f"median {statistics.median(ratios):.2f}, max {ratios[-1]:.2f}; {good} of {len(ratios)} within 1.25")
     print("rank 0:\n  " + "\n  ".join(res[0][1]))
 
 
