@@ -414,15 +414,14 @@ def test_estimating_block():
 
 def test_uccl_threads_are_named():
     """top -H / perf / /proc show which of uccl's threads spends the CPU (base/thread_name.h)."""
-    code = textwrap.dedent("""
-        import glob, socket, numpy as np, uccl
+    code = textwrap.dedent(f"""
+        import glob, numpy as np, uccl
         from uccl.sim import SimArray
-        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-        store = uccl.TcpStore("127.0.0.1", port, is_server=True)
+        store = uccl.TcpStore("127.0.0.1", {free_port()}, is_server=True)
         comm = uccl.Communicator(0, 1, store)
         x = SimArray.from_numpy(np.ones(8, np.float32))
         comm.all_reduce(x)
-        names = sorted({open(t + "/comm").read().strip() for t in glob.glob("/proc/self/task/*")})
+        names = sorted({{open(t + "/comm").read().strip() for t in glob.glob("/proc/self/task/*")}})
         print(",".join(names))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
