@@ -237,6 +237,60 @@ def test_receives_take_either_form_on_shared_slots(sizes):
 
 
 
+# ---- posting ahead (core/schedule_executor.h: ScheduleTask::post_ahead) ------------------------------
+
+def body_post_ahead(ctx):
+    """Ring all_reduce, reduce_scatter and all_gather of simulated-device buffers, in place and out
+    of place, sum and avg: exact against numpy, and how many phases each posted ahead (Work.stats()).
+    A ring's every step after the first sends what the step before received, so it is posted with
+    that step, fed chunk by chunk; avg's division is a local action before the all-gather, whose
+    first step then waits for the phase to end."""
+    from uccl.sim import SimArray
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    count = n * ((1 << 18) + 5)  # chunks of 64 KiB (the test's UCCL_STAGED_CHUNK_BYTES) and ragged ends
+    base = (np.arange(count) % 1013).astype(np.float32)
+    total = base * np.float32(n * (n + 1) // 2)
+    ahead = {}
+    for op in ("sum", "avg"):
+        for inplace in (True, False):
+            x = SimArray.from_numpy(base * np.float32(me + 1))
+            y = x if inplace else SimArray((count,), "float32")
+            w = comm.all_reduce(x, out=None if inplace else y, op=op, async_op=True)
+            w.wait()
+            want = total if op == "sum" else total / np.float32(n)
+            ctx.check.true(np.array_equal(y.numpy(), want), f"all_reduce {op} in place {inplace}")
+            ahead[f"all_reduce {op} {'in' if inplace else 'out of'} place"] = w.stats()["phases_ahead"]
+    per = count // n
+    x = SimArray.from_numpy(base * np.float32(me + 1))
+    y = SimArray((per,), "float32")
+    w = comm.reduce_scatter(x, out=y, async_op=True)
+    w.wait()
+    ctx.check.true(np.array_equal(y.numpy(), total[me * per:(me + 1) * per]), "reduce_scatter")
+    ahead["reduce_scatter"] = w.stats()["phases_ahead"]
+    x = SimArray.from_numpy(base[:per] * np.float32(me + 1))
+    y = SimArray((per * n,), "float32")
+    w = comm.all_gather(x, out=y, async_op=True)
+    w.wait()
+    want = np.concatenate([base[:per] * np.float32(p + 1) for p in range(n)])
+    ctx.check.true(np.array_equal(y.numpy(), want), "all_gather")
+    ahead["all_gather"] = w.stats()["phases_ahead"]
+    return ahead
+
+
+@pytest.mark.parametrize("world,transport,post", [(2, "shm", "on"), (3, "tcp", "on"), (3, "shm", "off")])
+def test_ring_steps_are_posted_ahead_and_exact(world, transport, post):
+    env = {"UCCL_STAGED": "on", "UCCL_ALGO": "ring", "UCCL_STAGED_CHUNK_BYTES": "64K", "UCCL_POST_AHEAD": post}
+    results = run_world(world, "test_device:body_post_ahead", env=env, transport=transport, timeout=120)
+    # A ring all_reduce has 2 (n - 1) phases: all but the first go ahead, but for avg the
+    # all-gather's first; a ring reduce_scatter or all_gather has n - 1, all but the first go ahead.
+    on = post == "on"
+    want = {"all_reduce sum in place": 2 * world - 3, "all_reduce sum out of place": 2 * world - 3,
+            "all_reduce avg in place": 2 * world - 4, "all_reduce avg out of place": 2 * world - 4,
+            "reduce_scatter": world - 2, "all_gather": world - 2}
+    for r in results:
+        assert r == {k: v if on else 0 for k, v in want.items()}, r
+
+
 # ---- the pipeline overlaps copies with the wire -----------------------------------------------------
 
 def body_overlap(ctx, mib):

@@ -69,6 +69,8 @@ struct Request {
   bool pending() const { return state == ReqState::kPending; }
 };
 
+struct RecvRequest;
+
 struct SendRequest : Request {
   const void* data = nullptr;
   size_t bytes = 0;
@@ -85,6 +87,14 @@ struct SendRequest : Request {
   // the sender knows). shm then waits for that receive's offer to push a smaller message of an
   // exchange step (ShmOptions::push_min_bytes); a receive that made no offer gets the ring.
   bool to_final = false;
+  // Posting ahead (Endpoint::feeds(); the executor posts a device operation's next phase with
+  // the current one, core/schedule_executor.cc): the payload is the destination of `fed_by`, a
+  // receive still in progress, and byte i may be read only once that receive has delivered it
+  // (RecvRequest::delivered covers it, or it is no longer pending). nullptr: all of it now.
+  const RecvRequest* fed_by = nullptr;
+  // Bytes of `data` read so far, from the start (kept current by endpoints that feed): a
+  // receive posted ahead into the same bytes (RecvRequest::guard) writes only what was read.
+  size_t consumed = 0;
 };
 
 // A receive either copies the incoming bytes to dst, or (reduce == true) combines them:
@@ -112,7 +122,11 @@ struct RecvRequest : Request {
   // each piece combined from every peer while it is in cache, in the same order every run.
   const RecvRequest* after = nullptr;
   size_t lead = 0;
-  size_t delivered = 0;  // bytes combined so far: kept current by endpoints that take turns
+  size_t delivered = 0;  // bytes combined (or landed) so far: kept current by endpoints that take turns or feed
+  // Posting ahead (Endpoint::feeds()): the destination overlaps the payload of `guard`, a send
+  // still in progress, and a byte may be written only once that send has read it
+  // (SendRequest::consumed covers it, or it is no longer pending). nullptr: no such send.
+  const SendRequest* guard = nullptr;
   // An alternate form (only for endpoints whose takes_alternates() is true): a message of
   // exactly alt_bytes whose envelope carries alt_mark in its mark lands in alt_dst instead, as it
   // is (not reduced), and the endpoint sets took_alt (it clears it at post). The staged
@@ -189,6 +203,10 @@ class Endpoint {
   virtual bool takes_turns() const { return false; }
   // Whether receives honour RecvRequest::alt_dst (an alternate form of the message).
   virtual bool takes_alternates() const { return false; }
+  // Whether device-memory requests honour SendRequest::fed_by and RecvRequest::guard and keep
+  // `consumed` and `delivered` current, chunk by chunk (the staged endpoint in split mode), so
+  // that the executor may post a device operation's next phase before the current one ended.
+  virtual bool feeds() const { return false; }
   virtual bool has_pending() const = 0;
   // Any-source receives (P2POp::peer == kAnySource) choose their peer by the header of each
   // peer's next message. peek() makes progress and returns true with that message's envelope

@@ -3,7 +3,9 @@
 // An algorithm does not loop or block. It builds a Schedule: a list of phases, each a set of
 // actions. Local actions (copy, reduce, scale) of a phase run first, then all its sends and
 // receives are posted together; the phase is over when they all completed. Phases run in
-// order. A send may carry a local copy of its payload (send_tee). The executor
+// order (a device operation's next phase of messages only may be posted while this one runs,
+// where their buffers allow: ScheduleTask::post_ahead; builders need not know). A send may
+// carry a local copy of its payload (send_tee). The executor
 // (core/schedule_executor.h, ScheduleTask) is advanced by progress() from whichever thread
 // drives the communicator, so an operation is an explicit state machine as the design asks;
 // this floor only describes what to do, so schedules are unit tested without any connection.

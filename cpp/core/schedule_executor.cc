@@ -9,6 +9,12 @@
 
 namespace uccl {
 
+const TextSetting kPostAhead("algorithms", "UCCL_POST_AHEAD", "on",
+                             "a device operation posts the next phase's messages with the current one's where "
+                             "their buffers allow (a ring's next step fed chunk by chunk from this one's "
+                             "receive): on, off (each phase after the last one ended)",
+                             one_of({"on", "off"}));
+
 void ScheduleTask::count_traffic(const Endpoint& ep, const Action& a, uint64_t* by_transport, uint64_t* by_level) {
   by_transport[static_cast<int>(ep.kind())] += a.bytes;
   const int level = conns_->peer_level(a.peer);
@@ -94,6 +100,7 @@ Status ScheduleTask::start_phase(bool* ready) {
       if (!q.value()) return Status::Ok();  // the device is still busy with the local actions
     }
     post_messages(ph, nsend, nrecv, recv_bytes);
+    post_ahead();
     *ready = true;
     return Status::Ok();
   }
@@ -178,7 +185,9 @@ void link_turns(std::vector<RecvRequest>& recvs, const std::vector<ExecState::Tu
 }
 }  // namespace
 
-void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes) {
+void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes,
+                                 const std::vector<const RecvRequest*>* fed,
+                                 const std::vector<const SendRequest*>* guards) {
   // Sized before posting: transports keep pointers to these requests.
   std::vector<SendRequest>& sends = x_->sends;
   std::vector<RecvRequest>& recvs = x_->recvs;
@@ -190,17 +199,21 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
   // write straight into it (CMA push), and the peer may be waiting for exactly that offer.
   // A phase with ordered receives posts them once all are chained (below); any other phase
   // posts each as it is filled (the small operations' path: one pass, one lookup each).
+  // (A phase posted ahead has none: the current phase's chain stays as it is.)
   bool ordered = false;
   for (const Action& a : ph.actions) ordered = ordered || a.ordered;
   std::vector<ExecState::Turn>& chain = x_->chain;  // the ordered receives
-  chain.clear();
-  x_->held_next = 0;  // (nothing waits)
+  if (!fed) {
+    chain.clear();
+    x_->held_next = 0;  // (nothing waits)
+  }
   bool turns = true;  // every ordered receive's endpoint takes turns
   size_t ri = 0;
   for (const Action& a : ph.actions) {
     if (!a.is_comm() || a.kind == Action::Kind::kSend) continue;
     Endpoint* ep = comm_endpoint(a.peer);
     fill_recv(a, &recvs[ri]);
+    if (guards) recvs[ri].guard = (*guards)[ri];
     if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_received_by_transport, env_.stats->bytes_received_by_level);
     if (!ordered) {
       ep->post_recv(&recvs[ri]);
@@ -230,6 +243,7 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     if (a.own_envelope) e.op_seq = x_->p2p_sent[a.peer]++;
     e.step = x_->send_steps[a.peer]++;
     send_request(a, e, recv_bytes, &s);
+    if (fed) s.fed_by = (*fed)[si - 1];
     if (a.tee && ep->takes_tee()) {
       s.tee = a.tee;
     } else if (a.tee && !device_) {
@@ -238,6 +252,76 @@ void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, si
     if (env_.stats) count_traffic(*ep, a, env_.stats->bytes_sent_by_transport, env_.stats->bytes_sent_by_level);
     ep->post_send(&s);
   }
+}
+
+namespace {
+bool overlap(const void* a, size_t an, const void* b, size_t bn) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+}  // namespace
+
+void ScheduleTask::post_ahead() {
+  ahead_ = false;
+  if (!device_ || phase_ + 1 >= x_->sched.num_phases() || kPostAhead.get() != "on") return;
+  if (x_->nsends + x_->nrecvs == 0) return;  // this phase ends at once: nothing to overlap
+  if (x_->held_next < x_->chain.size()) return;  // held receives of this phase go first
+  const Phase& cur = x_->sched.phase(phase_);
+  const Phase& next = x_->sched.phase(phase_ + 1);
+  for (const Action& a : cur.actions)
+    if (a.ordered) return;
+  // The next phase: messages only, each to a connected peer whose endpoint feeds.
+  size_t nsend = 0, nrecv = 0, recv_bytes = 0;
+  for (const Action& a : next.actions) {
+    if (!a.is_comm() || a.ordered || a.tee || a.own_envelope || a.peer == kAnySource) return;
+    Result<Endpoint*> ep = endpoint_for(a.peer);
+    if (!ep.ok() || !ep.value() || !ep.value()->feeds()) return;
+    (a.kind == Action::Kind::kSend ? nsend : nrecv)++;
+    if (a.kind != Action::Kind::kSend) recv_bytes += a.bytes;
+  }
+  if (nsend + nrecv == 0) return;
+  // Where its buffers meet this phase's: a send of exactly what one receive delivers is fed
+  // by it; a receive into what one send reads is guarded by it; anything else waits.
+  std::vector<const RecvRequest*> fed;
+  std::vector<const SendRequest*> guards;
+  for (const Action& a : next.actions) {
+    const bool send = a.kind == Action::Kind::kSend;
+    const void* in = send ? a.src : a.src2;  // bytes the message reads (a reducing receive's accumulator)
+    const void* out = send ? nullptr : a.dst;
+    const RecvRequest* feeder = nullptr;
+    const SendRequest* guard = nullptr;
+    for (size_t i = 0; i < x_->nrecvs; ++i) {
+      const RecvRequest& q = x_->recvs[i];
+      if (out && (overlap(out, a.bytes, q.dst, q.bytes) || (q.reduce && overlap(out, a.bytes, q.acc, q.bytes))))
+        return;  // written by both phases, or read by this one
+      if (in && overlap(in, a.bytes, q.dst, q.bytes)) {
+        if (!send || feeder || in != q.dst || a.bytes != q.bytes) return;
+        feeder = &q;
+      }
+    }
+    for (size_t i = 0; i < x_->nsends && out; ++i) {
+      const SendRequest& q = x_->sends[i];
+      if (!overlap(out, a.bytes, q.data, q.bytes)) continue;
+      if (guard) return;
+      guard = &q;
+    }
+    if (send) fed.push_back(feeder);
+    else guards.push_back(guard);
+  }
+  // Posted into the second set of requests (the current phase's stay where the endpoints
+  // point); the phase counters (nsends / nrecvs) stay the current phase's.
+  std::swap(x_->sends, x_->ahead_sends);
+  std::swap(x_->recvs, x_->ahead_recvs);
+  const size_t cur_nsends = x_->nsends, cur_nrecvs = x_->nrecvs;
+  post_messages(next, nsend, nrecv, recv_bytes, &fed, &guards);
+  x_->ahead_nsends = x_->nsends;
+  x_->ahead_nrecvs = x_->nrecvs;
+  x_->nsends = cur_nsends;
+  x_->nrecvs = cur_nrecvs;
+  std::swap(x_->sends, x_->ahead_sends);
+  std::swap(x_->recvs, x_->ahead_recvs);
+  ahead_ = true;
+  if (env_.stats) ++env_.stats->phases_ahead;
 }
 
 Status ScheduleTask::prepare_device() {
@@ -341,6 +425,20 @@ Status ScheduleTask::progress(bool* done) {
     ++phase_;
     posted_ = false;
     locals_queued_ = false;
+    if (ahead_) {
+      // The phase posted ahead becomes the current one. What fed or guarded it is complete:
+      // its links go before those requests are reused for the next phase ahead.
+      std::swap(x_->sends, x_->ahead_sends);
+      std::swap(x_->recvs, x_->ahead_recvs);
+      std::swap(x_->nsends, x_->ahead_nsends);
+      std::swap(x_->nrecvs, x_->ahead_nrecvs);
+      for (size_t i = 0; i < x_->nsends; ++i) x_->sends[i].fed_by = nullptr;
+      for (size_t i = 0; i < x_->nrecvs; ++i) x_->recvs[i].guard = nullptr;
+      x_->chain.clear();
+      x_->held_next = 0;
+      posted_ = true;
+      post_ahead();
+    }
   }
   *done = true;
   return Status::Ok();
@@ -353,6 +451,7 @@ void ScheduleTask::restart(uint64_t op_seq) {
   locals_queued_ = false;
   user_ready_ = true;
   tiny_run_ = false;
+  ahead_ = false;
   if (built_ && exec_->built_by == this) {
     std::fill(exec_->send_steps.begin(), exec_->send_steps.end(), 0);
     std::fill(exec_->recv_steps.begin(), exec_->recv_steps.end(), 0);

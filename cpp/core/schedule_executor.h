@@ -42,6 +42,11 @@ struct ExecState {
   // before it completed: chain[held_next..] wait (held_next == chain.size(): none waits).
   size_t held_next = 0;
   std::vector<uint32_t> send_steps, recv_steps;  // per-peer message counters (Envelope.step)
+  // Posting ahead (a device operation; ScheduleTask::post_ahead): the next phase's requests,
+  // posted while the current phase runs, swapped with sends / recvs when it becomes current.
+  std::vector<SendRequest> ahead_sends;
+  std::vector<RecvRequest> ahead_recvs;
+  size_t ahead_nsends = 0, ahead_nrecvs = 0;
   // Device operations: the stream their local actions run on and the events the executor
   // queries (never waits on), for the device of the last device operation.
   DeviceBackend* dev = nullptr;
@@ -113,7 +118,20 @@ class ScheduleTask {
   // nullptr while still connecting. comm_endpoint: the same once every peer is connected.
   Result<Endpoint*> endpoint_for(int peer);
   Endpoint* comm_endpoint(int peer);
-  void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes);
+  // `fed` / `guards` (posting ahead): per send / receive of the phase, in action order, its
+  // SendRequest::fed_by / RecvRequest::guard (nullptr: none).
+  void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes,
+                     const std::vector<const RecvRequest*>* fed = nullptr,
+                     const std::vector<const SendRequest*>* guards = nullptr);
+  // Posting ahead (UCCL_POST_AHEAD): a device operation posts the next phase's messages with
+  // the current one's when the next phase is messages only and its buffers meet the current
+  // phase's only as a send of what a current receive delivers (fed_by: read chunk by chunk as
+  // it lands) or a receive into what a current send reads (guard: written chunk by chunk once
+  // read), on endpoints that feed (Endpoint::feeds: staged, split). So a ring's next step starts
+  // on the first chunk of this one (NCCL's recvReduceSend / recvCopySend in one loop) instead
+  // of after its last, and the bounce slots drain while they fill. Messages of each peer and
+  // direction keep their order: the next phase's go behind the current one's, numbered alike.
+  void post_ahead();
   void fill_recv(const Action& a, RecvRequest* r);
   // The requests of a comm action with its envelope (post_messages and the tiny plan).
   void recv_request(const Action& a, const Envelope& expect, RecvRequest* r) const;
@@ -139,6 +157,7 @@ class ScheduleTask {
   bool user_ready_ = true;       // the user's stream reached the operation
   bool locals_queued_ = false;   // this phase's local actions are on the device
   bool locals_pending_ = false;  // ... and there were some (their event to query)
+  bool ahead_ = false;           // phase_ + 1 is posted (ExecState::ahead_*)
   TinyPlan tiny_;
   bool tiny_run_ = false;        // this run executes from tiny_
 };

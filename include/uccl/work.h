@@ -30,6 +30,9 @@ struct OpStats {
   // An any-source receive (P2POp::peer == kAnySource): the rank it took its message from,
   // once the work is done; -1 for every other operation.
   int source = -1;
+  // Phases of a device operation posted while the phase before them still ran (UCCL_POST_AHEAD:
+  // a ring's next step fed chunk by chunk from this one's receive); 0 for host memory.
+  int phases_ahead = 0;
 };
 
 class Work {

@@ -75,6 +75,7 @@ py::dict stats_dict(const OpStats& s) {
   d["bytes_sent_by_level"] = lsent;
   d["bytes_received_by_level"] = lrecvd;
   d["algorithm"] = s.algorithm;
+  d["phases_ahead"] = s.phases_ahead;
   return d;
 }
 

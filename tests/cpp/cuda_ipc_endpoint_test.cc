@@ -166,26 +166,10 @@ struct Pair {
 };
 
 Pair make_pair() {
-  auto t = make_tcp_transport(1);
-  SockAddr addr = parse_address("127.0.0.1", 0).value();
-  auto lfd = listen_on(&addr);
-  REQUIRE_OK(lfd.status());
-  auto c = connect_to(addr, now_s() + 5);
-  REQUIRE_OK(c.status());
-  int s = accept(lfd.value(), nullptr, nullptr);
-  REQUIRE(s >= 0);
-  close(lfd.value());
-  auto pc = t->start_connect(peer_ctx(0, 1));
-  REQUIRE_OK(pc.status());
-  std::unique_ptr<PendingConnect> pend(pc.value());
-  std::string answer;
-  auto eb = t->accept(peer_ctx(1, 0), pend->offer(), &answer, {s});
-  REQUIRE_OK(eb.status());
-  auto ea = pend->finish(answer, {c.value()});
-  REQUIRE_OK(ea.status());
+  uccl_test::TcpPair t = uccl_test::tcp_pair();
   Pair p;
-  p.a.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::unique_ptr<Endpoint>(ea.value()), peer_ctx(0, 1), &g_mod, false));
-  p.b.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::unique_ptr<Endpoint>(eb.value()), peer_ctx(1, 0), &g_mod, false));
+  p.a.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::move(t.a), peer_ctx(0, 1), &g_mod, false));
+  p.b.reset(new cuda_ipc::CudaIpcEndpoint(nullptr, std::move(t.b), peer_ctx(1, 0), &g_mod, false));
   return p;
 }
 

@@ -125,11 +125,26 @@ void StagedEndpoint::queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes,
 // core/schedule_tiny.cc) and would otherwise see the last run's state (its receive "done" at once).
 void StagedEndpoint::post_send(SendRequest* r) {
   r->state = ReqState::kPending;
+  r->consumed = 0;
   queue(out_, r, nullptr, r->bytes, r->data);
 }
 void StagedEndpoint::post_recv(RecvRequest* r) {
   r->state = ReqState::kPending;
+  r->delivered = 0;
   queue(in_, nullptr, r, r->bytes, r->dst);
+}
+
+bool StagedEndpoint::chunk_free(const Op& op, const Chunk& c) {
+  if (op.s) {  // (a feeder that failed feeds nothing: the operation fails with its error)
+    const RecvRequest* f = op.s->fed_by;
+    return !f || f->state == ReqState::kDone || f->delivered >= c.off + c.len;
+  }
+  const SendRequest* g = op.r->guard;
+  if (!g || !g->pending()) return true;
+  // Free when the chunk's bytes lie outside what the send has still to read.
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(op.r->dst) + c.off, hi = lo + c.len;
+  const uintptr_t unread = reinterpret_cast<uintptr_t>(g->data) + g->consumed;
+  return c.len == 0 || hi <= unread || lo >= reinterpret_cast<uintptr_t>(g->data) + g->bytes;
 }
 
 void StagedEndpoint::finish(Op& op, bool is_send) {
@@ -150,6 +165,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     if (may_post && op.posted < n && op.error.ok()) {
       for (; op.posted < n; ++op.posted) {
         Chunk& c = op.chunks[op.posted];
+        if (!chunk_free(op, c)) break;  // posting ahead: bytes not fed (read) yet
         if (is_send) {
           c.s.data = static_cast<const char*>(op.s->data) + c.off;
           c.s.bytes = c.len;
@@ -167,15 +183,16 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
           inner_->post_recv(&c.r);
         }
         c.stage = Stage::kPosted;
+        moved = true;
       }
-      op.started = n;
-      moved = true;
+      op.started = op.posted;
     }
     while (op.finished < op.posted) {
       Chunk& c = op.chunks[op.finished];
       Request& q = is_send ? static_cast<Request&>(c.s) : c.r;
       if (q.pending()) break;
       if (q.state == ReqState::kFailed) keep_first_error(op, q);
+      if (op.error.ok()) (is_send ? op.s->consumed : op.r->delivered) = c.off + c.len;
       c.stage = Stage::kDone;
       ++op.finished;
       moved = true;
@@ -195,6 +212,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
     // 1. device -> host copies into free slots, in order.
     while (ready && may_post && op.error.ok() && op.started < n) {
       Chunk& c = op.chunks[op.started];
+      if (!chunk_free(op, c)) break;  // posting ahead: the receive has not delivered these bytes yet
       Slot* sl = acquire(d, c.len);
       if (!sl) {
         // (Waiting for the peer to consume shared slots with nothing posted on the inner
@@ -236,6 +254,7 @@ bool StagedEndpoint::advance_op(Dir& d, Op& op, bool is_send, bool may_post) {
       }
       if (op.error.ok()) {
         if (c.hop) std::memcpy(c.slot->host, c.slot->hop, c.len);  // the CPU's half of the hop
+        op.s->consumed = c.off + c.len;  // the device's bytes are read (a receive posted ahead may land there)
         const double now = now_s();
         times_.to_host += now - c.t;
         c.t = now;

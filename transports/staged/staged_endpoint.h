@@ -47,6 +47,15 @@
 // the peer's mapping; the process-wide total is staged_bounce_bytes() (tests check it returns
 // to 0 after a peer died, and that no name of ours is left in /dev/shm).
 //
+// Posting ahead (split mode: feeds()): the executor posts a device operation's next ring step
+// while this one runs (core/schedule_executor.h post_ahead). A send whose payload is a receive's
+// destination (SendRequest::fed_by) copies chunk k to the host only once that receive's chunk k
+// is on the device (RecvRequest::delivered, kept current here); a receive into bytes a send has
+// still to read (RecvRequest::guard) lets its chunk k wait in its slot until the send's copy of
+// those bytes is done (SendRequest::consumed); a host buffer's chunk is posted only then. Neither
+// holds a slot the other waits for: the fed send takes its slots after the earlier sends took
+// theirs, and a guarded receive's slots come after those of the receives before it.
+//
 // Ordering: requests of one direction are posted to the inner endpoint in the caller's order
 // (a later request waits until the earlier one has posted all its chunks), so the FIFO contract
 // of transport.h holds for the sub-messages. A send completes when all its chunks were sent; a
@@ -118,6 +127,10 @@ class StagedEndpoint final : public Endpoint {
   Status peer_farewell() const override { return inner_->peer_farewell(); }
   TransportKind kind() const override { return inner_->kind(); }
   std::string describe() const override;
+  // Split mode feeds (transport.h): a send's chunk is read only once its fed_by receive
+  // delivered those bytes, a receive's chunk is written (landed on the device; a host buffer's:
+  // posted) only once its guard send read them, and both keep consumed / delivered current.
+  bool feeds() const override { return chunk_ > 0; }
 
   size_t chunk() const { return chunk_; }
   bool shared() const { return shared_; }
@@ -189,6 +202,9 @@ class StagedEndpoint final : public Endpoint {
   };
 
   void queue(Dir& d, SendRequest* s, RecvRequest* r, size_t bytes, const void* buf);
+  // Posting ahead (feeds()): whether chunk c of op may be read (a send: its fed_by receive has
+  // delivered its bytes) or written (a receive: its guard send has read them) now.
+  static bool chunk_free(const Op& op, const Chunk& c);
   // Whether d has device copies queued (or, shared slots, slots the peer has not given back).
   static bool device_busy(const Dir& d);
   // Ops that wait with nothing posted on the inner endpoint (a device switch waiting for the

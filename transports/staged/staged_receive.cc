@@ -43,6 +43,7 @@ bool StagedEndpoint::advance_device_recv(Dir& d, Op& op, bool ready, bool may_po
     Chunk& c = op.chunks[i];
     if (c.stage != Stage::kPosted) continue;
     if (c.r.pending()) break;
+    if (c.r.state == ReqState::kDone && op.error.ok() && !chunk_free(op, c)) break;  // posting ahead: not read yet
     moved = true;
     if (c.r.state == ReqState::kFailed || !op.error.ok()) {
       keep_first_error(op, c.r);
@@ -113,6 +114,9 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
   //    device's into a bounce slot) or a note (RecvRequest::alt_dst).
   while (ready && may_post && op.error.ok() && op.gone.ok() && op.started < n) {
     Chunk& c = op.chunks[op.started];
+    // Posting ahead: a host buffer's chunk is written as it arrives, so it is posted only once
+    // the guard send read those bytes; a device chunk waits in its slot instead (step 2).
+    if (!device && !chunk_free(op, c)) break;
     if (device && !(c.slot = acquire(d, c.len))) break;
     c.r.expect = op.r->expect;
     c.r.dtype = op.r->dtype;
@@ -136,6 +140,7 @@ bool StagedEndpoint::advance_shared_recv(Dir& d, Op& op, bool may_post) {
     Chunk& c = op.chunks[i];
     if (c.stage != Stage::kPosted) continue;
     if (c.r.pending()) break;
+    if (device && c.r.state == ReqState::kDone && op.error.ok() && !chunk_free(op, c)) break;  // posting ahead
     moved = true;
     c.stage = Stage::kLanding;
     if (c.r.state == ReqState::kFailed) {
@@ -209,6 +214,7 @@ bool StagedEndpoint::give_back_landed(Dir& d, Op& op) {
       release(d, c.slot);
     }
     if (c.src) peer_slots_.consume(c.note);  // read out of the peer's slot: the sender may reuse it
+    if (op.error.ok()) op.r->delivered = c.off + c.len;  // (a send posted ahead may read these bytes now)
     c.stage = Stage::kDone;
     ++op.finished;
     moved = true;
