@@ -33,12 +33,18 @@ const BoolSetting kSimReduceFromHost("device", "UCCL_SIM_REDUCE_FROM_HOST", "1",
                                      "out of their slots); 0 copies to the device first, as the cuda backend does by default",
                                      boolean());
 
+const IntSetting kSimCopyEngines("device", "UCCL_SIM_COPY_ENGINES", "1",
+                                  "simulated device: copy engines per device: 1 (one queue for every copy, the two "
+                                  "directions serialize) or 2 (host->device and device->host overlap, as on a GPU)",
+                                  int_in(1, 2));
+
 SimBackend::SimBackend(SimOptions opt)
     : name_(std::move(opt.name)),
       devices_(opt.devices),
       gbps_(opt.copy_gbps),
       latency_us_(opt.copy_latency_us),
       reduces_from_host_(opt.reduces_from_host),
+      copy_engines_(opt.copy_engines),
       staging_chunk_bytes_(opt.staging_chunk_bytes),
       mem_(SignalSafeMemory::Ops{
           [this](int o, size_t n) {
@@ -273,9 +279,10 @@ void SimBackend::unregister_host(void* ptr, std::function<void()> then) {
   });
 }
 
-std::shared_ptr<SimBackend::EngineTurns> SimBackend::engine(int ordinal) {
+std::shared_ptr<SimBackend::EngineTurns> SimBackend::engine(int ordinal, CopyDir dir) {
+  const int which = copy_engines_ > 1 && dir == CopyDir::kHostToDevice ? 1 : 0;
   std::lock_guard<std::mutex> lock(mu_);
-  auto& e = engines_[ordinal];
+  auto& e = engines_[{ordinal, which}];
   if (!e) e = std::make_shared<EngineTurns>();
   return e;
 }
@@ -312,7 +319,7 @@ Status SimBackend::queue_copy(void* dst, const void* src, size_t bytes, CopyDir 
   // the work queued before it there is done, copies, and passes the turn on. Turn and task are
   // taken under one lock, so on every stream the turns stand in queue order (two threads' copies
   // onto one stream could otherwise each wait for the other's turn).
-  std::shared_ptr<EngineTurns> eng = engine(ord);  // held by the task: a stream may outlive its backend
+  std::shared_ptr<EngineTurns> eng = engine(ord, dir);  // held by the task: a stream may outlive its backend
   std::lock_guard<std::mutex> order(engine_order_mu_);
   const uint64_t turn = eng->next++;
   st->enqueue([eng, turn, copy](const Status& sticky) {
@@ -375,6 +382,7 @@ SimBackend* sim_backend() {
     o.copy_gbps = kSimCopyGbps.get();
     o.copy_latency_us = kSimCopyLatencyUs.get();
     o.reduces_from_host = kSimReduceFromHost.get();
+    o.copy_engines = kSimCopyEngines.get();
     return new SimBackend(o);  // process lifetime: streams of any thread may still use it at exit
   }();
   return b;

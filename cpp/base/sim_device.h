@@ -12,7 +12,7 @@
 // order, for the work queued before it on its own stream, so a copy behind a stream that waits
 // holds every later copy of the device: the hazard device.h describes, which CI sees here; a GPU
 // has an engine or more per direction, one queue for all is the strictest model and serializes
-// the two directions), copy_by_kernel_async on the stream's own worker like any kernel. A kernel may read host memory
+// the two directions; UCCL_SIM_COPY_ENGINES=2 gives one per direction), copy_by_kernel_async on the stream's own worker like any kernel. A kernel may read host memory
 // for its last operand (kernel_view_of_host(), a GPU's zero-copy loads of mapped pinned memory;
 // UCCL_SIM_REDUCE_FROM_HOST=0 turns it off, as cuda has it); those bytes are charged at the
 // copy speed. As on a GPU, a kernel reaches only pinned host memory: alloc_pinned's (not the
@@ -47,6 +47,7 @@ extern const DoubleSetting kSimCopyGbps;       // UCCL_SIM_COPY_GBPS (0 = unthro
 extern const DoubleSetting kSimCopyLatencyUs;  // UCCL_SIM_COPY_LATENCY_US
 extern const IntSetting kSimDevices;           // UCCL_SIM_DEVICES
 extern const BoolSetting kSimReduceFromHost;   // UCCL_SIM_REDUCE_FROM_HOST
+extern const IntSetting kSimCopyEngines;       // UCCL_SIM_COPY_ENGINES
 
 class SimStream;  // sim_stream.h
 
@@ -59,6 +60,10 @@ struct SimOptions {
   // backend does today (tests of what the copy-then-reduce path allocates).
   bool reduces_from_host = true;
   size_t staging_chunk_bytes = 0;  // DeviceBackend::staging_chunk_bytes (0: no preference)
+  // Copy engines per device: 1, one queue for every copy (the strictest model: the two
+  // directions serialize); 2, one for copies to the device and one for the rest, as a GPU's
+  // engines per direction let host->device and device->host copies overlap.
+  int copy_engines = 1;
 };
 
 class SimBackend final : public DeviceBackend {
@@ -147,7 +152,7 @@ class SimBackend final : public DeviceBackend {
     uint64_t next = 0;     // the turn the next copy takes (under engine_order_mu_)
     uint64_t serving = 0;  // the turn whose copy may run (under mu)
   };
-  std::shared_ptr<EngineTurns> engine(int ordinal);
+  std::shared_ptr<EngineTurns> engine(int ordinal, CopyDir dir);  // the engine serving dir (copy_engines)
   // Checks the stream, resolves each operand (at most 3) and queues fn(operands) on the stream.
   Status enqueue_kernel(DeviceStream* s, size_t bytes, std::initializer_list<const void*> operands,
                         std::function<void(char* const*)> fn);
@@ -160,9 +165,10 @@ class SimBackend final : public DeviceBackend {
   std::atomic<size_t> live_allocs_{0};
   double gbps_, latency_us_;
   bool reduces_from_host_;
+  int copy_engines_;
   size_t staging_chunk_bytes_;
   std::atomic<int> waits_outstanding_{0};  // signal waits queued and not passed yet
-  std::map<int, std::shared_ptr<EngineTurns>> engines_;  // by ordinal, under mu_
+  std::map<std::pair<int, int>, std::shared_ptr<EngineTurns>> engines_;  // by ordinal and engine, under mu_
   std::mutex engine_order_mu_;  // a copy takes its turn and queues its task under it
   std::map<uintptr_t, size_t> pinned_;  // host ranges a kernel reaches (alloc_pinned, register_host), under mu_
   SignalSafeMemory mem_;                   // last: its calls use the members above

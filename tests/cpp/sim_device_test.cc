@@ -192,6 +192,45 @@ TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later
   b.free_pinned(out2);
 }
 
+TEST_CASE("with an engine per direction, a copy to the device is not held behind a waiting copy to the host") {
+  // UCCL_SIM_COPY_ENGINES=2 (SimOptions::copy_engines): as on a GPU, host->device and
+  // device->host copies have engines of their own; the same direction still shares one.
+  SimOptions o;
+  o.name = "sim-engines";
+  o.devices = 1;
+  o.copy_engines = 2;
+  SimBackend b(o);
+  auto user = b.create_stream(0).take();
+  auto same = b.create_stream(0).take();
+  auto other = b.create_stream(0).take();
+  std::vector<char> host(4096, 'h'), back(4096, 0), out(4096, 0), in(4096, 'i');
+  void* d = b.alloc(0, host.size()).take();
+  void* d2 = b.alloc(0, host.size()).take();
+  REQUIRE(b.copy_async(d, host.data(), host.size(), CopyDir::kHostToDevice, user.get()).ok());
+  REQUIRE(b.synchronize(user.get()).ok());
+  auto sig = b.create_signal(0).take();
+  REQUIRE(b.stream_wait_signal(user.get(), sig, StreamWaitMode::kSignal).ok());
+  REQUIRE(b.copy_async(back.data(), d, back.size(), CopyDir::kDeviceToHost, user.get()).ok());  // behind the wait
+  auto e_same = b.create_event().take();
+  REQUIRE(b.copy_async(out.data(), d, out.size(), CopyDir::kDeviceToHost, same.get()).ok());
+  REQUIRE(b.record(e_same.get(), same.get()).ok());
+  REQUIRE(b.copy_async(d2, in.data(), in.size(), CopyDir::kHostToDevice, other.get()).ok());
+  REQUIRE(b.synchronize(other.get()).ok());  // the other direction's engine is free
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(b.query(e_same.get()).value());  // the same direction's is held
+  sig->raise();
+  REQUIRE(b.synchronize(same.get()).ok());
+  REQUIRE(b.synchronize(user.get()).ok());
+  std::vector<char> check(4096, 0);
+  REQUIRE(b.copy_async(check.data(), d2, check.size(), CopyDir::kDeviceToHost, other.get()).ok());
+  REQUIRE(b.synchronize(other.get()).ok());
+  CHECK(check[0] == 'i');
+  CHECK(out[0] == 'h');
+  CHECK(back[0] == 'h');
+  b.free(d);
+  b.free(d2);
+}
+
 TEST_CASE("a stream rings its completion bell after each task: a sleeper wakes when the copy is done") {
   SimOptions o;
   o.name = "sim-bell";
