@@ -15,6 +15,8 @@ In one run, 2 ranks (on GPUs 0 and 1 when there are two, else both on GPU 0):
     rank per GPU all of it;
   * uccl's all_reduce of CPU tensors over the same transport (shm): the bound of any path that
     moves the bytes through host memory with host copies;
+  * the staged all_reduce of 16 and 64 MiB with UCCL_POST_AHEAD on and off, alternating runs
+    (--ahead-rounds): the ring's next step posted while this one runs, fed chunk by chunk;
   * DDP training steps of one model on CUDA with the process group "uccl" and "gloo" (issue 15).
 Goals: staged >= 10x Gloo at 64 MiB and >= 60% of the pinned PCIe bandwidth (issue 14); the
 torch backend >= 10x Gloo at 64 MiB (issue 15). Each mode runs in its own processes with a time
@@ -175,6 +177,8 @@ def main():
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     ap.add_argument("--sizes", default=None, help="comma-separated MiB (default 1,4,16,64,256)")
     ap.add_argument("--no-ddp", action="store_true", help="skip the DDP step times")
+    ap.add_argument("--ahead-rounds", type=int, default=1,
+                    help="staged 16 and 64 MiB runs with UCCL_POST_AHEAD on and off, alternating (0: none)")
     ap.add_argument("--chunk-sweep", default="512K,2M,4M,8M/32M,8M,16M",
                     help="staged all_reduce of 64 MiB with these UCCL_STAGED_CHUNK_BYTES, each CHUNK or "
                          "CHUNK/BOUNCE (UCCL_STAGED_BOUNCE_BYTES; default auto: 4 chunks, at least 8M); '' skips")
@@ -233,6 +237,20 @@ def main():
                 lines.append(f"| {chunk} / {bounce or 'auto'} | {(64 << 20) / r[64 << 20] / 1e9 * factor:.2f} | {path} |")
             else:
                 lines.append(f"| {c} | FAILED: {r} | |")
+    # Posting ahead (UCCL_POST_AHEAD, core/schedule_executor.h): the all-gather's first chunks
+    # leave as the reduce-scatter's land, instead of after its last; alternating runs, same chunk.
+    if a.ahead_rounds > 0:
+        lines += ["", "## staged all_reduce with and without posting ahead (UCCL_POST_AHEAD), alternating runs", "",
+                  "| size | on: busbw (GB/s) per run | off: busbw (GB/s) per run |", "|---|---|---|"]
+        ab = {"on": [], "off": []}
+        for i in range(a.ahead_rounds):
+            for m in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                with mock.patch.dict(os.environ, {"UCCL_POST_AHEAD": m, "BENCH_GPU_SIZES_MIB": "16,64"}):
+                    ab[m].append(run("staged", world))
+        for size in (16 << 20, 64 << 20):
+            cell = {m: ", ".join(f"{size / r[size] / 1e9 * factor:.2f}" if isinstance(r, dict) else f"FAILED: {r}"
+                                 for r in ab[m]) for m in ab}
+            lines.append(f"| {size >> 20} MiB | {cell['on']} | {cell['off']} |")
     # DDP step time, the same model and data with each backend (issue 15's DDP measure).
     ddp = {m: "not run (--no-ddp)" if a.no_ddp else run(m, world, target=ddp_rank_main) for m in ("ddp-uccl", "ddp-gloo")}
     print(f"ddp: {ddp}", flush=True)
