@@ -90,7 +90,8 @@ struct SendRequest : Request {
   // Posting ahead (Endpoint::feeds(); the executor posts a device operation's next phase with
   // the current one, core/schedule_executor.cc): the payload is the destination of `fed_by`, a
   // receive still in progress, and byte i may be read only once that receive has delivered it
-  // (RecvRequest::delivered covers it, or it is no longer pending). nullptr: all of it now.
+  // (RecvRequest::delivered covers it, or it completed; one that failed feeds nothing, and the
+  // operation fails with it). nullptr: all of it now.
   const RecvRequest* fed_by = nullptr;
   // Bytes of `data` read so far, from the start (kept current by endpoints that feed): a
   // receive posted ahead into the same bytes (RecvRequest::guard) writes only what was read.
