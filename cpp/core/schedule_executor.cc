@@ -188,13 +188,14 @@ void link_turns(std::vector<RecvRequest>& recvs, const std::vector<ExecState::Tu
 void ScheduleTask::post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes,
                                  const std::vector<const RecvRequest*>* fed,
                                  const std::vector<const SendRequest*>* guards) {
-  // Sized before posting: transports keep pointers to these requests.
-  std::vector<SendRequest>& sends = x_->sends;
-  std::vector<RecvRequest>& recvs = x_->recvs;
+  // Sized before posting: transports keep pointers to these requests. A phase posted ahead
+  // (fed != nullptr) goes into the second set; the current phase's stay where the endpoints point.
+  std::vector<SendRequest>& sends = fed ? x_->ahead_sends : x_->sends;
+  std::vector<RecvRequest>& recvs = fed ? x_->ahead_recvs : x_->recvs;
   fresh_requests(&sends, nsend);
   fresh_requests(&recvs, nrecv);
-  x_->nsends = nsend;
-  x_->nrecvs = nrecv;
+  (fed ? x_->ahead_nsends : x_->nsends) = nsend;
+  (fed ? x_->ahead_nrecvs : x_->nrecvs) = nrecv;
   // Receives first: a shm receive posted before the matching send starts lets the sender
   // write straight into it (CMA push), and the peer may be waiting for exactly that offer.
   // A phase with ordered receives posts them once all are chained (below); any other phase
@@ -308,18 +309,7 @@ void ScheduleTask::post_ahead() {
     if (send) fed.push_back(feeder);
     else guards.push_back(guard);
   }
-  // Posted into the second set of requests (the current phase's stay where the endpoints
-  // point); the phase counters (nsends / nrecvs) stay the current phase's.
-  std::swap(x_->sends, x_->ahead_sends);
-  std::swap(x_->recvs, x_->ahead_recvs);
-  const size_t cur_nsends = x_->nsends, cur_nrecvs = x_->nrecvs;
   post_messages(next, nsend, nrecv, recv_bytes, &fed, &guards);
-  x_->ahead_nsends = x_->nsends;
-  x_->ahead_nrecvs = x_->nrecvs;
-  x_->nsends = cur_nsends;
-  x_->nrecvs = cur_nrecvs;
-  std::swap(x_->sends, x_->ahead_sends);
-  std::swap(x_->recvs, x_->ahead_recvs);
   ahead_ = true;
   if (env_.stats) ++env_.stats->phases_ahead;
 }

@@ -119,7 +119,8 @@ class ScheduleTask {
   Result<Endpoint*> endpoint_for(int peer);
   Endpoint* comm_endpoint(int peer);
   // `fed` / `guards` (posting ahead): per send / receive of the phase, in action order, its
-  // SendRequest::fed_by / RecvRequest::guard (nullptr: none).
+  // SendRequest::fed_by / RecvRequest::guard (nullptr: none); given, the phase is posted into
+  // ExecState::ahead_* and the current phase's chain of ordered receives is left alone.
   void post_messages(const Phase& ph, size_t nsend, size_t nrecv, size_t recv_bytes,
                      const std::vector<const RecvRequest*>* fed = nullptr,
                      const std::vector<const SendRequest*>* guards = nullptr);

@@ -151,6 +151,21 @@ TEST_CASE("stream_wait orders two streams; wrap_stream finds a live stream by ha
   b->free(d);
 }
 
+namespace {
+// The state of device.h's hazard: 4096 bytes of 'h' in new device memory *d, then on `user` a
+// wait on the returned signal with a device->host copy of *d into *back queued behind it.
+std::shared_ptr<DeviceSignal> hold_a_copy(SimBackend& b, DeviceStream* user, void** d, std::vector<char>* back) {
+  std::vector<char> host(back->size(), 'h');
+  *d = b.alloc(0, host.size()).take();
+  REQUIRE(b.copy_async(*d, host.data(), host.size(), CopyDir::kHostToDevice, user).ok());
+  REQUIRE(b.synchronize(user).ok());
+  auto sig = b.create_signal(0).take();
+  REQUIRE(b.stream_wait_signal(user, sig, StreamWaitMode::kSignal).ok());
+  REQUIRE(b.copy_async(back->data(), *d, back->size(), CopyDir::kDeviceToHost, user).ok());  // behind the wait
+  return sig;
+}
+}  // namespace
+
 TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later copies, kernels do not wait") {
   // The model of device.h's hazard (copy_async vs copy_by_kernel_async): stream `user` waits on a
   // signal and has a copy queued behind the wait; an engine copy on another stream then waits for
@@ -163,15 +178,11 @@ TEST_CASE("the copy engine is shared: a copy behind a waiting stream holds later
   auto user = b.create_stream(0).take();
   auto other = b.create_stream(0).take();
   auto third = b.create_stream(0).take();
-  std::vector<char> host(4096, 'h'), back(4096, 0), out1(4096, 0);
+  std::vector<char> back(4096, 0), out1(4096, 0);
   char* out2 = static_cast<char*>(b.alloc_pinned(4096).take());
   std::memset(out2, 0, 4096);
-  void* d = b.alloc(0, host.size()).take();
-  REQUIRE(b.copy_async(d, host.data(), host.size(), CopyDir::kHostToDevice, user.get()).ok());
-  REQUIRE(b.synchronize(user.get()).ok());
-  auto sig = b.create_signal(0).take();
-  REQUIRE(b.stream_wait_signal(user.get(), sig, StreamWaitMode::kSignal).ok());
-  REQUIRE(b.copy_async(back.data(), d, back.size(), CopyDir::kDeviceToHost, user.get()).ok());  // behind the wait
+  void* d = nullptr;
+  auto sig = hold_a_copy(b, user.get(), &d, &back);
   auto e_engine = b.create_event().take();
   auto e_kernel = b.create_event().take();
   REQUIRE(b.copy_async(out1.data(), d, out1.size(), CopyDir::kDeviceToHost, other.get()).ok());
@@ -203,14 +214,10 @@ TEST_CASE("with an engine per direction, a copy to the device is not held behind
   auto user = b.create_stream(0).take();
   auto same = b.create_stream(0).take();
   auto other = b.create_stream(0).take();
-  std::vector<char> host(4096, 'h'), back(4096, 0), out(4096, 0), in(4096, 'i');
-  void* d = b.alloc(0, host.size()).take();
-  void* d2 = b.alloc(0, host.size()).take();
-  REQUIRE(b.copy_async(d, host.data(), host.size(), CopyDir::kHostToDevice, user.get()).ok());
-  REQUIRE(b.synchronize(user.get()).ok());
-  auto sig = b.create_signal(0).take();
-  REQUIRE(b.stream_wait_signal(user.get(), sig, StreamWaitMode::kSignal).ok());
-  REQUIRE(b.copy_async(back.data(), d, back.size(), CopyDir::kDeviceToHost, user.get()).ok());  // behind the wait
+  std::vector<char> back(4096, 0), out(4096, 0), in(4096, 'i');
+  void* d = nullptr;
+  void* d2 = b.alloc(0, in.size()).take();
+  auto sig = hold_a_copy(b, user.get(), &d, &back);
   auto e_same = b.create_event().take();
   REQUIRE(b.copy_async(out.data(), d, out.size(), CopyDir::kDeviceToHost, same.get()).ok());
   REQUIRE(b.record(e_same.get(), same.get()).ok());
