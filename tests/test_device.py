@@ -291,6 +291,49 @@ def test_ring_steps_are_posted_ahead_and_exact(world, transport, post):
         assert r == {k: v if on else 0 for k, v in want.items()}, r
 
 
+# ---- staging is offered when a pair connects (core/handshake.h) ------------------------------------
+
+def body_offer_at_connect(ctx):
+    """The communicator exists before any device memory (as after init_process_group or
+    uccl.init(), before the program touches its device). Ranks 0 and 2 first exchange host
+    messages, which connects their pair while no rank has device memory; then ranks 0 and 1
+    take simulated-device buffers (rank 2 stays a host-only process) and run every ring step.
+    The pairs connected by then are split (pipelined chunks): each has a rank with device memory
+    that offered staging in the handshake, and rank 2, which offers none, follows. The pair
+    connected before stays unsplit (rank 0's device messages to rank 2 go whole). Exact
+    everywhere."""
+    from uccl.sim import SimArray
+    comm, me, n = ctx.comm, ctx.rank, ctx.world
+    if me in (0, 2):
+        got, peer = np.zeros(5, np.float32), 2 - me
+        for turn in (me, peer):
+            if turn == me:
+                comm.send(np.full(5, me, np.float32), peer)
+            else:
+                comm.recv(got, peer)
+        ctx.check.true(np.array_equal(got, np.full(5, peer, np.float32)), "host exchange")
+    count = 3 * (1 << 18) + 7  # several 512 KiB chunks per ring step, a ragged end
+    base = (np.arange(count) % 1013).astype(np.float32)
+    x = base * np.float32(me + 1)
+    buf = SimArray.from_numpy(x) if me < 2 else x.copy()
+    comm.all_reduce(buf)
+    got = buf.numpy() if me < 2 else buf
+    ctx.check.true(np.array_equal(got, base * np.float32(n * (n + 1) // 2)), "all_reduce")
+    return {ln.split(":")[0].strip(): ln for ln in comm.describe().splitlines() if ln.strip().startswith("peer ")}
+
+
+def test_staging_is_offered_when_a_pair_connects():
+    results = run_world(3, "test_device:body_offer_at_connect", env={"UCCL_ALGO": "ring"}, transport="tcp",
+                        timeout=120)
+    split, whole = "staged (chunks of 524288 bytes", "staged (whole messages)"
+    assert split in results[0]["peer 1"] and split in results[1]["peer 0"], results[:2]
+    assert split in results[1]["peer 2"] and split in results[2]["peer 1"], results[1:]
+    # Connected before any device memory: rank 0 wraps its device messages whole; rank 2 never
+    # has device memory and keeps the plain endpoint (host messages on both sides).
+    assert whole in results[0]["peer 2"], results[0]
+    assert "staged" not in results[2]["peer 0"], results[2]
+
+
 # ---- the pipeline overlaps copies with the wire -----------------------------------------------------
 
 def body_overlap(ctx, mib):

@@ -41,9 +41,10 @@ def test_stranger_gets_nothing_and_the_job_is_unharmed():
         greeting = bytes.fromhex(o["rank_greeting"])
         assert len(greeting) == 40 and greeting[:4] == b"UCCG"  # a nonce, nothing else
         after = bytes.fromhex(o["rank_after"])
-        magic, status, nbytes = struct.unpack("<III", after[:12])
+        # AckHeader (core/handshake.h): magic, status, answer bytes, flags, staging chunk
+        magic, status, nbytes, _flags, _chunk = struct.unpack("<IIIIQ", after[:24])
         assert (magic, status) == (0x4B434155, 9)  # an ack of code kUnauthenticated, then closed
-        assert len(after) == 12 + 32 + nbytes and b"wrong job key" in after
+        assert len(after) == 24 + 32 + nbytes and b"wrong job key" in after
     assert out["none"]["tcpstore"].startswith("AuthenticationError:"), out["none"]["tcpstore"]
     assert "requires the job key" in out["none"]["tcpstore"]
     assert out["wrong"]["tcpstore"].startswith("AuthenticationError:"), out["wrong"]["tcpstore"]

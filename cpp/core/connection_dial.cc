@@ -194,6 +194,7 @@ Status ConnectionManager::open_outgoing(Outgoing& o) {
     o.pending.reset(plain.value());
   }
   o.offer = o.pending->offer();
+  o.staging = staging_offer_now();
   if (!keyed()) {  // keyed: each hello follows the peer's greeting (greet_outgoing)
     for (int ch = 0; ch < n; ++ch) {
       std::string msg;
@@ -237,6 +238,10 @@ HelloHeader ConnectionManager::connection_hello(const Outgoing& o, size_t ch) co
   h.channel = static_cast<uint32_t>(ch);
   h.nchannels = static_cast<uint32_t>(o.nchannels);
   h.offer_bytes = ch == 0 ? static_cast<uint32_t>(o.offer.size()) : 0;
+  if (ch == 0) {
+    h.staging_chunk = o.staging.chunk;
+    if (o.staging.shared) h.flags |= kHelloStagingShared;
+  }
   return h;
 }
 
@@ -327,6 +332,11 @@ bool ConnectionManager::progress_outgoing() {
                      o.peer);
       if (a.status != 0 && err.ok())
         err = Status(static_cast<Code>(a.status), ctx.describe() + " refused the connection: " + o.answer, o.peer);
+      if (err.ok() && !valid_staging_chunk(a.staging_chunk))
+        err = Status(Code::kRemoteError,
+                     ctx.describe() + " offered an invalid staging chunk of " + std::to_string(a.staging_chunk) +
+                         " bytes (0, or a multiple of 64 from 4 KiB up)",
+                     o.peer);
     }
     if (err.code() == Code::kNotSupported) {
       // The peer cannot take this transport: the next endpoint() call tries the next one.
@@ -353,7 +363,9 @@ bool ConnectionManager::progress_outgoing() {
       if (!ep.ok()) {
         fail_peer(o.peer, ep.status().with_context("connecting to " + ctx.describe()));
       } else {
-        endpoints_[o.peer].reset(wrap_staged(o.peer, ep.value()));
+        const AckHeader& a = o.acks[0];
+        const StagingOffer theirs{static_cast<size_t>(a.staging_chunk), (a.flags & kAckStagingShared) != 0};
+        endpoints_[o.peer].reset(wrap_staged(o.peer, ep.value(), o.staging, theirs));
         UCCL_INFO("rank %d -> rank %d connected: %s", rank_, o.peer, ep.value()->describe().c_str());
       }
       moved = true;

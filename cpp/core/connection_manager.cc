@@ -132,8 +132,6 @@ Status ConnectionManager::init() {
   me_.hostname = host;
   me_.machine = machine_identity();
   me_.pid = getpid();
-  me_.staging_chunk = staged_offer();
-  me_.staging_shared = staged_shared_offer();
   // What every rank must share (base/config.h Scope::kJob); the algorithm is this
   // communicator's own (its option, else UCCL_ALGO; Communicator::create checked that it parses).
   me_.settings = job_wide_settings(opts_);
@@ -151,17 +149,18 @@ bool native_device_memory(const Endpoint* ep) {
 }
 }  // namespace
 
-Endpoint* ConnectionManager::wrap_staged(int peer, Endpoint* ep) {
+ConnectionManager::StagingOffer ConnectionManager::staging_offer_now() {
+  return StagingOffer{staged_offer(), staged_shared_offer()};
+}
+
+Endpoint* ConnectionManager::wrap_staged(int peer, Endpoint* ep, const StagingOffer& mine,
+                                         const StagingOffer& theirs) {
   if (native_device_memory(ep)) return ep;
-  size_t chunk = me_.staging_chunk;
-  auto info = peer_info(peer, timeout_s_);
-  const size_t theirs = info.ok() ? info.value()->staging_chunk : 0;
-  if (theirs > 0) chunk = chunk > 0 ? std::min(chunk, theirs) : theirs;
+  const size_t chunk = mine.chunk && theirs.chunk ? std::min(mine.chunk, theirs.chunk) : mine.chunk + theirs.chunk;
   if (chunk == 0) return ep;
   staged_[peer] = 1;
-  // Shared slots: one host (shm), both ranks offering them; both sides see the same facts.
-  const bool shared = ep->kind() == TransportKind::kShm && me_.staging_shared && info.ok() &&
-                      info.value()->staging_shared;
+  // Shared slots: one host (shm), both sides taking them; both sides see the same facts.
+  const bool shared = ep->kind() == TransportKind::kShm && mine.shared && theirs.shared;
   return new StagedEndpoint(std::unique_ptr<Endpoint>(ep), chunk, staged_bounce_for(chunk), shared, peer);
 }
 
@@ -169,6 +168,10 @@ Result<Endpoint*> ConnectionManager::staged_endpoint(int peer) {
   auto ep = endpoint(peer);
   if (!ep.ok() || !ep.value() || staged_[peer] || native_device_memory(ep.value())) return ep;
   staged_[peer] = 1;
+  if (kStaged.get() != "off")
+    UCCL_INFO("rank %d <-> rank %d: connected before either had device memory to offer staging, so device "
+              "messages go whole through one bounce buffer (not pipelined); UCCL_STAGED=on splits every pair",
+              rank_, peer);
   endpoints_[peer] =
       std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, staged_bounce_for(0), false, peer);
   return endpoints_[peer].get();

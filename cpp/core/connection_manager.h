@@ -162,9 +162,18 @@ class ConnectionManager {
   Transport* transport(TransportKind kind);
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
-  // A new connection's endpoint, behind a staged endpoint in split mode when either rank
-  // offered staging in its PeerInfo (the chunk: the smaller offer).
-  Endpoint* wrap_staged(int peer, Endpoint* ep);
+  // What one side of a new connection offers for staging (transports/staged), decided when
+  // the connection is made (handshake.h says why): the chunk (UCCL_STAGED; 0: none) and
+  // whether it takes shared slots (UCCL_STAGED_SHARED).
+  struct StagingOffer {
+    size_t chunk = 0;
+    bool shared = false;
+  };
+  static StagingOffer staging_offer_now();
+  // A new connection's endpoint, behind a staged endpoint in split mode when either side
+  // offered staging in the handshake (the chunk: the smaller offer; shared slots on shm when
+  // both take them). Both sides combine the same two offers.
+  Endpoint* wrap_staged(int peer, Endpoint* ep, const StagingOffer& mine, const StagingOffer& theirs);
   Status send_failure_notice(int peer, const std::string& why, double deadline);
   // A hello from this rank to `peer` (authenticated; transport and channel fields left 0).
   HelloHeader hello_to(int peer, uint8_t flags) const;

@@ -18,7 +18,12 @@ std::string validate_hello(const HelloHeader& h, const uint8_t* secret, uint64_t
   if (h.transport >= kMaxTransports) return "unknown transport " + std::to_string(h.transport);
   if (h.nchannels == 0 || h.nchannels > 64 || h.channel >= h.nchannels) return "invalid channel numbers";
   if (h.offer_bytes > kMaxOfferBytes) return "offer too large";
+  if (!valid_staging_chunk(h.staging_chunk)) return "invalid staging chunk " + std::to_string(h.staging_chunk);
   return "";
+}
+
+bool valid_staging_chunk(uint64_t chunk) {
+  return chunk == 0 || (chunk % 64 == 0 && chunk >= 4096 && chunk <= (uint64_t{1} << 40));
 }
 
 Greeting make_greeting() {

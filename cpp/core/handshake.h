@@ -28,7 +28,9 @@ namespace uccl {
 
 constexpr uint32_t kHelloMagic = 0x4c434355;  // "UCCL"
 constexpr uint32_t kAckMagic = 0x4b434155;    // "UACK"
-constexpr uint16_t kProtocolVersion = 1;
+// 2: the staging offers travel in the hello and the ack (were in the PeerInfo, fixed when the
+// communicator was made).
+constexpr uint16_t kProtocolVersion = 2;
 constexpr uint32_t kMaxOfferBytes = 64 * 1024;
 constexpr size_t kSecretBytes = 16;
 
@@ -45,12 +47,25 @@ constexpr uint8_t kHelloFailed = 2;
 // them by the lanes' rates. Absent when the connecting side fell back to one address.
 constexpr uint8_t kHelloStriped = 4;
 constexpr uint32_t kMaxNoticeBytes = 1024;
+// HelloHeader::flags / AckHeader::flags: this side takes staged chunks through shared-memory
+// slots (UCCL_STAGED_SHARED; transports/staged/staged_slots.h).
+constexpr uint8_t kHelloStagingShared = 8;
+constexpr uint32_t kAckStagingShared = 1;
+
+// The staging offers (transports/staged: UCCL_STAGED) are made when the connection is, not when
+// the communicator is: connections are made on first use, and a program typically makes its
+// communicator (init_process_group, uccl.init) before it touches its device. An offer fixed at
+// creation left such a job's device pairs in whole mode (one bounce buffer per message, no
+// pipelining: 3.4x the host path's time at 1 MiB and 130 us for 8 bytes on the simulated device,
+// against 1.3x and 53 us split; benchmarks/RESULTS.md). The connecting side's offer is in its
+// hello, the accepting side's in its ack (both of channel 0), and each side combines the same
+// two numbers (ConnectionManager::wrap_staged).
 
 struct HelloHeader {
   uint32_t magic;
   uint16_t version;
   uint8_t transport;  // TransportKind
-  uint8_t flags;      // kHelloProbe, kHelloFailed, kHelloStriped
+  uint8_t flags;      // kHelloProbe, kHelloFailed, kHelloStriped, kHelloStagingShared
   uint8_t secret[kSecretBytes];
   uint64_t comm_id;
   int32_t from_rank;
@@ -58,11 +73,14 @@ struct HelloHeader {
   uint32_t channel;    // index of this socket among the connection's sockets
   uint32_t nchannels;
   uint32_t offer_bytes;  // followed by the transport's offer (channel 0 only)
+  uint64_t staging_chunk;  // the staging chunk this side offers now, 0 for none (channel 0)
 };
 struct AckHeader {
   uint32_t magic;
   uint32_t status;        // 0 = accepted, else a Code value; the text follows
   uint32_t answer_bytes;  // followed by the answer (or the error text)
+  uint32_t flags;         // kAckStagingShared
+  uint64_t staging_chunk;  // the staging chunk this side offers now, 0 for none (channel 0)
 };
 constexpr uint32_t kGreetingMagic = 0x47434355;  // "UCCG"
 struct Greeting {
@@ -72,6 +90,11 @@ struct Greeting {
   uint8_t nonce[kNonceBytes];
 };
 #pragma pack(pop)
+
+// Whether a staging offer from a peer can be taken: 0 (none), or a multiple of 64 bytes (every
+// element of every dtype stays whole in a chunk) from 4 KiB to 1 TiB (UCCL_STAGED_CHUNK_BYTES's
+// floor; the bounce bytes, 4 chunks, cannot overflow).
+bool valid_staging_chunk(uint64_t chunk);
 
 // Keyed mode: a fresh greeting, and the MACs of the hello and of the ack (kMacBytes each).
 Greeting make_greeting();

@@ -61,8 +61,6 @@ std::string PeerInfo::serialize() const {
       << '\t' << n.gbps << '\t' << clean(n.network) << '\n';
   if (rates.host_gbps > 0 || rates.nic_gbps > 0 || rates.uplink_gbps > 0)
     o << "rates\t" << rates.host_gbps << '\t' << rates.nic_gbps << '\t' << rates.uplink_gbps << '\n';
-  if (staging_chunk > 0) o << "staging\t" << staging_chunk << '\n';
-  if (staging_shared) o << "staging_shared\t1\n";
   if (!agree.empty()) o << "agree\t" << clean(agree) << '\n';
   if (!machine.empty()) o << "machine\t" << clean(machine) << '\n';
   for (auto& s : settings) o << "setting\t" << clean(s.first) << '\t' << clean(s.second) << '\n';
@@ -89,10 +87,6 @@ Result<PeerInfo> PeerInfo::parse(const std::string& text) {
       p.nics.push_back({f[1], f[2], f[3], f[4], std::atof(f[5].c_str()), f.size() >= 7 ? f[6] : ""});
     } else if (f[0] == "rates" && f.size() >= 4) {
       p.rates = {std::atof(f[1].c_str()), std::atof(f[2].c_str()), std::atof(f[3].c_str())};
-    } else if (f[0] == "staging" && f.size() >= 2) {
-      p.staging_chunk = static_cast<size_t>(std::strtoull(f[1].c_str(), nullptr, 10));
-    } else if (f[0] == "staging_shared" && f.size() >= 2) {
-      p.staging_shared = f[1] == "1";
     } else if (f[0] == "agree" && f.size() >= 2 && !f[1].empty()) {
       p.agree = f[1];
     } else if (f[0] == "machine" && f.size() >= 2) {

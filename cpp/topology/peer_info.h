@@ -40,12 +40,6 @@ struct PeerInfo {
   std::vector<std::string> listen;  // "ip:port" of this communicator's listeners
   std::vector<NicInfo> nics;
   LinkRates rates;
-  // Staging chunk this rank offers (transports/staged: UCCL_STAGED), 0 when it offers none.
-  // A pair is staged when either rank offers; both then cut messages by the smaller offer.
-  size_t staging_chunk = 0;
-  // Whether this rank takes staged chunks through shared-memory slots on one host (UCCL_STAGED_SHARED;
-  // transports/staged/staged_slots.h). A same-host pair on shm uses them when both ranks do.
-  bool staging_shared = false;
   // "ip:port" of this communicator's agreement listener (core/agreement.h: shrink), "" if none.
   std::string agree;
   // The settings every rank of the communicator must share (base/config.h Scope::kJob), name

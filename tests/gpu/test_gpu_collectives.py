@@ -130,14 +130,14 @@ def sweep(ctx, one_gpu, counts, dtypes):
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("path", ["ipc", "staged", "staged-zc", "staged-whole"])
 def test_every_collective_on_cuda(world, path):
-    # staged: the pipelined chunks (UCCL_STAGED=on; auto offers them only when the process has
-    # a CUDA context when the communicator is made, and the harness makes it first); staged-zc:
-    # the same with reducing receives read by the kernel out of their mapped slots
-    # (UCCL_CUDA_REDUCE_FROM_HOST=1); staged-whole: whole messages through one bounce buffer
-    # each (what auto gives these ranks).
-    staged = {"UCCL_CUDA_IPC": "off", "UCCL_STAGED": "on"}
+    # staged: the pipelined chunks (UCCL_STAGED=auto: the harness makes the communicator before
+    # the ranks touch CUDA, and the pairs connect at the first operation, on CUDA tensors: the
+    # offers are made then, core/handshake.h); staged-zc: the same with reducing receives read
+    # by the kernel out of their mapped slots (UCCL_CUDA_REDUCE_FROM_HOST=1); staged-whole:
+    # whole messages through one bounce buffer each (UCCL_STAGED=off).
+    staged = {"UCCL_CUDA_IPC": "off"}
     env = {"ipc": {"UCCL_CUDA_IPC": "on"}, "staged": staged, "staged-zc": dict(staged, UCCL_CUDA_REDUCE_FROM_HOST="1"),
-           "staged-whole": {"UCCL_CUDA_IPC": "off"}}[path]
+           "staged-whole": {"UCCL_CUDA_IPC": "off", "UCCL_STAGED": "off"}}[path]
     desc = run_world(world, "test_gpu_collectives:sweep", args=(False, COUNTS, DTYPES), env=env, timeout=900)
     # The path each peer took (describe()'s "peer N: ..." lines; the topology part may name
     # cuda_ipc as unavailable, so only those lines count).
@@ -149,8 +149,7 @@ def test_every_collective_on_cuda(world, path):
         # The pipelined chunks on one host go through shared slots (staged_slots.h): registered
         # with cudaHostRegister, the device copies read and write them directly.
         # (no stream waits here, so nothing defers the registration). The chunk is the cuda
-        # backend's staging_chunk_bytes (UCCL_STAGED_CHUNK_BYTES=auto follows the device; with
-        # UCCL_STAGED=on also where the communicator was made before the ranks touched CUDA).
+        # backend's staging_chunk_bytes (UCCL_STAGED_CHUNK_BYTES=auto follows the device).
         chunk = next(b["staging_chunk_bytes"] for b in uccl.build_info()["device_backends"] if b["name"] == "cuda")
         assert chunk > 0
         mode = (f"chunks of {chunk} bytes, shared slots: ours pinned, the peer's pinned" if path != "staged-whole"

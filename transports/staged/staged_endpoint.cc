@@ -13,8 +13,8 @@ namespace uccl {
 
 const TextSetting kStaged("staged", "UCCL_STAGED", "auto",
                           "split every message of a pair into staging chunks (device memory pipelined through "
-                          "pinned bounce buffers): auto = when a device backend may own memory at communicator "
-                          "creation, on, off (device buffers are then staged whole)",
+                          "pinned bounce buffers): auto = when a device backend may own memory when the pair "
+                          "connects (on first use), on, off (device buffers are then staged whole)",
                           one_of({"auto", "on", "off"}));
 const BytesSetting kStagedChunk("staged", "UCCL_STAGED_CHUNK_BYTES", "auto",
                                 "staging chunk: the pipeline's unit (the smaller of the two ranks' values); auto = "

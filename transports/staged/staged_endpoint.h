@@ -16,8 +16,9 @@
 //    data is on the device: no round trip), reading the chunk straight out of its host slot
 //    where the backend reduces from host memory and its kernels reach the slot
 //    (reduces_from_host, kernel_view_of_host: zero-copy), else from a device slot it was copied to.
-//    A pair is split when either rank offered staging in its PeerInfo (UCCL_STAGED: auto offers
-//    it when a device backend may own memory in this process when the communicator is created;
+//    A pair is split when either rank offered staging when the pair connected (the offers
+//    travel in the handshake, core/handshake.h; UCCL_STAGED: auto offers it when a device
+//    backend may own memory in this process by then: connections are made on first use;
 //    on always, off never); the chunk is the smaller of the two offers. Host-only pairs of
 //    host-only processes are never wrapped: their code path is exactly the plain one.
 //  * Shared slots (a split pair on shm whose ranks both offered them, UCCL_STAGED_SHARED): a
@@ -84,7 +85,8 @@ extern const TextSetting kStagedShared;     // UCCL_STAGED_SHARED: on | off
 // The host's staging chunk: what UCCL_STAGED_CHUNK_BYTES=auto offers when no device backend
 // that may own memory here asks for another (DeviceBackend::staging_chunk_bytes).
 constexpr size_t kStagedDefaultChunk = 512u << 10;
-// The chunk this process offers for split mode in its PeerInfo, or 0 for none (UCCL_STAGED).
+// The chunk this process offers for split mode now (asked when a connection is made), or 0
+// for none (UCCL_STAGED).
 size_t staged_offer();
 // UCCL_STAGED_CHUNK_BYTES, or where auto the largest chunk a device backend that may own
 // memory here asks for; where none may, and `idle_too`, the largest an available backend asks
@@ -93,7 +95,7 @@ size_t staged_chunk_wanted(bool idle_too = false);
 // Bounce bytes of a staged connection whose chunk is `chunk` (UCCL_STAGED_BOUNCE_BYTES, or
 // where auto 4 chunks and at least 8 MiB).
 size_t staged_bounce_for(size_t chunk);
-// Whether this process offers shared staging slots in its PeerInfo (UCCL_STAGED_SHARED).
+// Whether this process offers shared staging slots (UCCL_STAGED_SHARED).
 bool staged_shared_offer();
 // Bytes of bounce buffers (pinned host and device slots) held by all staged endpoints now.
 size_t staged_bounce_bytes();

@@ -8,8 +8,8 @@
 // session). With a slot both ranks map, the sender's device->host copy lands where the
 // receiver's host->device copy reads: the two copies that are left are DMA on a GPU.
 //
-// The protocol (a pair uses it when both ranks offered it, PeerInfo::staging_shared, and its
-// transport is shm; staged_endpoint.h decides):
+// The protocol (a pair uses it when both ranks offered it in the connection's handshake,
+// UCCL_STAGED_SHARED, and its transport is shm; staged_endpoint.h decides):
 //  * The sender owns a SlotSegment, "/uccl-<pid>-<hex>" in /dev/shm (SharedMapping::create):
 //    a header with one `consumed` word per slot, then `slots` page-aligned slots.
 //  * A device chunk is copied into a free slot; once the copy is done the sender sends a
