@@ -2,6 +2,7 @@
 
     python benchmarks/staged_bench.py [--world 2] [--transport tcp|shm|auto] [--sizes 1M,4M,16M,64M]
         [--iters 20] [--copy-gbps 0] [--copy-latency-us 0] [--windows 1] [--bind none|core]
+        [--staged on|auto|off]
 
 Each size: the host all_reduce (numpy arrays) and the staged one (uccl.sim.SimArray: the
 simulated device, unthrottled unless --copy-gbps / --copy-latency-us give it a GPU-like bus, a
@@ -12,7 +13,11 @@ staged / host (goal: <= 1.25 from 1 MiB up, issue 14), the CPU time a rank's pro
 call in each mode (all its threads: the caller's waits, the progress thread, the simulated
 device's stream workers; the mean over the ranks of each rank's mean), then rank 0's staged pairs as describe()
 gives them, with where the device chunks' time went (the mean of each stage over the run).
-UCCL_STAGED=on so every pair is split into staging chunks. --bind core binds each rank's process
+UCCL_STAGED=on by default, so every pair is split into staging chunks; --staged auto leaves the
+choice to uccl as a program gets it (the communicator is made before any device memory; the pairs
+connect at the first barrier, after the first size's arrays were made, so both ranks have device
+memory then and offer staging in the handshake), --staged off gives whole messages (one bounce
+buffer each). --bind core binds each rank's process
 to one CPU (rank r to the r-th CPU it may use, as `mpirun --bind-to core` does) before uccl starts,
 so its threads (the caller, the progress thread, the simulated device's stream workers) share that
 core; both modes run bound.
@@ -39,7 +44,7 @@ def _parse_size(t):
 
 
 def _rank(rank, world, port, args, q):
-    os.environ["UCCL_STAGED"] = "on"
+    os.environ["UCCL_STAGED"] = args.staged
     if args.bind == "core":  # before any uccl thread exists: they inherit the mask
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
@@ -87,6 +92,8 @@ def main():
                         "for seconds at a time (benchmarks/RESULTS.md)")
     p.add_argument("--bind", choices=["none", "core"], default="none",
                    help="core: each rank's process bound to one CPU (rank %% CPUs), as mpirun --bind-to core")
+    p.add_argument("--staged", choices=["on", "auto", "off"], default="on",
+                   help="UCCL_STAGED for every rank (auto: what a program that makes its communicator first gets)")
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -112,7 +119,7 @@ def main():
         pr.join(30)
     print(f"staged all_reduce (sim device, copy {args.copy_gbps or 'unthrottled'} GB/s, "
           f"{args.copy_latency_us} us per copy) vs host, world {args.world}, "
-          f"{args.transport}, ranks bound: {args.bind}, median of {args.iters * args.windows}; load: {os.getloadavg()[0]:.2f}")
+          f"{args.transport}, UCCL_STAGED={args.staged}, ranks bound: {args.bind}, median of {args.iters * args.windows}; load: {os.getloadavg()[0]:.2f}")
     print(f"{'bytes':>10} {'host ms':>9} {'staged ms':>10} {'host GB/s':>10} {'staged GB/s':>12} {'ratio':>6}"
           f" {'host cpu ms':>12} {'staged cpu ms':>14}")
     for i, (size, *_) in enumerate(res[0][0]):

@@ -4,7 +4,10 @@
 // (the peer died between its hellos) is dropped at its deadline and its sockets closed, after
 // which a complete connection goes through; a socket that does not fit the connection being
 // assembled (another socket count, a channel taken) is refused without disturbing it; and a hello
-// after the connection exists is refused without leaving an assembly behind.
+// after the connection exists is refused without leaving an assembly behind. And the staging
+// offers of the handshake (core/handshake.h): the connecting side's chunk in its hello splits
+// the pair on the accepting side, which answers its own offer in the ack; an offer that no
+// chunk rule allows is refused.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -48,8 +51,9 @@ std::unique_ptr<Passive> make_passive(double timeout_s) {
   return p;
 }
 
-// Rank 0's socket `ch` of a tcp connection of `n` sockets, its hello sent.
-int dial(Passive& p, uint32_t ch, uint32_t n) {
+// Rank 0's socket `ch` of a tcp connection of `n` sockets, its hello sent (offering `staging`
+// bytes of staging chunk on channel 0).
+int dial(Passive& p, uint32_t ch, uint32_t n, uint64_t staging = 0) {
   auto fd = connect_to(p.addr, now_s() + 5);
   REQUIRE_OK(fd.status());
   HelloHeader h{};
@@ -64,6 +68,7 @@ int dial(Passive& p, uint32_t ch, uint32_t n) {
   h.nchannels = n;
   const std::string offer = ch == 0 ? "tcp1" : "";
   h.offer_bytes = static_cast<uint32_t>(offer.size());
+  h.staging_chunk = ch == 0 ? staging : 0;
   std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
   msg += offer;
   REQUIRE_OK(send_all(fd.value(), msg.data(), msg.size(), now_s() + 5));
@@ -89,8 +94,8 @@ int socket_state(int fd) {
   return r == 0 ? 0 : r > 0 ? 1 : -1;
 }
 
-// Reads the ack on fd: its status (0 = accepted).
-uint32_t read_ack(int fd) {
+// Reads the ack on fd: its status (0 = accepted); *out gets the whole header.
+uint32_t read_ack(int fd, AckHeader* out = nullptr) {
   AckHeader a{};
   size_t got = 0;
   const double end = now_s() + 5;
@@ -102,6 +107,7 @@ uint32_t read_ack(int fd) {
   }
   REQUIRE(got == sizeof a);
   CHECK(a.magic == kAckMagic);
+  if (out) *out = a;
   return a.status;
 }
 }  // namespace
@@ -153,4 +159,34 @@ TEST_CASE("assembly: a hello once connected is refused and leaves nothing behind
   CHECK(p->cm->pending_handshakes() == 0);
   ::close(a);
   ::close(late);
+}
+
+TEST_CASE("staging offers: the hello's chunk splits the pair, the ack answers ours, an impossible one is refused") {
+  unsetenv("UCCL_STAGED");  // auto: this process has no device memory, so it offers none
+  auto p = make_passive(10.0);
+  const int bad = dial(*p, 0, 1, 100);  // not a multiple of 64, below 4 KiB
+  REQUIRE(drive(*p, 5, [&] { return socket_state(bad) == 0; }));
+  CHECK(!p->cm->endpoints()[0]);
+  ::close(bad);
+  const int a = dial(*p, 0, 1, 64 << 10);
+  REQUIRE(drive(*p, 5, [&] { return p->cm->endpoints()[0] != nullptr; }));
+  AckHeader ack{};
+  CHECK(read_ack(a, &ack) == 0);
+  CHECK(ack.staging_chunk == 0);
+  CHECK((ack.flags & kAckStagingShared) != 0);  // UCCL_STAGED_SHARED=on by default
+  // Either side's offer splits the pair: rank 0 offered 64 KiB.
+  const std::string d = p->cm->endpoints()[0]->describe();
+  CHECK_MESSAGE(d.rfind("staged (chunks of 65536 bytes) over tcp", 0) == 0, d);
+  ::close(a);
+}
+
+TEST_CASE("staging offers: a chunk the rules allow") {
+  CHECK(valid_staging_chunk(0));
+  CHECK(valid_staging_chunk(4096));
+  CHECK(valid_staging_chunk(8u << 20));
+  CHECK(valid_staging_chunk(uint64_t{1} << 40));
+  CHECK(!valid_staging_chunk(64));
+  CHECK(!valid_staging_chunk(4096 + 8));
+  CHECK(!valid_staging_chunk((uint64_t{1} << 40) + 64));
+  CHECK(!valid_staging_chunk(~uint64_t{0}));
 }
