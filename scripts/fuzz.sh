@@ -19,7 +19,7 @@ mkdir -p "$build/corpus/fuzz_handshake"
 python3 - "$build/corpus/fuzz_handshake" <<'PY'
 import os, struct, sys
 for name, secret in (("hello", b"\x11" * 16), ("hello_secret", b"\x5a" * 16)):
-    hello = struct.pack("<IHBB16sQiiIII", 0x4C434355, 1, 0, 0, secret, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4) + b"tcp1"
+    hello = struct.pack("<IHBB16sQiiIIIQ", 0x4C434355, 2, 0, 0, secret, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4, 0) + b"tcp1"
     open(os.path.join(sys.argv[1], name), "wb").write(hello)
 PY
 # fuzz_auth (job key): a store client's AuthHello and a keyed hello, so mutations start past
@@ -32,7 +32,7 @@ open(os.path.join(d, "store_auth"), "wb").write(b"\x00" + struct.pack("<II", 0x4
                                                  struct.pack("<II", 0x50534355, 0) + b"\x33" * 32)
 open(os.path.join(d, "store_get"), "wb").write(b"\x02" + struct.pack("<IB3xqII", 0x54534355, 2, 10, 1, 0) +
                                                 struct.pack("<I", 6) + b"canary")
-hello = struct.pack("<IHBB16sQiiIII", 0x4C434355, 1, 0, 0, b"\x11" * 16, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4)
+hello = struct.pack("<IHBB16sQiiIIIQ", 0x4C434355, 2, 0, 0, b"\x11" * 16, 0x5A5A5A5A5A5A5A5A, 0, 1, 0, 1, 4, 0)
 open(os.path.join(d, "rank_hello"), "wb").write(b"\x01" + hello + b"\x44" * 32 + b"tcp1")
 PY
 # fuzz_agreement (shrink): a proposal body, so mutations start from the known keys.
