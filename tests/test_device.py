@@ -325,7 +325,9 @@ def body_offer_at_connect(ctx):
 def test_staging_is_offered_when_a_pair_connects():
     results = run_world(3, "test_device:body_offer_at_connect", env={"UCCL_ALGO": "ring"}, transport="tcp",
                         timeout=120)
-    split, whole = "staged (chunks of 524288 bytes", "staged (whole messages)"
+    split = "staged (chunks of 524288 bytes"
+    whole = "staged (whole messages: connected before either rank had device memory to offer staging; " \
+            "UCCL_STAGED=on splits every pair)"
     assert split in results[0]["peer 1"] and split in results[1]["peer 0"], results[:2]
     assert split in results[1]["peer 2"] and split in results[2]["peer 1"], results[1:]
     # Connected before any device memory: rank 0 wraps its device messages whole; rank 2 never

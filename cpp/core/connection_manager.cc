@@ -168,12 +168,13 @@ Result<Endpoint*> ConnectionManager::staged_endpoint(int peer) {
   auto ep = endpoint(peer);
   if (!ep.ok() || !ep.value() || staged_[peer] || native_device_memory(ep.value())) return ep;
   staged_[peer] = 1;
-  if (kStaged.get() != "off")
-    UCCL_INFO("rank %d <-> rank %d: connected before either had device memory to offer staging, so device "
-              "messages go whole through one bounce buffer (not pipelined); UCCL_STAGED=on splits every pair",
-              rank_, peer);
+  const std::string why = kStaged.get() == "off" ? "UCCL_STAGED=off"
+                                                 : "connected before either rank had device memory to offer "
+                                                   "staging; UCCL_STAGED=on splits every pair";
+  UCCL_INFO("rank %d <-> rank %d: device messages go whole through one bounce buffer (not pipelined): %s", rank_,
+            peer, why.c_str());
   endpoints_[peer] =
-      std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, staged_bounce_for(0), false, peer);
+      std::make_unique<StagedEndpoint>(std::move(endpoints_[peer]), 0, staged_bounce_for(0), false, peer, why);
   return endpoints_[peer].get();
 }
 

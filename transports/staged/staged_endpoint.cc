@@ -60,10 +60,11 @@ size_t staged_bounce_for(size_t chunk) {
 
 
 StagedEndpoint::StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes, bool shared,
-                               int peer_rank)
+                               int peer_rank, std::string why_whole)
     : inner_(std::move(inner)), chunk_(chunk),
       slots_per_dir_(chunk ? std::max<size_t>(2, bounce_bytes / 2 / chunk) : 1),
-      shared_(shared && chunk > 0 && inner_->takes_alternates()), peer_rank_(peer_rank) {}
+      shared_(shared && chunk > 0 && inner_->takes_alternates()), peer_rank_(peer_rank),
+      why_whole_(std::move(why_whole)) {}
 
 StagedEndpoint::~StagedEndpoint() {
   free_slots(out_);
@@ -80,7 +81,7 @@ std::string StagedEndpoint::describe() const {
   };
   std::string s = (chunk_ ? "staged (chunks of " + std::to_string(chunk_) + " bytes" + (shared_ ? slots() : "") +
                                 ") over "
-                          : "staged (whole messages) over ") +
+                          : "staged (whole messages" + (why_whole_.empty() ? "" : ": " + why_whole_) + ") over ") +
                   inner_->describe();
   const ChunkTimes& t = times_;
   auto us = [](double sum, uint64_t n) { return std::to_string(static_cast<long long>(sum / n * 1e6 + 0.5)); };

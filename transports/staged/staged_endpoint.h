@@ -103,9 +103,10 @@ size_t staged_bounce_bytes();
 class StagedEndpoint final : public Endpoint {
  public:
   // chunk > 0: split mode with that chunk; 0: whole mode. shared: device chunks through shared
-  // slots (split mode on one host only). peer_rank names the peer in errors.
+  // slots (split mode on one host only). peer_rank names the peer in errors. why_whole: in whole
+  // mode, why the pair is not split (describe() says it).
   StagedEndpoint(std::unique_ptr<Endpoint> inner, size_t chunk, size_t bounce_bytes, bool shared = false,
-                 int peer_rank = -1);
+                 int peer_rank = -1, std::string why_whole = "");
   ~StagedEndpoint() override;
 
   void post_send(SendRequest* r) override;
@@ -282,6 +283,7 @@ class StagedEndpoint final : public Endpoint {
   Dir out_, in_;
   bool shared_;
   int peer_rank_;
+  std::string why_whole_;
   // Shared slots. Sending: the segment, the next note's number, the slots sent whose consumed
   // word has not come back. Receiving: the peer's segment.
   std::unique_ptr<SlotSegment> out_seg_;
