@@ -212,10 +212,7 @@ void ConnectionManager::finish_incoming(int from) {
   for (size_t ch = 0; ch < a->fds.size(); ++ch) {
     const std::string& body = !err.ok() ? err.message() : (ch == 0 ? answer : std::string());
     AckHeader h{kAckMagic, err.ok() ? 0u : static_cast<uint32_t>(err.code()), static_cast<uint32_t>(body.size())};
-    if (ch == 0) {
-      h.staging_chunk = mine.chunk;
-      if (mine.shared) h.flags |= kAckStagingShared;
-    }
+    if (ch == 0) put_offer(&h, mine);
     std::string msg(reinterpret_cast<const char*>(&h), sizeof h);
     if (keyed()) msg += ack_mac(key_, a->nonces[ch].data(), a->hellos[ch], h);
     msg += body;
@@ -235,9 +232,7 @@ void ConnectionManager::finish_incoming(int from) {
     fail_peer(from, err.with_context("accepting a connection from " + ctx.describe()));
     return;
   }
-  const HelloHeader& hello = a->hellos[0];
-  ep = wrap_staged(from, ep, mine,
-                   StagingOffer{static_cast<size_t>(hello.staging_chunk), (hello.flags & kHelloStagingShared) != 0});
+  ep = wrap_staged(from, ep, mine, offer_of(a->hellos[0]));
   endpoints_[from].reset(ep);
   probes_.erase(from);  // (a probe still in flight is moot)
   UCCL_INFO("rank %d <- rank %d connected: %s", rank_, from, ep->describe().c_str());

@@ -238,10 +238,7 @@ HelloHeader ConnectionManager::connection_hello(const Outgoing& o, size_t ch) co
   h.channel = static_cast<uint32_t>(ch);
   h.nchannels = static_cast<uint32_t>(o.nchannels);
   h.offer_bytes = ch == 0 ? static_cast<uint32_t>(o.offer.size()) : 0;
-  if (ch == 0) {
-    h.staging_chunk = o.staging.chunk;
-    if (o.staging.shared) h.flags |= kHelloStagingShared;
-  }
+  if (ch == 0) put_offer(&h, o.staging);
   return h;
 }
 
@@ -335,7 +332,7 @@ bool ConnectionManager::progress_outgoing() {
       if (err.ok() && !valid_staging_chunk(a.staging_chunk))
         err = Status(Code::kRemoteError,
                      ctx.describe() + " offered an invalid staging chunk of " + std::to_string(a.staging_chunk) +
-                         " bytes (0, or a multiple of 64 from 4 KiB up)",
+                         " bytes (0, or a multiple of 64 from 4 KiB to 1 TiB)",
                      o.peer);
     }
     if (err.code() == Code::kNotSupported) {
@@ -363,9 +360,7 @@ bool ConnectionManager::progress_outgoing() {
       if (!ep.ok()) {
         fail_peer(o.peer, ep.status().with_context("connecting to " + ctx.describe()));
       } else {
-        const AckHeader& a = o.acks[0];
-        const StagingOffer theirs{static_cast<size_t>(a.staging_chunk), (a.flags & kAckStagingShared) != 0};
-        endpoints_[o.peer].reset(wrap_staged(o.peer, ep.value(), o.staging, theirs));
+        endpoints_[o.peer].reset(wrap_staged(o.peer, ep.value(), o.staging, offer_of(o.acks[0])));
         UCCL_INFO("rank %d -> rank %d connected: %s", rank_, o.peer, ep.value()->describe().c_str());
       }
       moved = true;

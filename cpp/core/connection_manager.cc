@@ -149,7 +149,7 @@ bool native_device_memory(const Endpoint* ep) {
 }
 }  // namespace
 
-ConnectionManager::StagingOffer ConnectionManager::staging_offer_now() {
+StagingOffer ConnectionManager::staging_offer_now() {
   return StagingOffer{staged_offer(), staged_shared_offer()};
 }
 

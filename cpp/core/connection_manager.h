@@ -162,13 +162,8 @@ class ConnectionManager {
   Transport* transport(TransportKind kind);
   PeerContext peer_context(int peer);
   void fail_peer(int peer, const Status& s);
-  // What one side of a new connection offers for staging (transports/staged), decided when
-  // the connection is made (handshake.h says why): the chunk (UCCL_STAGED; 0: none) and
-  // whether it takes shared slots (UCCL_STAGED_SHARED).
-  struct StagingOffer {
-    size_t chunk = 0;
-    bool shared = false;
-  };
+  // What this side offers for staging on a new connection, asked when it is made (handshake.h
+  // says why).
   static StagingOffer staging_offer_now();
   // A new connection's endpoint, behind a staged endpoint in split mode when either side
   // offered staging in the handshake (the chunk: the smaller offer; shared slots on shm when

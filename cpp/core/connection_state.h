@@ -55,7 +55,7 @@ struct ConnectionManager::Outgoing {
   std::vector<HelloHeader> hellos;    // what each socket sent (its nonce), for the ack's MAC
   std::vector<std::string> ack_macs;
   std::string offer;
-  ConnectionManager::StagingOffer staging;  // ours, sent in channel 0's hello
+  StagingOffer staging;               // ours, sent in channel 0's hello
   int nchannels = 0;
   bool striped = false;               // the sockets run over several networks (kHelloStriped)
   std::string answer;                 // channel 0's answer

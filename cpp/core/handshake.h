@@ -91,6 +91,27 @@ struct Greeting {
 };
 #pragma pack(pop)
 
+// One side's staging offer (transports/staged): the chunk (UCCL_STAGED; 0: none) and whether it
+// takes shared slots (UCCL_STAGED_SHARED). Put on and read off channel 0's hello or ack here only.
+struct StagingOffer {
+  size_t chunk = 0;
+  bool shared = false;
+};
+inline void put_offer(HelloHeader* h, const StagingOffer& o) {
+  h->staging_chunk = o.chunk;
+  if (o.shared) h->flags |= kHelloStagingShared;
+}
+inline void put_offer(AckHeader* a, const StagingOffer& o) {
+  a->staging_chunk = o.chunk;
+  if (o.shared) a->flags |= kAckStagingShared;
+}
+inline StagingOffer offer_of(const HelloHeader& h) {
+  return {static_cast<size_t>(h.staging_chunk), (h.flags & kHelloStagingShared) != 0};
+}
+inline StagingOffer offer_of(const AckHeader& a) {
+  return {static_cast<size_t>(a.staging_chunk), (a.flags & kAckStagingShared) != 0};
+}
+
 // Whether a staging offer from a peer can be taken: 0 (none), or a multiple of 64 bytes (every
 // element of every dtype stays whole in a chunk) from 4 KiB to 1 TiB (UCCL_STAGED_CHUNK_BYTES's
 // floor; the bounce bytes, 4 chunks, cannot overflow).
