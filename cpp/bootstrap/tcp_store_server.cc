@@ -7,7 +7,8 @@
 // timeout passes, which the loop turns into poll()'s timeout. A client that sends garbage is
 // logged and dropped; the others never notice. With a job key, a client is served only after
 // it proved the key (tcp_store_wire.h); until then nothing it sends is executed and nothing of
-// the store's content is sent to it.
+// the store's content is sent to it. A SET/ADD is answered before the clients it wakes are: a
+// waiter may leave the process at once and take the server with it (acknowledge_then_wake).
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -113,6 +114,8 @@ class TcpStoreServerImpl : public TcpStoreServer {
   void reply(Client* c, ReplyStatus st, int64_t value, const std::string& payload);
   // Answers parked clients whose keys now all exist (after a SET/ADD) or whose time is up.
   void wake_parked(double now);
+  // After a SET/ADD from c: c's reply is written first, then the parked clients are woken.
+  void acknowledge_then_wake(Client* c);
   const std::string* missing_key(const std::vector<std::string>& keys) const;
   void drop(size_t index, const char* why);
 
@@ -384,7 +387,7 @@ void TcpStoreServerImpl::execute(Client* c, Request& req) {
     case Op::kSet:
       data_[req.strings[0]] = std::move(req.strings[1]);
       reply(c, ReplyStatus::kOk, 0, "");
-      wake_parked(now_s());
+      acknowledge_then_wake(c);
       return;
     case Op::kAdd: {
       std::string& v = data_[req.strings[0]];
@@ -397,7 +400,7 @@ void TcpStoreServerImpl::execute(Client* c, Request& req) {
       long long next = static_cast<long long>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(req.arg));
       v = std::to_string(next);
       reply(c, ReplyStatus::kOk, next, "");
-      wake_parked(now_s());
+      acknowledge_then_wake(c);
       return;
     }
     case Op::kCheck:
@@ -419,6 +422,16 @@ void TcpStoreServerImpl::execute(Client* c, Request& req) {
       return;
     }
   }
+}
+
+// The writer's reply goes into its socket before any waiter hears of the key. A waiter may be
+// the process serving the store, and one that leaves the moment its wait returns (rank 0 waiting
+// for "done" from the others, then exiting) would otherwise take the server with it while the
+// writer's reply is still in c->out: the writer's set then failed with "closed the connection"
+// (tests/test_store.py). Data written to the socket is delivered even if this process exits.
+void TcpStoreServerImpl::acknowledge_then_wake(Client* c) {
+  flush_client(c);  // a write error shows up in process_input's own flush
+  wake_parked(now_s());
 }
 
 void TcpStoreServerImpl::wake_parked(double now) {
