@@ -16,7 +16,11 @@ from . import _core
 
 
 class TcpStore:
-    """uccl's TCP store. is_server=True also serves it from this process (on a thread)."""
+    """uccl's TCP store. is_server=True also serves it from this process (on a thread).
+
+    The serving process may leave as soon as its wait for the others' last key returns (every
+    writer is answered before a waiter hears of the key), but it must outlive the waiters of
+    keys it sets itself, as with torch's TCPStore."""
 
     def __init__(self, host, port=0, is_server=False, timeout=300.0):
         self.server = _core.TcpStoreServer.start("::" if host in ("", "*") else _bind_host(host), port) if is_server else None

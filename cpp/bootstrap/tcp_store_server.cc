@@ -428,7 +428,10 @@ void TcpStoreServerImpl::execute(Client* c, Request& req) {
 // the process serving the store, and one that leaves the moment its wait returns (rank 0 waiting
 // for "done" from the others, then exiting) would otherwise take the server with it while the
 // writer's reply is still in c->out: the writer's set then failed with "closed the connection"
-// (tests/test_store.py). Data written to the socket is delivered even if this process exits.
+// (tests/test_tcp_store.py). Data written to the socket is delivered even if this process exits.
+// The reverse, this process setting a key and leaving at once, stays unsafe whatever the order:
+// a waiter between two wait slices has a request nobody will read. The server must outlive the
+// waiters of the keys its own process sets (as with torch's TCPStore).
 void TcpStoreServerImpl::acknowledge_then_wake(Client* c) {
   flush_client(c);  // a write error shows up in process_input's own flush
   wake_parked(now_s());
