@@ -3,7 +3,9 @@ SIGKILLed at a random operation (between operations, or by a timer in the middle
 
 Every survivor must raise a uccl error that names the dead rank within --max-detect-s, then exit
 cleanly (exit code 0) without hanging, and /dev/shm must hold no uccl segment afterwards.
-Ranks 0,1 and 2,3 share a "host" (UCCL_HOST_ID), so both shm and tcp peers die.
+Ranks 0,1 and 2,3 share a "host" (UCCL_HOST_ID), so both shm and tcp peers die. One blocking
+all_reduce runs before the random operations (a job's first step): deaths come after every rank
+joined, since a rank that never reached rank 0's store cannot tell a dead rank 0 from a late one.
 
     python benchmarks/kill_points.py --trials 150
 
@@ -12,9 +14,8 @@ same communicator of the survivors (ranks renumbered in order) and an exact all_
 without a hang. In every third trial the lowest survivor, which coordinates the agreement, is
 killed inside it too (UCCL_AGREE_KILL_POINT: after its PREPARE or ACCEPT phase, or after
 committing to one rank only). Victims include rank 0, whose process serves the store: the
-survivors then agree without it and the coordinator serves their new store. One all_reduce runs
-before the random operations (a job's first step: the ranks then know each other's agreement
-addresses even if the store dies next).
+survivors then agree without it and the coordinator serves their new store (after the first
+all_reduce the ranks know each other's agreement addresses even if the store dies next).
 
     python benchmarks/kill_points.py --shrink --trials 100
 
@@ -73,12 +74,12 @@ def rank_main(rank, world, port, seed, victim, kill_op, kill_delay, q, shrink=""
     store = uccl.TcpStore("127.0.0.1", port, is_server=(rank == 0), timeout=30)
     comm = uccl.Communicator(rank, world, store, timeout=float(os.environ.get("KP_COMM_TIMEOUT", 60)))
     rng = random.Random(seed)  # the same op sequence on every rank
-    if shrink or batch:
-        # The first step, blocking: every rank has joined (an asynchronous call returns before
-        # that, and a victim killed then takes the store with it before its peers reach it).
-        comm.all_reduce(np.ones(world, np.float32))
     pending = []  # with --async-batch: operations in flight (the queued path, not the blocking one)
     try:
+        # The first step, blocking: every rank has joined. Without it a victim killed at its
+        # first operation could take the store (rank 0 serves it) with it before a peer had even
+        # connected to it (trial 905): that peer cannot tell a dead rank 0 from a slow one.
+        comm.all_reduce(np.ones(world, np.float32))
         for i in range(10000):
             kind = rng.choice(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"])
             n = rng.choice([1, 7, 1024, 65536, 1 << 20]) * world
